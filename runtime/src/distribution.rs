@@ -1,0 +1,1 @@
+//! Work distributions as data.

@@ -1,0 +1,35 @@
+//! `tailctl`: the operator CLI. Each subcommand lives in its own module and owns
+//! its clap arguments; this file only dispatches.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+mod sim;
+mod thresholds;
+mod vm;
+
+#[derive(Parser)]
+#[command(name = "tailctl", version, about = "tailctl operator CLI")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Compute a tail-control threshold table.
+    Thresholds(thresholds::Args),
+    /// Discrete-event simulation of the scheduling policies.
+    Sim(sim::Args),
+    /// Provision and run commands in a sched_ext VM (or directly on a sched_ext host).
+    Vm(vm::Args),
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Thresholds(args) => thresholds::run(args),
+        Command::Sim(args) => sim::run(args),
+        Command::Vm(args) => vm::run(args),
+    }
+}

@@ -1,0 +1,10 @@
+//! `tailctl sim`.
+
+use anyhow::Result;
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> Result<()> {
+    anyhow::bail!("tailctl sim: not built yet")
+}
