@@ -1,0 +1,211 @@
+//! The paper-style comparison: targets from steal-first's own percentiles,
+//! miss ratios per policy, relative improvements, a table and a plot.
+//!
+//! Design: this module is the pure part of the experiment driver — given the
+//! per-request latencies of each policy's run it computes everything that is
+//! reported, so it is testable without processes or sockets. The binary
+//! `tailctl-experiment` does the orchestration (servers, load generator).
+//!
+//! As in the paper (§5): the targets are steal-first's 97.5/98.5/99/99.5/99.75th
+//! percentile latencies; the metric is the target-miss ratio; tail-control's
+//! relative improvement over a baseline is `1 − miss_TC / miss_base`.
+//! Tail-control's threshold table depends on the target, so it may be run once
+//! per target (the faithful setting) — a [`PolicyRow`] therefore holds one
+//! miss ratio per target, wherever each came from.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::stats::{miss_ratio, percentile};
+
+/// Steal-first percentiles that become the targets.
+pub const TARGET_PERCENTILES: [f64; 5] = [97.5, 98.5, 99.0, 99.5, 99.75];
+
+/// Targets at the given percentiles of `latencies` (exact, nearest rank).
+/// Fails if a percentile falls on a request without a response.
+///
+/// ```
+/// use std::time::Duration;
+/// use tailctl_workloads::experiment::targets_from;
+///
+/// let lat: Vec<_> = (1..=400).map(|i| Some(Duration::from_millis(i))).collect();
+/// let t = targets_from(&lat, &[97.5, 99.75]).unwrap();
+/// assert_eq!(t, vec![Duration::from_millis(390), Duration::from_millis(399)]);
+/// ```
+pub fn targets_from(latencies: &[Option<Duration>], percentiles: &[f64]) -> Result<Vec<Duration>> {
+    percentiles
+        .iter()
+        .map(|&q| {
+            percentile(latencies, q).with_context(|| {
+                format!("the {q}th percentile falls on a request without a response")
+            })
+        })
+        .collect()
+}
+
+/// One policy's miss ratios, one per target.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PolicyRow {
+    /// Policy name as shown (e.g. `steal-first`).
+    pub policy: String,
+    /// Miss ratio at each target.
+    pub miss: Vec<f64>,
+}
+
+impl PolicyRow {
+    /// Miss ratios of one run's latencies at each target.
+    pub fn from_latencies(
+        policy: &str,
+        latencies: &[Option<Duration>],
+        targets: &[Duration],
+    ) -> Self {
+        PolicyRow {
+            policy: policy.to_string(),
+            miss: targets.iter().map(|&t| miss_ratio(latencies, t)).collect(),
+        }
+    }
+}
+
+/// Relative improvement `1 − miss_tc / miss_base`; `None` when the baseline
+/// has no misses (nothing to improve on).
+///
+/// ```
+/// use tailctl_workloads::experiment::improvement;
+///
+/// assert_eq!(improvement(0.01, 0.02), Some(0.5));
+/// assert_eq!(improvement(0.0, 0.0), None);
+/// ```
+pub fn improvement(miss_tc: f64, miss_base: f64) -> Option<f64> {
+    (miss_base > 0.0).then(|| 1.0 - miss_tc / miss_base)
+}
+
+/// Everything an experiment reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Free-text description of the configuration (distribution, load, …).
+    pub config: String,
+    /// Targets in ms, in [`TARGET_PERCENTILES`] order.
+    pub targets_ms: Vec<f64>,
+    /// The percentiles the targets were taken at.
+    pub percentiles: Vec<f64>,
+    /// One row per policy; the one named `tail-control` is compared with the others.
+    pub rows: Vec<PolicyRow>,
+    /// Any other per-run information (e.g. load-generator summaries), as JSON.
+    pub runs: serde_json::Value,
+}
+
+/// The name of the row the improvements are computed for.
+pub const TAIL_CONTROL: &str = "tail-control";
+
+impl Report {
+    fn tc(&self) -> Option<&PolicyRow> {
+        self.rows.iter().find(|r| r.policy == TAIL_CONTROL)
+    }
+
+    /// The paper-style table (Markdown): miss ratios in percent per policy and
+    /// target, then tail-control's relative improvement over each other policy.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let _ = write!(s, "| policy |");
+        for (t, q) in self.targets_ms.iter().zip(&self.percentiles) {
+            let _ = write!(s, " {t:.2} ms (SF p{q}) |");
+        }
+        s.push('\n');
+        s.push_str("|---|");
+        s.push_str(&"---:|".repeat(self.targets_ms.len()));
+        s.push('\n');
+        for r in &self.rows {
+            let _ = write!(s, "| {} miss % |", r.policy);
+            for m in &r.miss {
+                let _ = write!(s, " {:.2} |", m * 100.0);
+            }
+            s.push('\n');
+        }
+        if let Some(tc) = self.tc() {
+            for base in self.rows.iter().filter(|r| r.policy != TAIL_CONTROL) {
+                let _ = write!(s, "| TC improvement vs {} |", base.policy);
+                for (a, b) in tc.miss.iter().zip(&base.miss) {
+                    match improvement(*a, *b) {
+                        Some(x) => {
+                            let _ = write!(s, " {:+.0}% |", x * 100.0);
+                        }
+                        None => s.push_str(" n/a |"),
+                    }
+                }
+                s.push('\n');
+            }
+        }
+        s
+    }
+
+    /// Writes the report as pretty JSON.
+    pub fn write_json(&self, path: &Path) -> Result<()> {
+        let text = serde_json::to_string_pretty(self)?;
+        std::fs::write(path, text + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// Plots miss ratio (%) against target (ms), one line per policy, as SVG.
+    pub fn plot_svg(&self, path: &Path) -> Result<()> {
+        use plotters::prelude::*;
+        let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let xmin = self
+            .targets_ms
+            .iter()
+            .cloned()
+            .fold(f64::INFINITY, f64::min);
+        let xmax = self.targets_ms.iter().cloned().fold(0.0, f64::max);
+        let pad = ((xmax - xmin) * 0.05).max(0.1);
+        let ymax = self
+            .rows
+            .iter()
+            .flat_map(|r| r.miss.iter())
+            .cloned()
+            .fold(0.0, f64::max)
+            * 100.0
+            * 1.1;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!("Target-miss ratio — {}", self.config),
+                ("sans-serif", 16),
+            )
+            .margin(15)
+            .x_label_area_size(45)
+            .y_label_area_size(60)
+            .build_cartesian_2d((xmin - pad)..(xmax + pad), 0.0..ymax.max(0.1))?;
+        chart
+            .configure_mesh()
+            .x_desc("target latency (ms) = steal-first's 97.5/98.5/99/99.5/99.75th percentile")
+            .y_desc("requests over target (%)")
+            .draw()?;
+        let colors = [RED, BLUE, GREEN, MAGENTA, CYAN, BLACK];
+        for (i, r) in self.rows.iter().enumerate() {
+            let c = colors[i % colors.len()];
+            let pts: Vec<(f64, f64)> = self
+                .targets_ms
+                .iter()
+                .zip(&r.miss)
+                .map(|(&t, &m)| (t, m * 100.0))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))?
+                .label(r.policy.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
+                });
+            chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 4, c.filled())))?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+        root.present()?;
+        Ok(())
+    }
+}
