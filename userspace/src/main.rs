@@ -1,1 +1,279 @@
-fn main() {}
+//! scx_tailctl: the kernel half of tailctl.
+//!
+//! Design: this binary is the loader of the sched_ext program in `bpf/`
+//! (compiled by build.rs). A [`Scheduler`] opens, configures, loads and
+//! attaches the BPF object, pins its maps for operators, then runs a loop that
+//! serves stats until the user asks it to stop (SIGINT/SIGTERM) or the kernel
+//! ejects the scheduler. The exit reason is reported the scx way (UEI); when
+//! the kernel asks for a restart (SCX_ECODE_ACT_RESTART, e.g. after CPU
+//! hotplug) the scheduler is loaded again.
+//!
+//! The BPF side makes every scheduling decision; user space only configures,
+//! observes and (in later stages) registers services and writes allotments.
+
+mod bpf_intf;
+mod bpf_skel;
+mod pins;
+mod stats;
+
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use libbpf_rs::{MapCore, MapFlags, OpenObject};
+use log::{info, warn};
+use scx_stats::prelude::*;
+use scx_utils::{
+    compat, scx_ops_attach, scx_ops_load, scx_ops_open, uei_exited, uei_report, UserExitInfo,
+};
+
+use bpf_intf::tailctl_stats;
+use bpf_skel::*;
+use stats::Metrics;
+
+const SCHEDULER_NAME: &str = "scx_tailctl";
+
+/// scx_tailctl: a sched_ext scheduler for interactive, request-parallel services.
+///
+/// Every task on the machine is scheduled by a fair, work-conserving virtual-time
+/// policy weighted by nice; idle CPUs are found in select_cpu and kicked on enqueue.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Opts {
+    /// Time slice in microseconds.
+    #[arg(short = 's', long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
+    slice_us: u64,
+
+    /// Schedule only tasks whose policy is SCHED_EXT (SCX_OPS_SWITCH_PARTIAL);
+    /// by default every task on the machine is scheduled.
+    #[arg(short = 'p', long)]
+    partial: bool,
+
+    /// Directory under bpffs where the scheduler's maps are pinned.
+    #[arg(long, default_value = pins::DEFAULT_PIN_DIR)]
+    pin_dir: std::path::PathBuf,
+
+    /// Print scheduler statistics every SECS seconds while running.
+    #[arg(long, value_name = "SECS")]
+    stats: Option<f64>,
+
+    /// Only monitor the statistics of a running scx_tailctl every SECS seconds;
+    /// do not load a scheduler.
+    #[arg(long, value_name = "SECS")]
+    monitor: Option<f64>,
+
+    /// Print the stats once as JSON and exit (with --monitor).
+    #[arg(long, requires = "monitor")]
+    json: bool,
+
+    /// Exit debug dump buffer length. 0 means the kernel's default.
+    #[arg(long, default_value_t = 0)]
+    exit_dump_len: u32,
+
+    /// Enable libbpf debug output.
+    #[arg(short = 'v', long)]
+    verbose: bool,
+}
+
+/// Why the scheduler cannot be loaded here, found before touching libbpf so
+/// the user gets a sentence instead of an errno.
+fn check_kernel() -> Result<()> {
+    let state_path = std::path::Path::new("/sys/kernel/sched_ext/state");
+    if !state_path.exists() {
+        bail!(
+            "this kernel ({}) has no sched_ext (/sys/kernel/sched_ext is missing; \
+             it needs CONFIG_SCHED_CLASS_EXT=y). Run the scheduler in a VM: `tailctl vm run -- ...`",
+            kernel_release()
+        );
+    }
+    let state = std::fs::read_to_string(state_path)
+        .with_context(|| format!("reading {}", state_path.display()))?;
+    let state = state.trim();
+    if state != "disabled" {
+        let ops = std::fs::read_to_string("/sys/kernel/sched_ext/root/ops")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "unknown".into());
+        bail!(
+            "another sched_ext scheduler is loaded (state {state}, ops {ops}); \
+             stop it before starting {SCHEDULER_NAME}"
+        );
+    }
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("{SCHEDULER_NAME} must run as root (loading a sched_ext scheduler needs CAP_SYS_ADMIN and CAP_BPF)");
+    }
+    Ok(())
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+struct Scheduler<'a> {
+    skel: BpfSkel<'a>,
+    struct_ops: Option<libbpf_rs::Link>,
+    pins: pins::Pins,
+    stats_server: StatsServer<(), Metrics>,
+}
+
+impl<'a> Scheduler<'a> {
+    fn init(opts: &'a Opts, open_object: &'a mut MaybeUninit<OpenObject>) -> Result<Self> {
+        scx_utils::try_set_rlimit_infinity();
+
+        let mut skel_builder = BpfSkelBuilder::default();
+        skel_builder.obj_builder.debug(opts.verbose);
+        let mut skel = scx_ops_open!(skel_builder, open_object, tailctl_ops, None)?;
+
+        let ops = skel.struct_ops.tailctl_ops_mut();
+        ops.exit_dump_len = opts.exit_dump_len;
+        ops.flags = if opts.partial {
+            *compat::SCX_OPS_SWITCH_PARTIAL
+        } else {
+            0
+        };
+
+        let rodata = skel.maps.rodata_data.as_mut().unwrap();
+        rodata.slice_ns = opts.slice_us * 1000;
+
+        let mut skel = scx_ops_load!(skel, tailctl_ops, uei)?;
+
+        // Pin before attaching so an operator never sees a running scheduler
+        // without its maps.
+        let pins = pins::Pins::create(&opts.pin_dir, &mut [("stats", &mut skel.maps.stats)])?;
+
+        let struct_ops = Some(scx_ops_attach!(skel, tailctl_ops)?);
+        let stats_server = StatsServer::new(stats::server_data()).launch()?;
+
+        info!(
+            "{SCHEDULER_NAME} attached ({} mode, slice {} us, maps pinned in {})",
+            if opts.partial { "partial" } else { "full" },
+            opts.slice_us,
+            opts.pin_dir.display()
+        );
+
+        Ok(Self {
+            skel,
+            struct_ops,
+            pins,
+            stats_server,
+        })
+    }
+
+    /// Sum the per-CPU counters of the stats map.
+    fn metrics(&self) -> Result<Metrics> {
+        let key = 0u32.to_ne_bytes();
+        let per_cpu = self
+            .skel
+            .maps
+            .stats
+            .lookup_percpu(&key, MapFlags::ANY)
+            .context("reading the stats map")?
+            .unwrap_or_default();
+        let mut m = Metrics::default();
+        for bytes in per_cpu {
+            if bytes.len() < std::mem::size_of::<tailctl_stats>() {
+                bail!(
+                    "stats map value is {} bytes, expected {}",
+                    bytes.len(),
+                    std::mem::size_of::<tailctl_stats>()
+                );
+            }
+            // SAFETY: the buffer holds at least one tailctl_stats (checked
+            // above), a plain-old-data struct of u64s for which every bit
+            // pattern is valid; read_unaligned copes with the Vec's alignment.
+            let s: tailctl_stats = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+            m.add(&s);
+        }
+        m.nr_cpus = libbpf_rs::num_possible_cpus().unwrap_or(0) as u64;
+        Ok(m)
+    }
+
+    fn exited(&mut self) -> bool {
+        uei_exited!(&self.skel, uei)
+    }
+
+    fn run(&mut self, shutdown: Arc<AtomicBool>) -> Result<UserExitInfo> {
+        let (res_ch, req_ch) = self.stats_server.channels();
+        while !shutdown.load(Ordering::Relaxed) && !self.exited() {
+            match req_ch.recv_timeout(Duration::from_millis(250)) {
+                Ok(()) => res_ch.send(self.metrics()?)?,
+                Err(e) if e.is_timeout() => {}
+                Err(e) => Err(e)?,
+            }
+        }
+        // Detach first: the kernel falls back to the default scheduler at once.
+        let _ = self.struct_ops.take();
+        uei_report!(&self.skel, uei)
+    }
+}
+
+impl Drop for Scheduler<'_> {
+    fn drop(&mut self) {
+        self.pins.remove();
+        info!("unregistered {SCHEDULER_NAME}");
+    }
+}
+
+fn init_log(verbose: bool) -> Result<()> {
+    let level = if verbose {
+        simplelog::LevelFilter::Debug
+    } else {
+        simplelog::LevelFilter::Info
+    };
+    let mut cfg = simplelog::ConfigBuilder::new();
+    cfg.set_time_level(simplelog::LevelFilter::Error)
+        .set_location_level(simplelog::LevelFilter::Off)
+        .set_target_level(simplelog::LevelFilter::Off)
+        .set_thread_level(simplelog::LevelFilter::Off);
+    simplelog::TermLogger::init(
+        level,
+        cfg.build(),
+        simplelog::TerminalMode::Stderr,
+        simplelog::ColorChoice::Auto,
+    )?;
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let opts = Opts::parse();
+    init_log(opts.verbose)?;
+
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let shutdown_clone = shutdown.clone();
+    ctrlc::set_handler(move || shutdown_clone.store(true, Ordering::Relaxed))
+        .context("installing the SIGINT/SIGTERM handler")?;
+
+    if let Some(intv) = opts.monitor {
+        if opts.json {
+            return stats::print_json_once();
+        }
+        return stats::monitor(Duration::from_secs_f64(intv), shutdown);
+    }
+
+    check_kernel()?;
+
+    if let Some(intv) = opts.stats {
+        let shutdown = shutdown.clone();
+        std::thread::spawn(move || {
+            if let Err(e) = stats::monitor(Duration::from_secs_f64(intv), shutdown) {
+                warn!("stats monitor stopped: {e:#}");
+            }
+        });
+    }
+
+    let mut open_object = MaybeUninit::uninit();
+    loop {
+        let mut sched = Scheduler::init(&opts, &mut open_object)?;
+        let uei = sched.run(shutdown.clone())?;
+        if uei.should_restart() && !shutdown.load(Ordering::Relaxed) {
+            info!("the kernel asked for a restart; loading {SCHEDULER_NAME} again");
+            continue;
+        }
+        break;
+    }
+    Ok(())
+}
