@@ -1,0 +1,137 @@
+//! The request-completion latch: set once by the worker that finishes the
+//! request, waited on by a thread (`RequestHandle::wait`) or polled by an async
+//! task (`RequestHandle` as a `Future`).
+//!
+//! One mutex guards a three-state slot (`Pending` with an optional waker,
+//! `Ready`, `Taken`). The completer stores the value and takes the waker under
+//! the lock, then notifies the condition variable and wakes the waker outside
+//! it. A poller stores its waker under the same lock, so a completion either
+//! happens before the poll (the poll sees `Ready`) or after it (the completer
+//! finds and wakes the waker): no lost wake-up. An atomic `done` flag lets
+//! `is_finished` avoid the lock. Model-checked with loom (see the tests).
+
+use crate::sync::{lock, wait, AtomicBool, Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll, Waker};
+
+enum Slot<T> {
+    Pending(Option<Waker>),
+    Ready(T),
+    Taken,
+}
+
+pub(crate) struct Completion<T> {
+    slot: Mutex<Slot<T>>,
+    cond: Condvar,
+    done: AtomicBool,
+}
+
+impl<T> Completion<T> {
+    pub(crate) fn new() -> Self {
+        Completion {
+            slot: Mutex::new(Slot::Pending(None)),
+            cond: Condvar::new(),
+            done: AtomicBool::new(false),
+        }
+    }
+
+    /// Sets the value. Must be called at most once.
+    pub(crate) fn complete(&self, value: T) {
+        let waker = {
+            let mut g = lock(&self.slot);
+            let old = std::mem::replace(&mut *g, Slot::Ready(value));
+            self.done.store(true, Ordering::Release);
+            match old {
+                Slot::Pending(w) => w,
+                _ => panic!("request completed twice"),
+            }
+        };
+        self.cond.notify_all();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// Blocks until the value is set and takes it.
+    pub(crate) fn wait(&self) -> T {
+        let mut g = lock(&self.slot);
+        loop {
+            match std::mem::replace(&mut *g, Slot::Taken) {
+                Slot::Ready(v) => return v,
+                Slot::Taken => panic!("request result already taken"),
+                pending => {
+                    *g = pending;
+                    g = wait(&self.cond, g);
+                }
+            }
+        }
+    }
+
+    /// Takes the value if set, else registers the waker.
+    pub(crate) fn poll(&self, cx: &mut Context<'_>) -> Poll<T> {
+        let mut g = lock(&self.slot);
+        match std::mem::replace(&mut *g, Slot::Taken) {
+            Slot::Ready(v) => Poll::Ready(v),
+            Slot::Taken => panic!("request result already taken"),
+            Slot::Pending(_) => {
+                *g = Slot::Pending(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+        }
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::atomic::AtomicBool;
+    use loom::sync::Arc;
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::task::Wake;
+
+    struct Flag(AtomicBool);
+    impl Wake for Flag {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.store(true, SeqCst);
+        }
+    }
+
+    #[test]
+    fn wait_sees_completion_exactly_once() {
+        loom::model(|| {
+            let c = Arc::new(Completion::new());
+            let c2 = c.clone();
+            let t = loom::thread::spawn(move || c2.complete(7u32));
+            assert_eq!(c.wait(), 7);
+            t.join().unwrap();
+            assert!(c.is_done());
+        });
+    }
+
+    #[test]
+    fn poll_never_loses_the_wakeup() {
+        loom::model(|| {
+            let c = Arc::new(Completion::new());
+            let c2 = c.clone();
+            let t = loom::thread::spawn(move || c2.complete(9u32));
+            let flag = std::sync::Arc::new(Flag(AtomicBool::new(false)));
+            let waker = Waker::from(flag.clone());
+            let mut cx = Context::from_waker(&waker);
+            match c.poll(&mut cx) {
+                Poll::Ready(v) => assert_eq!(v, 9),
+                Poll::Pending => {
+                    // Not ready: the completer must wake us, then it is ready.
+                    while !flag.0.load(SeqCst) {
+                        loom::thread::yield_now();
+                    }
+                    assert_eq!(c.poll(&mut cx), Poll::Ready(9));
+                }
+            }
+            t.join().unwrap();
+        });
+    }
+}

@@ -1,0 +1,168 @@
+//! Jobs: type-erased units of work in the deques.
+//!
+//! As in rayon-core, a job is a pointer to data plus a function that knows its
+//! type. `join` keeps its second closure in a [`StackJob`] on the caller's
+//! stack (no allocation on the fast path); `scope` spawns and request roots
+//! are [`HeapJob`]s. Unlike rayon, every [`JobRef`] carries the *tag* of the
+//! request it belongs to (see `shared_state`): a thief reads it to refuse the
+//! tasks of a serialized request, and a worker compares it with its current
+//! request to do tail-control's per-switch bookkeeping.
+
+use crate::latch::SpinLatch;
+use std::any::Any;
+use std::cell::UnsafeCell;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+
+/// Something that can be executed from a [`JobRef`].
+pub(crate) trait Job {
+    /// # Safety
+    /// `this` must point to a live `Self` that is executed at most once.
+    unsafe fn execute(this: *const ());
+}
+
+/// A type-erased job plus its request tag.
+#[derive(Debug)]
+pub(crate) struct JobRef {
+    pointer: *const (),
+    execute_fn: unsafe fn(*const ()),
+    /// The request this job belongs to (`NO_REQUEST` if untracked).
+    pub(crate) tag: u64,
+}
+
+// SAFETY: a JobRef is only created for jobs whose closures are `Send`; the
+// pointee is kept alive by its owner until the job signals completion.
+unsafe impl Send for JobRef {}
+
+impl JobRef {
+    /// # Safety
+    /// `data` must stay valid until the job has executed.
+    pub(crate) unsafe fn new<T: Job>(data: *const T, tag: u64) -> JobRef {
+        JobRef {
+            pointer: data as *const (),
+            execute_fn: <T as Job>::execute,
+            tag,
+        }
+    }
+
+    /// Identity of the job (used by `join` to recognise its own job).
+    #[inline]
+    pub(crate) fn id(&self) -> *const () {
+        self.pointer
+    }
+
+    /// # Safety
+    /// Executes the job; must be called at most once per job.
+    #[inline]
+    pub(crate) unsafe fn execute(self) {
+        // SAFETY: forwarded contract.
+        unsafe { (self.execute_fn)(self.pointer) }
+    }
+}
+
+/// The outcome of a job run by another worker.
+pub(crate) enum JobResult<T> {
+    None,
+    Ok(T),
+    Panic(Box<dyn Any + Send>),
+}
+
+/// A job on the stack of the thread that waits for it (`join`'s `b`).
+pub(crate) struct StackJob<F, R> {
+    pub(crate) latch: SpinLatch,
+    func: UnsafeCell<Option<F>>,
+    result: UnsafeCell<JobResult<R>>,
+}
+
+impl<F, R> StackJob<F, R>
+where
+    F: FnOnce() -> R + Send,
+    R: Send,
+{
+    pub(crate) fn new(func: F, latch: SpinLatch) -> Self {
+        StackJob {
+            latch,
+            func: UnsafeCell::new(Some(func)),
+            result: UnsafeCell::new(JobResult::None),
+        }
+    }
+
+    /// # Safety
+    /// The job must not move or be dropped until its latch is set or it was
+    /// popped back and run inline.
+    pub(crate) unsafe fn as_job_ref(&self, tag: u64) -> JobRef {
+        // SAFETY: forwarded contract.
+        unsafe { JobRef::new(self, tag) }
+    }
+
+    /// Runs the closure on the current thread (the job was popped back).
+    pub(crate) fn run_inline(self) -> R {
+        let f = self.func.into_inner().expect("job already taken");
+        f()
+    }
+
+    /// The result after the latch was set.
+    pub(crate) fn into_result(self) -> R {
+        match self.result.into_inner() {
+            JobResult::Ok(v) => v,
+            JobResult::Panic(p) => resume_unwind(p),
+            JobResult::None => unreachable!("stack job finished without a result"),
+        }
+    }
+}
+
+impl<F, R> Job for StackJob<F, R>
+where
+    F: FnOnce() -> R + Send,
+    R: Send,
+{
+    unsafe fn execute(this: *const ()) {
+        // SAFETY: `this` was made from a `&StackJob<F, R>` by `as_job_ref`, and
+        // its owner keeps it alive until the latch below is set.
+        let this = unsafe { &*(this as *const Self) };
+        // SAFETY: only the single executor touches `func`/`result` until the
+        // latch is set; the owner reads them only after.
+        let func = unsafe { (*this.func.get()).take() }.expect("job executed twice");
+        let result = match catch_unwind(AssertUnwindSafe(func)) {
+            Ok(v) => JobResult::Ok(v),
+            Err(p) => JobResult::Panic(p),
+        };
+        // SAFETY: as above.
+        unsafe { *this.result.get() = result };
+        // SAFETY: the latch is alive; `set` does not touch `this` after the
+        // store that releases the owner.
+        unsafe { SpinLatch::set(&this.latch) };
+    }
+}
+
+/// A boxed job that frees itself when run (scope spawns, request roots).
+pub(crate) struct HeapJob<F> {
+    func: F,
+}
+
+impl<F> HeapJob<F>
+where
+    F: FnOnce() + Send,
+{
+    pub(crate) fn new(func: F) -> Box<Self> {
+        Box::new(HeapJob { func })
+    }
+
+    /// # Safety
+    /// The closure may borrow data (`'scope`); the caller guarantees the job
+    /// runs before that data goes away (scopes wait for their spawns).
+    pub(crate) unsafe fn into_job_ref(self: Box<Self>, tag: u64) -> JobRef {
+        // SAFETY: the box is leaked here and reclaimed in `execute`.
+        unsafe { JobRef::new(Box::into_raw(self), tag) }
+    }
+}
+
+impl<F> Job for HeapJob<F>
+where
+    F: FnOnce() + Send,
+{
+    unsafe fn execute(this: *const ()) {
+        // SAFETY: made by `Box::into_raw` in `into_job_ref`, executed once.
+        let this = unsafe { Box::from_raw(this as *mut Self) };
+        (this.func)();
+    }
+}

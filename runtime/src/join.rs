@@ -1,0 +1,145 @@
+//! `join` and `parallel_for`: fork–join inside a request.
+//!
+//! `join(a, b)` pushes `b` (a [`StackJob`] on this stack, tagged with the
+//! current request) on the worker's deque, runs `a`, then pops `b` back and
+//! runs it inline if no thief took it: the fast path is a push, a pop and two
+//! calls, with no clock read and no allocation. If `b` was stolen (or bounced
+//! back because its request was serialized) the worker waits for its latch,
+//! running other tasks meanwhile. A panic in `a` still waits for `b` (it
+//! borrows this stack frame) before propagating. Outside a pool, `join` runs
+//! `a` then `b` on the calling thread.
+
+use crate::job::StackJob;
+use crate::latch::SpinLatch;
+use crate::registry::WorkerThread;
+use std::ops::Range;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+
+/// Runs `a` and `b`, potentially in parallel, and returns both results.
+///
+/// A panic in either closure propagates to the caller (after both finished);
+/// at a request's root it fails the request, not the pool.
+///
+/// ```
+/// use tailctl_rt::{join, Pool};
+/// fn fib(n: u64) -> u64 {
+///     if n < 2 { return n }
+///     let (a, b) = join(|| fib(n - 1), || fib(n - 2));
+///     a + b
+/// }
+/// let pool = Pool::builder().workers(2).build().unwrap();
+/// assert_eq!(pool.submit(|| fib(20)).wait().unwrap(), 6765);
+/// assert_eq!(fib(10), 55); // outside a pool: sequential
+/// ```
+pub fn join<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce() -> RA + Send,
+    B: FnOnce() -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
+    let wt = WorkerThread::current();
+    if wt.is_null() {
+        return (a(), b());
+    }
+    // SAFETY: non-null means this thread is a worker whose WorkerThread lives
+    // for the whole thread body, i.e. longer than this call.
+    let wt = unsafe { &*wt };
+    let job_b = StackJob::new(b, SpinLatch::new(wt.index(), wt.registry()));
+    // SAFETY: `job_b` stays on this frame until its latch is set or we popped
+    // it back (we wait for one of the two before returning or unwinding).
+    let job_b_ref = unsafe { job_b.as_job_ref(wt.current_tag()) };
+    let job_b_id = job_b_ref.id();
+    wt.push(job_b_ref);
+
+    let ra = match catch_unwind(AssertUnwindSafe(a)) {
+        Ok(v) => v,
+        Err(p) => {
+            // `b` borrows this frame: let it finish (or run it) first.
+            wt.wait_until(&|| job_b.latch.probe(), false);
+            resume_unwind(p)
+        }
+    };
+
+    while !job_b.latch.probe() {
+        match wt.take_local_job() {
+            Some(job) if job.id() == job_b_id => {
+                // Nobody stole it: run inline, no latch involved.
+                let rb = job_b.run_inline();
+                return (ra, rb);
+            }
+            Some(job) => wt.execute(job),
+            None => {
+                wt.wait_until(&|| job_b.latch.probe(), false);
+                break;
+            }
+        }
+    }
+    (ra, job_b.into_result())
+}
+
+/// Calls `f(i)` for every `i` in `range`, splitting it in halves with
+/// [`join`] down to chunks of at most `grain` items (at least 1).
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use tailctl_rt::{parallel_for, Pool};
+/// let pool = Pool::builder().workers(2).build().unwrap();
+/// let sum = pool
+///     .submit(|| {
+///         let sum = AtomicUsize::new(0);
+///         parallel_for(0..1000, 16, |i| {
+///             sum.fetch_add(i, Ordering::Relaxed);
+///         });
+///         sum.into_inner()
+///     })
+///     .wait()
+///     .unwrap();
+/// assert_eq!(sum, 999 * 1000 / 2);
+/// ```
+pub fn parallel_for<F>(range: Range<usize>, grain: usize, f: F)
+where
+    F: Fn(usize) + Sync,
+{
+    parallel_for_chunks(range, grain, |r| r.for_each(&f));
+}
+
+/// Like [`parallel_for`], but calls `f` once per chunk (a sub-range of at most
+/// `grain` items), for bodies that amortise work over a chunk.
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use tailctl_rt::{parallel_for_chunks, Pool};
+/// let pool = Pool::builder().workers(2).build().unwrap();
+/// let chunks = pool
+///     .submit(|| {
+///         let n = AtomicUsize::new(0);
+///         parallel_for_chunks(0..100, 10, |r| {
+///             assert!(r.len() <= 10);
+///             n.fetch_add(1, Ordering::Relaxed);
+///         });
+///         n.into_inner()
+///     })
+///     .wait()
+///     .unwrap();
+/// assert!(chunks >= 10);
+/// ```
+pub fn parallel_for_chunks<F>(range: Range<usize>, grain: usize, f: F)
+where
+    F: Fn(Range<usize>) + Sync,
+{
+    fn split<F: Fn(Range<usize>) + Sync>(r: Range<usize>, grain: usize, f: &F) {
+        if r.len() <= grain {
+            if !r.is_empty() {
+                f(r);
+            }
+            return;
+        }
+        let mid = r.start + r.len() / 2;
+        join(
+            || split(r.start..mid, grain, f),
+            || split(mid..r.end, grain, f),
+        );
+    }
+    split(range, grain.max(1), &f);
+}

@@ -1,0 +1,501 @@
+//! The registry (a pool's shared state) and the worker threads.
+//!
+//! # Queues
+//!
+//! * one LIFO deque per worker (crossbeam-deque): `join`/`spawn` push at the
+//!   bottom, the owner pops the bottom, thieves steal the top;
+//! * the global FIFO of arrived requests (a crossbeam `Injector`), used by
+//!   steal-first, admit-first and tail-control;
+//! * one *inbox* per worker (an `Injector`), used only by random admission: a
+//!   request lands in a random worker's inbox; the owner and thieves take it;
+//! * one *bounce* queue per worker: crossbeam's stealer cannot peek, so a thief
+//!   that steals a task of a serialized request returns it to the victim's
+//!   bounce queue (and wakes the victim), which only the owner pops. The
+//!   victim is always waiting for, or about to pop, that task: it pushed it and
+//!   has not left the enclosing `join`/`scope`.
+//!
+//! # Bookkeeping (tail-control, paper §4 "Implementation")
+//!
+//! Each worker knows the tag of the request it is on (`current`) and publishes
+//! it in its worker slot with the time it started. A request switch happens
+//! only when a worker executes a job whose tag differs from `current` (a steal
+//! of another request's task, an admission, a return from those, or a wait in
+//! which it has nothing to do): it then adds `now − start` to the old
+//! request's `work_ns` and restarts the clock. The fast path (`join` popping
+//! its own job back) never switches, so it never reads the clock. With
+//! bookkeeping off, tags and `current` are still kept (serialization from
+//! outside, e.g. the kernel or `serialize_current_request`, still works) but no
+//! clock is read and no pileup check runs.
+
+use crate::job::JobRef;
+use crate::policy::{check_pileup, Policy};
+use crate::shared_state::{
+    tag_generation, tag_slot, SharedState, NO_REQUEST, WORKER_PARKED, WORKER_STEALING,
+    WORKER_WORKING,
+};
+use crate::sleep::Sleep;
+use crate::threshold::ThresholdTable;
+use crate::time::{gettid, now_ns};
+use crossbeam_deque::{Injector, Steal, Stealer, Worker};
+use crossbeam_utils::CachePadded;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Pool-wide counters (see `PoolStats`).
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) submitted: CachePadded<AtomicU64>,
+    pub(crate) completed: CachePadded<AtomicU64>,
+    pub(crate) panicked: AtomicU64,
+    pub(crate) cancelled: AtomicU64,
+    pub(crate) missed_target: AtomicU64,
+    pub(crate) steals: CachePadded<AtomicU64>,
+    pub(crate) refused_steals: AtomicU64,
+}
+
+/// Configuration fixed at build time.
+pub(crate) struct Config {
+    pub(crate) policy: Policy,
+    pub(crate) bookkeeping: bool,
+    pub(crate) thresholds: Option<ThresholdTable>,
+    pub(crate) target_latency: Option<Duration>,
+    pub(crate) spin_rounds: u32,
+}
+
+pub(crate) struct Registry {
+    pub(crate) policy: Policy,
+    pub(crate) bookkeeping: bool,
+    pub(crate) thresholds: Option<ThresholdTable>,
+    pub(crate) target_latency: Option<Duration>,
+    spin_rounds: u32,
+    stealers: Box<[Stealer<JobRef>]>,
+    injector: Injector<JobRef>,
+    inboxes: Box<[Injector<JobRef>]>,
+    bounce: Box<[Injector<JobRef>]>,
+    pub(crate) sleep: Sleep,
+    pub(crate) shared: SharedState,
+    shutdown: AtomicBool,
+    pub(crate) cancel: AtomicBool,
+    pub(crate) counters: Counters,
+    submit_rng: AtomicU64,
+}
+
+impl Registry {
+    /// Builds the registry and the workers' deques (to be moved into threads).
+    pub(crate) fn new(n: usize, cfg: Config) -> (Arc<Registry>, Vec<Worker<JobRef>>) {
+        let workers: Vec<Worker<JobRef>> = (0..n).map(|_| Worker::new_lifo()).collect();
+        let reg = Registry {
+            policy: cfg.policy,
+            bookkeeping: cfg.bookkeeping,
+            thresholds: cfg.thresholds,
+            target_latency: cfg.target_latency,
+            spin_rounds: cfg.spin_rounds,
+            stealers: workers.iter().map(|w| w.stealer()).collect(),
+            injector: Injector::new(),
+            inboxes: (0..n).map(|_| Injector::new()).collect(),
+            bounce: (0..n).map(|_| Injector::new()).collect(),
+            sleep: Sleep::new(n),
+            shared: SharedState::new(n),
+            shutdown: AtomicBool::new(false),
+            cancel: AtomicBool::new(false),
+            counters: Counters::default(),
+            submit_rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
+        };
+        (Arc::new(reg), workers)
+    }
+
+    pub(crate) fn num_workers(&self) -> usize {
+        self.stealers.len()
+    }
+
+    /// Publishes a request's root job according to the policy and wakes a
+    /// top-level sleeper.
+    pub(crate) fn inject(&self, job: JobRef) {
+        let r = self
+            .submit_rng
+            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+        let r = (r ^ (r >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 32;
+        let start = (r as usize) % self.num_workers();
+        match self.policy {
+            Policy::RandomAdmission => self.inboxes[start].push(job),
+            _ => self.injector.push(job),
+        }
+        self.sleep.new_external_work(start);
+    }
+
+    pub(crate) fn is_shutdown(&self) -> bool {
+        self.shutdown.load(Ordering::SeqCst)
+    }
+
+    /// Starts shutdown: workers exit once no request is active.
+    pub(crate) fn begin_shutdown(&self, cancel: bool) {
+        if cancel {
+            self.cancel.store(true, Ordering::SeqCst);
+        }
+        self.shutdown.store(true, Ordering::SeqCst);
+        self.sleep.notify_all();
+    }
+
+    /// Workers leave their loop when shut down and every request completed
+    /// (`submit` counts a request active before it checks the flag, so none
+    /// slips through; see `Pool::submit`).
+    fn should_exit(&self) -> bool {
+        self.is_shutdown() && self.shared.header().active() == 0
+    }
+
+    /// Called after a request completed: the last one during shutdown wakes
+    /// the sleepers so they can exit.
+    pub(crate) fn request_finished(&self) {
+        if self.should_exit() {
+            self.sleep.notify_all();
+        }
+    }
+
+    fn victim_serialized(&self, v: usize) -> bool {
+        self.shared.tag_serialized(self.shared.worker(v).current())
+    }
+}
+
+/// Where a job came from; decides the bookkeeping around it.
+enum Found {
+    Local(JobRef),
+    Admitted(JobRef),
+    Stolen(JobRef, usize),
+}
+
+thread_local! {
+    static WORKER_THREAD: Cell<*const WorkerThread> = const { Cell::new(std::ptr::null()) };
+}
+
+/// A worker's thread-local state.
+pub(crate) struct WorkerThread {
+    worker: Worker<JobRef>,
+    index: usize,
+    registry: Arc<Registry>,
+    rng: Cell<u64>,
+    /// Tag of the request being executed (`NO_REQUEST` if none).
+    current: Cell<u64>,
+    /// When the worker started on `current` (bookkeeping on only).
+    start: Cell<u64>,
+    /// Scratch map of the pileup check (tag, elapsed), reused to avoid allocation.
+    pub(crate) scratch: RefCell<Vec<(u64, u64)>>,
+}
+
+impl WorkerThread {
+    /// The worker running on this thread, or null.
+    #[inline]
+    pub(crate) fn current() -> *const WorkerThread {
+        WORKER_THREAD.with(|w| w.get())
+    }
+
+    #[inline]
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    #[inline]
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+
+    #[inline]
+    pub(crate) fn current_tag(&self) -> u64 {
+        self.current.get()
+    }
+
+    /// Pushes a task of the current request on the own deque.
+    #[inline]
+    pub(crate) fn push(&self, job: JobRef) {
+        self.worker.push(job);
+        let reg = &*self.registry;
+        reg.sleep.new_internal_work(self.index + 1, || {
+            reg.shared.tag_serialized(self.current.get())
+        });
+    }
+
+    #[inline]
+    pub(crate) fn take_local_job(&self) -> Option<JobRef> {
+        self.worker.pop()
+    }
+
+    fn next_random(&self) -> usize {
+        // xorshift64*: victims only need to be spread, not unpredictable.
+        let mut x = self.rng.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng.set(x);
+        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as usize
+    }
+
+    /// Moves the worker to request `tag`, flushing the time spent on the
+    /// previous one (the paper's per-switch bookkeeping).
+    fn switch_to(&self, tag: u64) {
+        let reg = &*self.registry;
+        let prev = self.current.get();
+        let now = if reg.bookkeeping {
+            let now = now_ns();
+            if prev != NO_REQUEST {
+                reg.shared
+                    .request(tag_slot(prev))
+                    .add_work(tag_generation(prev), now.saturating_sub(self.start.get()));
+            }
+            self.start.set(now);
+            now
+        } else {
+            0
+        };
+        self.current.set(tag);
+        reg.shared.worker(self.index).publish(tag, now);
+    }
+
+    /// Flushes the time spent so far on the current request (at its end).
+    pub(crate) fn flush_work(&self) {
+        let reg = &*self.registry;
+        let cur = self.current.get();
+        if reg.bookkeeping && cur != NO_REQUEST {
+            let now = now_ns();
+            reg.shared
+                .request(tag_slot(cur))
+                .add_work(tag_generation(cur), now.saturating_sub(self.start.get()));
+            self.start.set(now);
+            reg.shared.worker(self.index).publish(cur, now);
+        }
+    }
+
+    /// Executes a job, switching request around it if its tag differs.
+    #[inline]
+    pub(crate) fn execute(&self, job: JobRef) {
+        let prev = self.current.get();
+        if job.tag == prev {
+            // SAFETY: every JobRef in our queues is executed exactly once.
+            unsafe { job.execute() };
+        } else {
+            self.switch_to(job.tag);
+            // SAFETY: as above.
+            unsafe { job.execute() };
+            self.switch_to(prev);
+        }
+    }
+
+    fn run_found(&self, found: Found) {
+        let reg = &*self.registry;
+        match found {
+            Found::Local(job) | Found::Admitted(job) => self.execute(job),
+            Found::Stolen(job, victim) => {
+                if job.tag != NO_REQUEST
+                    && !reg
+                        .shared
+                        .request(tag_slot(job.tag))
+                        .try_count_steal(tag_generation(job.tag))
+                {
+                    // Serialized: hand the task back to its owner, untouched.
+                    reg.counters.refused_steals.fetch_add(1, Ordering::Relaxed);
+                    reg.bounce[victim].push(job);
+                    reg.sleep.notify_worker_after_push(victim);
+                    return;
+                }
+                reg.counters.steals.fetch_add(1, Ordering::Relaxed);
+                reg.shared.worker(self.index).count_steal();
+                self.execute(job);
+            }
+        }
+    }
+
+    fn pop_bounced(&self) -> Option<JobRef> {
+        loop {
+            match self.registry.bounce[self.index].steal() {
+                Steal::Success(j) => return Some(j),
+                Steal::Empty => return None,
+                Steal::Retry => continue,
+            }
+        }
+    }
+
+    fn admit_from(q: &Injector<JobRef>) -> Option<JobRef> {
+        loop {
+            match q.steal() {
+                Steal::Success(j) => return Some(j),
+                Steal::Empty => return None,
+                Steal::Retry => continue,
+            }
+        }
+    }
+
+    /// One steal round over all other workers, from a random start; returns
+    /// on the first success (the listing's `try_random_steal` did not).
+    fn steal_round(&self, with_inboxes: bool) -> Option<Found> {
+        let reg = &*self.registry;
+        let n = reg.num_workers();
+        if n <= 1 {
+            return None;
+        }
+        let start = self.next_random() % n;
+        loop {
+            let mut retry = false;
+            for k in 0..n {
+                let v = (start + k) % n;
+                if v == self.index {
+                    continue;
+                }
+                if !reg.victim_serialized(v) {
+                    match reg.stealers[v].steal() {
+                        Steal::Success(j) => return Some(Found::Stolen(j, v)),
+                        Steal::Retry => retry = true,
+                        Steal::Empty => {}
+                    }
+                }
+                if with_inboxes {
+                    match reg.inboxes[v].steal() {
+                        Steal::Success(j) => return Some(Found::Admitted(j)),
+                        Steal::Retry => retry = true,
+                        Steal::Empty => {}
+                    }
+                }
+            }
+            if !retry {
+                return None;
+            }
+        }
+    }
+
+    /// The policy's search order (see `policy`).
+    fn find_work(&self, top_level: bool) -> Option<Found> {
+        if let Some(j) = self.worker.pop() {
+            return Some(Found::Local(j));
+        }
+        if let Some(j) = self.pop_bounced() {
+            return Some(Found::Local(j));
+        }
+        let reg = &*self.registry;
+        match reg.policy {
+            Policy::StealFirst | Policy::TailControl => {
+                if reg.policy == Policy::TailControl && reg.bookkeeping {
+                    check_pileup(self);
+                }
+                if let Some(f) = self.steal_round(false) {
+                    return Some(f);
+                }
+                if top_level {
+                    return Self::admit_from(&reg.injector).map(Found::Admitted);
+                }
+                None
+            }
+            Policy::AdmitFirst => {
+                if top_level {
+                    if let Some(j) = Self::admit_from(&reg.injector) {
+                        return Some(Found::Admitted(j));
+                    }
+                }
+                self.steal_round(false)
+            }
+            Policy::RandomAdmission => {
+                if top_level {
+                    if let Some(j) = Self::admit_from(&reg.inboxes[self.index]) {
+                        return Some(Found::Admitted(j));
+                    }
+                }
+                self.steal_round(top_level)
+            }
+        }
+    }
+
+    /// Whether any work this worker could take is visible (the sleep re-check).
+    fn has_work(&self, top_level: bool) -> bool {
+        let reg = &*self.registry;
+        if !self.worker.is_empty() || !reg.bounce[self.index].is_empty() {
+            return true;
+        }
+        let n = reg.num_workers();
+        for v in 0..n {
+            if v != self.index && !reg.stealers[v].is_empty() && !reg.victim_serialized(v) {
+                return true;
+            }
+        }
+        if top_level {
+            match reg.policy {
+                Policy::RandomAdmission => reg.inboxes.iter().any(|q| !q.is_empty()),
+                _ => !reg.injector.is_empty(),
+            }
+        } else {
+            false
+        }
+    }
+
+    /// Runs other work until `done()` holds; sleeps when there is none.
+    /// `top_level` workers may admit requests (see `policy`).
+    pub(crate) fn wait_until(&self, done: &dyn Fn() -> bool, top_level: bool) {
+        if done() {
+            return;
+        }
+        let reg = &*self.registry;
+        let slot = reg.shared.worker(self.index);
+        let saved = self.current.get();
+        let mut searching = false;
+        let mut rounds = 0u32;
+        while !done() {
+            if let Some(found) = self.find_work(top_level) {
+                if searching {
+                    reg.sleep.stop_searching();
+                    slot.set_state(WORKER_WORKING);
+                    searching = false;
+                }
+                self.run_found(found);
+                rounds = 0;
+                continue;
+            }
+            if !searching {
+                searching = true;
+                reg.sleep.start_searching();
+                slot.set_state(WORKER_STEALING);
+                // Waiting is not work on the request (paper: curr_request = NULL).
+                if self.current.get() != NO_REQUEST {
+                    self.switch_to(NO_REQUEST);
+                }
+            }
+            rounds += 1;
+            if rounds < reg.spin_rounds {
+                if rounds < reg.spin_rounds / 2 {
+                    for _ in 0..16 {
+                        std::hint::spin_loop();
+                    }
+                } else {
+                    std::thread::yield_now();
+                }
+                continue;
+            }
+            slot.set_state(WORKER_PARKED);
+            reg.sleep
+                .sleep(self.index, top_level, || done() || self.has_work(top_level));
+            slot.set_state(WORKER_STEALING);
+            rounds = 0;
+        }
+        if searching {
+            reg.sleep.stop_searching();
+            slot.set_state(WORKER_WORKING);
+        }
+        if self.current.get() != saved {
+            self.switch_to(saved);
+        }
+    }
+}
+
+/// Body of a worker thread.
+pub(crate) fn main_loop(worker: Worker<JobRef>, index: usize, registry: Arc<Registry>) {
+    let wt = WorkerThread {
+        worker,
+        index,
+        rng: Cell::new(0x853c_49e6_748f_ea9b ^ ((index as u64 + 1) << 17)),
+        current: Cell::new(NO_REQUEST),
+        start: Cell::new(0),
+        scratch: RefCell::new(Vec::with_capacity(registry.num_workers())),
+        registry,
+    };
+    wt.registry.shared.worker(index).set_tid(gettid());
+    WORKER_THREAD.with(|w| w.set(&wt));
+    let reg = Arc::clone(&wt.registry);
+    wt.wait_until(&|| reg.should_exit(), true);
+    WORKER_THREAD.with(|w| w.set(std::ptr::null()));
+}

@@ -1,0 +1,165 @@
+//! `scope` and `Scope::spawn`: a dynamic number of tasks borrowing the
+//! caller's data.
+//!
+//! A scope counts its body plus each spawned task in a [`CountLatch`]; every
+//! spawn is a [`HeapJob`] pushed on the deque of the worker that spawns it,
+//! tagged with that worker's current request (so serialization applies to
+//! spawns as to `join`). The scope's owner waits for the count to reach zero,
+//! running other tasks meanwhile, so borrowed data outlives every spawn. The
+//! first panic of a spawn is kept and re-raised by `scope` after all tasks
+//! finished. Outside a pool, `spawn` runs the task at once on the calling
+//! thread.
+
+use crate::job::HeapJob;
+use crate::latch::CountLatch;
+use crate::registry::WorkerThread;
+use std::any::Any;
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::Mutex;
+
+/// A scope in which tasks borrowing `'scope` data can be spawned.
+///
+/// ```
+/// use tailctl_rt::{scope, Pool};
+/// let pool = Pool::builder().workers(2).build().unwrap();
+/// let v = pool
+///     .submit(|| {
+///         let mut parts = vec![0u64; 4];
+///         scope(|s| {
+///             for (i, p) in parts.iter_mut().enumerate() {
+///                 s.spawn(move |_| *p = i as u64 * 10);
+///             }
+///         });
+///         parts
+///     })
+///     .wait()
+///     .unwrap();
+/// assert_eq!(v, vec![0, 10, 20, 30]);
+/// ```
+pub struct Scope<'scope> {
+    latch: Option<CountLatch>,
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+    /// Invariant in `'scope`, like rayon's scope.
+    marker: PhantomData<Invariant<'scope>>,
+}
+
+/// Makes `Scope` invariant in `'scope` (as rayon's is), so a spawn cannot
+/// borrow data shorter-lived than the scope.
+type Invariant<'scope> = Box<dyn FnOnce(&Scope<'scope>) + Send + Sync + 'scope>;
+
+impl std::fmt::Debug for Scope<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scope").finish_non_exhaustive()
+    }
+}
+
+/// Raw pointer to the scope, sent to the worker that runs a spawn.
+struct ScopePtr<'scope>(*const Scope<'scope>);
+// SAFETY: `Scope` is Sync and outlives every spawn (the owner waits).
+unsafe impl Send for ScopePtr<'_> {}
+
+/// Creates a scope, runs `op` in it, and waits for every task spawned in it.
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// let n = AtomicUsize::new(0);
+/// // Outside a pool the spawns run inline.
+/// tailctl_rt::scope(|s| {
+///     s.spawn(|_| { n.fetch_add(1, Ordering::Relaxed); });
+///     s.spawn(|_| { n.fetch_add(1, Ordering::Relaxed); });
+/// });
+/// assert_eq!(n.load(Ordering::Relaxed), 2);
+/// ```
+pub fn scope<'scope, OP, R>(op: OP) -> R
+where
+    OP: FnOnce(&Scope<'scope>) -> R + Send,
+    R: Send,
+{
+    let wt = WorkerThread::current();
+    // SAFETY: non-null means this thread is a worker alive for this call.
+    let wt = if wt.is_null() {
+        None
+    } else {
+        Some(unsafe { &*wt })
+    };
+    let scope = Scope {
+        latch: wt.map(|wt| CountLatch::new(wt.index(), wt.registry())),
+        panic: Mutex::new(None),
+        marker: PhantomData,
+    };
+    let result = catch_unwind(AssertUnwindSafe(|| op(&scope)));
+    if let (Some(wt), Some(latch)) = (wt, scope.latch.as_ref()) {
+        // SAFETY: the latch lives on this frame; we wait for it below.
+        unsafe { CountLatch::set(latch) };
+        wt.wait_until(&|| latch.probe(), false);
+    }
+    let spawned_panic = scope.panic.lock().ok().and_then(|mut p| p.take());
+    match result {
+        Err(p) => resume_unwind(p),
+        Ok(_) if spawned_panic.is_some() => resume_unwind(spawned_panic.unwrap()),
+        Ok(r) => r,
+    }
+}
+
+impl<'scope> Scope<'scope> {
+    /// Spawns `body` into the scope; it may run on any worker, in parallel
+    /// with the rest of the scope, and finishes before [`scope`] returns.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use tailctl_rt::{scope, Pool};
+    /// let pool = Pool::builder().workers(2).build().unwrap();
+    /// let n = pool
+    ///     .submit(|| {
+    ///         let n = AtomicUsize::new(0);
+    ///         scope(|s| {
+    ///             for _ in 0..100 {
+    ///                 s.spawn(|s| {
+    ///                     s.spawn(|_| { n.fetch_add(1, Ordering::Relaxed); });
+    ///                 });
+    ///             }
+    ///         });
+    ///         n.into_inner()
+    ///     })
+    ///     .wait()
+    ///     .unwrap();
+    /// assert_eq!(n, 100);
+    /// ```
+    pub fn spawn<BODY>(&self, body: BODY)
+    where
+        BODY: FnOnce(&Scope<'scope>) + Send + 'scope,
+    {
+        let wt = WorkerThread::current();
+        let Some(latch) = self.latch.as_ref().filter(|_| !wt.is_null()) else {
+            // Not on a worker (or a scope made outside the pool): run now.
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| body(self))) {
+                self.record_panic(p);
+            }
+            return;
+        };
+        // SAFETY: non-null: a live worker of this thread.
+        let wt = unsafe { &*wt };
+        latch.increment();
+        let ptr = ScopePtr(self);
+        let job = HeapJob::new(move || {
+            let ptr = ptr;
+            // SAFETY: the scope waits for this job before it is dropped.
+            let scope = unsafe { &*ptr.0 };
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| body(scope))) {
+                scope.record_panic(p);
+            }
+            // SAFETY: the latch is alive until this last access sets it.
+            unsafe { CountLatch::set(scope.latch.as_ref().unwrap()) };
+        });
+        // SAFETY: the job runs before the scope (and its borrows) ends.
+        let job_ref = unsafe { job.into_job_ref(wt.current_tag()) };
+        wt.push(job_ref);
+    }
+
+    fn record_panic(&self, p: Box<dyn Any + Send>) {
+        if let Ok(mut slot) = self.panic.lock() {
+            slot.get_or_insert(p);
+        }
+    }
+}

@@ -1,0 +1,840 @@
+//! The bookkeeping table: per-request and per-worker state in fixed-size,
+//! `#[repr(C)]` slots of atomics.
+//!
+//! # Why a table of atomics
+//!
+//! Tail-control needs, at every steal attempt, each executing request's
+//! accumulated work, every worker's current request and start time, and the
+//! number of active requests (Li et al., PPoPP'16, Figure 5). The kernel half of
+//! tailctl wants exactly the same facts, and will publish one more (the
+//! request's *serialized* bit, decided on real CPU time). So all of it lives in
+//! one region with a fixed C layout, made only of `u32`/`u64` atomics, that can
+//! be backed by heap memory today and by a memory-mapped BPF array map
+//! (`BPF_F_MMAPABLE`) later, without changing the runtime: see
+//! [`SharedState::from_raw`]. Every value in it is a *hint* for whoever reads
+//! it (stale reads are tolerated, as in the paper, where the thief reads these
+//! fields without locks).
+//!
+//! # Layout (little-endian, all offsets in bytes)
+//!
+//! ```text
+//! SharedRegion (size 64 + 64*MAX_WORKERS + 64*MAX_REQUESTS, align 64)
+//!   @0      Header
+//!   @64     WorkerSlot[MAX_WORKERS]
+//!   @64+64*MAX_WORKERS  RequestSlot[MAX_REQUESTS]
+//!
+//! Header (64 bytes)
+//!   @0  u32 magic            REGION_MAGIC
+//!   @4  u32 version          REGION_VERSION
+//!   @8  u32 worker_count     workers in use (slots 0..worker_count)
+//!   @12 u32 request_capacity request slots in use (<= MAX_REQUESTS)
+//!   @16 u32 active           requests between arrival (submit) and completion
+//!   @20 u32 generation       bumped when the region is (re)attached
+//!   @24 u64 next_id          request id allocator
+//!   @32 u64 completed        requests completed so far
+//!   @40 u64 serialized       requests marked serialized so far
+//!   @48 u64[2] reserved
+//!
+//! WorkerSlot (64 bytes)
+//!   @0  u64 current          request tag being worked on: (generation << 32) | slot,
+//!                            or NO_REQUEST (u64::MAX)
+//!   @8  u64 start_ns         CLOCK_MONOTONIC time the worker started on `current`
+//!   @16 u32 tid              kernel thread id of the worker
+//!   @20 u32 state            WORKER_WORKING / WORKER_STEALING / WORKER_PARKED
+//!   @24 u64 steals           tasks this worker stole (statistics)
+//!   @32 u64[4] reserved
+//!
+//! RequestSlot (64 bytes)
+//!   @0  u64 id               request id (never reused)
+//!   @8  u32 flags            FLAG_SERIALIZED, ...        } one u64 `gen_flags`,
+//!   @12 u32 generation       bumped each time the slot   } so that a mark is a single
+//!                            is freed                    } compare-and-swap on both
+//!   @16 u64 work_ns          accumulated work, flushed when a worker switches request
+//!   @24 u64 arrival_ns       CLOCK_MONOTONIC arrival time
+//!   @32 u32 state            REQ_FREE / REQ_QUEUED / REQ_RUNNING
+//!   @36 u32 steals           tasks of this request executed by thieves
+//!   @40 u32 steals_at_serialize  `steals` when the runtime marked it (u32::MAX: not marked
+//!                            by the runtime)
+//!   @44 u32 reserved
+//!   @48 u64[2] reserved
+//! ```
+//!
+//! # Protocols
+//!
+//! * **Slot allocation**: a submitter claims a free slot with a CAS on `state`
+//!   (`REQ_FREE -> REQ_QUEUED`), then resets the counters. On completion the
+//!   slot's generation is bumped (clearing the flags) *before* `state` returns
+//!   to `REQ_FREE`, so a stale tag (from a worker slot read a moment too early)
+//!   no longer matches: marks and work updates against it fail or are dropped.
+//! * **Serialization**: whoever decides (the runtime's pileup check today, the
+//!   kernel later) sets `FLAG_SERIALIZED` with a CAS on `gen_flags` that
+//!   expects the tag's generation, so a mark can never land on a reused slot.
+//!   The runtime only *reads* the bit.
+//! * **Steals after the mark**: a thief increments `steals` *before* reading the
+//!   flag, and undoes the increment if the flag is set; the runtime's marker
+//!   snapshots `steals` *after* setting the flag (all `SeqCst`). Hence, for a
+//!   finished request, `steals <= steals_at_serialize`: no task was stolen after
+//!   the mark. The tests assert exactly that.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// Number of worker slots in a region.
+///
+/// ```
+/// assert!(tailctl_rt::shared_state::MAX_WORKERS >= 2);
+/// ```
+pub const MAX_WORKERS: usize = 64;
+
+/// Number of request slots in a region. Requests beyond this many active at
+/// once run untracked (never serialized), rather than being refused.
+///
+/// ```
+/// assert!(tailctl_rt::shared_state::MAX_REQUESTS >= 64);
+/// ```
+pub const MAX_REQUESTS: usize = 1024;
+
+/// `Header::magic` of an initialised region ("TCRT").
+///
+/// ```
+/// let s = tailctl_rt::shared_state::SharedState::new(2);
+/// assert_eq!(s.header().magic(), tailctl_rt::shared_state::REGION_MAGIC);
+/// ```
+pub const REGION_MAGIC: u32 = 0x5452_4354;
+
+/// `Header::version` of this layout.
+///
+/// ```
+/// let s = tailctl_rt::shared_state::SharedState::new(2);
+/// assert_eq!(s.header().version(), tailctl_rt::shared_state::REGION_VERSION);
+/// ```
+pub const REGION_VERSION: u32 = 1;
+
+/// `WorkerSlot::current` when the worker is on no request.
+///
+/// ```
+/// let s = tailctl_rt::shared_state::SharedState::new(1);
+/// assert_eq!(s.worker(0).current(), tailctl_rt::shared_state::NO_REQUEST);
+/// ```
+pub const NO_REQUEST: u64 = u64::MAX;
+
+/// Request flag: the request is not stealable (serialized).
+///
+/// ```
+/// assert_eq!(tailctl_rt::shared_state::FLAG_SERIALIZED, 1);
+/// ```
+pub const FLAG_SERIALIZED: u32 = 1;
+
+/// Worker state: executing a task.
+///
+/// ```
+/// assert_ne!(tailctl_rt::shared_state::WORKER_WORKING, tailctl_rt::shared_state::WORKER_PARKED);
+/// ```
+pub const WORKER_WORKING: u32 = 0;
+/// Worker state: looking for work (stealing or admitting).
+///
+/// ```
+/// assert_eq!(tailctl_rt::shared_state::WORKER_STEALING, 1);
+/// ```
+pub const WORKER_STEALING: u32 = 1;
+/// Worker state: asleep, waiting to be woken.
+///
+/// ```
+/// assert_eq!(tailctl_rt::shared_state::WORKER_PARKED, 2);
+/// ```
+pub const WORKER_PARKED: u32 = 2;
+
+/// Request state: slot unused.
+///
+/// ```
+/// assert_eq!(tailctl_rt::shared_state::REQ_FREE, 0);
+/// ```
+pub const REQ_FREE: u32 = 0;
+/// Request state: arrived, not yet admitted.
+///
+/// ```
+/// assert_eq!(tailctl_rt::shared_state::REQ_QUEUED, 1);
+/// ```
+pub const REQ_QUEUED: u32 = 1;
+/// Request state: admitted, executing.
+///
+/// ```
+/// assert_eq!(tailctl_rt::shared_state::REQ_RUNNING, 2);
+/// ```
+pub const REQ_RUNNING: u32 = 2;
+
+/// The region header.
+///
+/// ```
+/// let s = tailctl_rt::shared_state::SharedState::new(3);
+/// assert_eq!(s.header().worker_count(), 3);
+/// assert_eq!(s.header().active(), 0);
+/// ```
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct Header {
+    magic: AtomicU32,
+    version: AtomicU32,
+    worker_count: AtomicU32,
+    request_capacity: AtomicU32,
+    active: AtomicU32,
+    generation: AtomicU32,
+    next_id: AtomicU64,
+    completed: AtomicU64,
+    serialized: AtomicU64,
+    _reserved: [AtomicU64; 2],
+}
+
+impl Header {
+    /// The magic number ([`REGION_MAGIC`] once initialised).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.header().magic(), tailctl_rt::shared_state::REGION_MAGIC);
+    /// ```
+    pub fn magic(&self) -> u32 {
+        self.magic.load(Ordering::Relaxed)
+    }
+    /// The layout version.
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.header().version(), 1);
+    /// ```
+    pub fn version(&self) -> u32 {
+        self.version.load(Ordering::Relaxed)
+    }
+    /// Number of worker slots in use.
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(4);
+    /// assert_eq!(s.header().worker_count(), 4);
+    /// ```
+    pub fn worker_count(&self) -> u32 {
+        self.worker_count.load(Ordering::Relaxed)
+    }
+    /// Number of request slots in use.
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.header().request_capacity() as usize, tailctl_rt::shared_state::MAX_REQUESTS);
+    /// ```
+    pub fn request_capacity(&self) -> u32 {
+        self.request_capacity.load(Ordering::Relaxed)
+    }
+    /// Active requests: arrived and not yet completed (the paper's `q_t`).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.header().active(), 0);
+    /// ```
+    pub fn active(&self) -> u32 {
+        self.active.load(Ordering::SeqCst)
+    }
+    /// Generation of the region (bumped when it is re-attached).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.header().generation(), 1);
+    /// ```
+    pub fn generation(&self) -> u32 {
+        self.generation.load(Ordering::Relaxed)
+    }
+    /// Requests completed since the region was initialised.
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.header().completed(), 0);
+    /// ```
+    pub fn completed(&self) -> u64 {
+        self.completed.load(Ordering::Relaxed)
+    }
+    /// Requests marked serialized since the region was initialised.
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.header().serialized(), 0);
+    /// ```
+    pub fn serialized(&self) -> u64 {
+        self.serialized.load(Ordering::Relaxed)
+    }
+}
+
+/// One worker's published state.
+///
+/// ```
+/// use tailctl_rt::shared_state::{SharedState, NO_REQUEST, WORKER_STEALING};
+/// let s = SharedState::new(1);
+/// let w = s.worker(0);
+/// assert_eq!(w.current(), NO_REQUEST);
+/// assert_eq!(w.state(), WORKER_STEALING);
+/// ```
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct WorkerSlot {
+    current: AtomicU64,
+    start_ns: AtomicU64,
+    tid: AtomicU32,
+    state: AtomicU32,
+    steals: AtomicU64,
+    _reserved: [AtomicU64; 4],
+}
+
+impl WorkerSlot {
+    /// Tag of the request the worker is on, or [`NO_REQUEST`].
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.worker(0).current(), tailctl_rt::shared_state::NO_REQUEST);
+    /// ```
+    pub fn current(&self) -> u64 {
+        self.current.load(Ordering::Acquire)
+    }
+    /// When (CLOCK_MONOTONIC ns) the worker started on [`current`](Self::current).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.worker(0).start_ns(), 0);
+    /// ```
+    pub fn start_ns(&self) -> u64 {
+        self.start_ns.load(Ordering::Relaxed)
+    }
+    /// Kernel thread id (0 until the worker started).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.worker(0).tid(), 0);
+    /// ```
+    pub fn tid(&self) -> u32 {
+        self.tid.load(Ordering::Relaxed)
+    }
+    /// One of [`WORKER_WORKING`], [`WORKER_STEALING`], [`WORKER_PARKED`].
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.worker(0).state(), tailctl_rt::shared_state::WORKER_STEALING);
+    /// ```
+    pub fn state(&self) -> u32 {
+        self.state.load(Ordering::Relaxed)
+    }
+    /// Tasks this worker has stolen.
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.worker(0).steals(), 0);
+    /// ```
+    pub fn steals(&self) -> u64 {
+        self.steals.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn publish(&self, tag: u64, start_ns: u64) {
+        // start first: a reader that sees the new tag (Acquire) sees its start.
+        self.start_ns.store(start_ns, Ordering::Relaxed);
+        self.current.store(tag, Ordering::Release);
+    }
+    pub(crate) fn set_state(&self, state: u32) {
+        self.state.store(state, Ordering::Relaxed);
+    }
+    pub(crate) fn set_tid(&self, tid: u32) {
+        self.tid.store(tid, Ordering::Relaxed);
+    }
+    pub(crate) fn count_steal(&self) {
+        self.steals.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// One request's published state.
+///
+/// ```
+/// use tailctl_rt::shared_state::{SharedState, REQ_FREE};
+/// let s = SharedState::new(1);
+/// assert_eq!(s.request(0).state(), REQ_FREE);
+/// ```
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct RequestSlot {
+    id: AtomicU64,
+    gen_flags: AtomicU64,
+    work_ns: AtomicU64,
+    arrival_ns: AtomicU64,
+    state: AtomicU32,
+    steals: AtomicU32,
+    steals_at_serialize: AtomicU32,
+    _reserved32: AtomicU32,
+    _reserved: [AtomicU64; 2],
+}
+
+/// A request's identity in the table: `(generation << 32) | slot`.
+pub(crate) fn make_tag(slot: u32, generation: u32) -> u64 {
+    ((generation as u64) << 32) | slot as u64
+}
+/// Slot index of a tag.
+pub(crate) fn tag_slot(tag: u64) -> usize {
+    (tag & 0xffff_ffff) as usize
+}
+/// Generation of a tag.
+pub(crate) fn tag_generation(tag: u64) -> u32 {
+    (tag >> 32) as u32
+}
+
+impl RequestSlot {
+    /// The request id held by the slot.
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.request(0).id(), 0);
+    /// ```
+    pub fn id(&self) -> u64 {
+        self.id.load(Ordering::Relaxed)
+    }
+    /// The slot's generation (bumped on every free).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.request(0).generation(), 0);
+    /// ```
+    pub fn generation(&self) -> u32 {
+        (self.gen_flags.load(Ordering::Acquire) >> 32) as u32
+    }
+    /// The flags word ([`FLAG_SERIALIZED`], ...).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.request(0).flags(), 0);
+    /// ```
+    pub fn flags(&self) -> u32 {
+        self.gen_flags.load(Ordering::Acquire) as u32
+    }
+    /// Accumulated work (ns) flushed so far.
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.request(0).work_ns(), 0);
+    /// ```
+    pub fn work_ns(&self) -> u64 {
+        self.work_ns.load(Ordering::Relaxed)
+    }
+    /// Arrival time (CLOCK_MONOTONIC ns).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.request(0).arrival_ns(), 0);
+    /// ```
+    pub fn arrival_ns(&self) -> u64 {
+        self.arrival_ns.load(Ordering::Relaxed)
+    }
+    /// One of [`REQ_FREE`], [`REQ_QUEUED`], [`REQ_RUNNING`].
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.request(0).state(), tailctl_rt::shared_state::REQ_FREE);
+    /// ```
+    pub fn state(&self) -> u32 {
+        self.state.load(Ordering::Acquire)
+    }
+    /// Tasks of this request executed by thieves.
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.request(0).steals(), 0);
+    /// ```
+    pub fn steals(&self) -> u32 {
+        self.steals.load(Ordering::SeqCst)
+    }
+
+    /// Whether the request of generation `generation` is serialized (false
+    /// if the slot has moved on to another request).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert!(!s.request(0).is_serialized(0));
+    /// assert!(s.request(0).mark_serialized(0));
+    /// assert!(s.request(0).is_serialized(0));
+    /// assert!(!s.request(0).is_serialized(1));
+    /// ```
+    pub fn is_serialized(&self, generation: u32) -> bool {
+        let gf = self.gen_flags.load(Ordering::SeqCst);
+        (gf >> 32) as u32 == generation && (gf as u32) & FLAG_SERIALIZED != 0
+    }
+
+    /// Sets [`FLAG_SERIALIZED`] if the slot still holds generation
+    /// `generation`. Returns true if this call set it. This is the operation
+    /// the kernel half will perform (a compare-and-swap on the same word).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert!(s.request(0).mark_serialized(0));
+    /// assert!(!s.request(0).mark_serialized(0)); // already set
+    /// assert!(!s.request(0).mark_serialized(7)); // wrong generation
+    /// ```
+    pub fn mark_serialized(&self, generation: u32) -> bool {
+        let mut cur = self.gen_flags.load(Ordering::SeqCst);
+        loop {
+            if (cur >> 32) as u32 != generation || (cur as u32) & FLAG_SERIALIZED != 0 {
+                return false;
+            }
+            match self.gen_flags.compare_exchange_weak(
+                cur,
+                cur | FLAG_SERIALIZED as u64,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// `steals` when the runtime marked the request, if it did.
+    pub(crate) fn steals_at_serialize(&self) -> Option<u32> {
+        match self.steals_at_serialize.load(Ordering::SeqCst) {
+            u32::MAX => None,
+            n => Some(n),
+        }
+    }
+
+    pub(crate) fn add_work(&self, generation: u32, ns: u64) {
+        // A late flush against a freed slot is dropped (a hint, see module doc).
+        if self.generation() == generation {
+            self.work_ns.fetch_add(ns, Ordering::Relaxed);
+        }
+    }
+    pub(crate) fn set_state(&self, state: u32) {
+        self.state.store(state, Ordering::Release);
+    }
+    /// Thief side of the steal/mark protocol: returns false (and undoes the
+    /// count) when the request is serialized.
+    pub(crate) fn try_count_steal(&self, generation: u32) -> bool {
+        self.steals.fetch_add(1, Ordering::SeqCst);
+        if self.is_serialized(generation) {
+            self.steals.fetch_sub(1, Ordering::SeqCst);
+            false
+        } else {
+            true
+        }
+    }
+}
+
+/// The whole region, in its C layout.
+///
+/// ```
+/// use tailctl_rt::shared_state::{SharedRegion, MAX_REQUESTS, MAX_WORKERS};
+/// assert_eq!(std::mem::size_of::<SharedRegion>(), 64 * (1 + MAX_WORKERS + MAX_REQUESTS));
+/// ```
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct SharedRegion {
+    /// The header.
+    pub header: Header,
+    /// Worker slots; `0..header.worker_count` are in use.
+    pub workers: [WorkerSlot; MAX_WORKERS],
+    /// Request slots; `0..header.request_capacity` are in use.
+    pub requests: [RequestSlot; MAX_REQUESTS],
+}
+
+/// Owner of a [`SharedRegion`]: heap memory today, a mapped BPF array map in
+/// the kernel-assisted mode.
+///
+/// ```
+/// use tailctl_rt::shared_state::SharedState;
+/// let s = SharedState::new(2);
+/// let (_, tag) = s.alloc_request(0);
+/// let tag = tag.expect("free slot");
+/// assert_eq!(s.header().active(), 1);
+/// s.free_request(tag);
+/// assert_eq!(s.header().active(), 0);
+/// ```
+pub struct SharedState {
+    region: NonNull<SharedRegion>,
+    owned: bool,
+    alloc_hint: AtomicU32,
+}
+
+// SAFETY: the region contains only atomics; all access goes through `&` to them.
+unsafe impl Send for SharedState {}
+// SAFETY: as above, shared access to atomics is thread-safe.
+unsafe impl Sync for SharedState {}
+
+impl std::fmt::Debug for SharedState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedState")
+            .field("workers", &self.header().worker_count())
+            .field("active", &self.header().active())
+            .field("owned", &self.owned)
+            .finish()
+    }
+}
+
+impl SharedState {
+    /// A heap-backed region for `workers` workers (clamped to [`MAX_WORKERS`]).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(8);
+    /// assert_eq!(s.header().worker_count(), 8);
+    /// ```
+    pub fn new(workers: usize) -> Self {
+        let layout = Layout::new::<SharedRegion>();
+        // SAFETY: the layout has non-zero size; all-zero bytes are a valid
+        // value for every field (atomics of integers).
+        let ptr = unsafe { alloc_zeroed(layout) } as *mut SharedRegion;
+        let Some(region) = NonNull::new(ptr) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        let s = SharedState {
+            region,
+            owned: true,
+            alloc_hint: AtomicU32::new(0),
+        };
+        s.init(workers);
+        s
+    }
+
+    /// Uses an externally provided region (e.g. a memory-mapped BPF array map)
+    /// and initialises it for `workers` workers.
+    ///
+    /// # Safety
+    /// `region` must be valid for reads and writes, 64-byte aligned, at least
+    /// `size_of::<SharedRegion>()` bytes, and outlive the returned value. Other
+    /// parties (the kernel) may write to it concurrently only with atomic
+    /// operations on the documented fields.
+    ///
+    /// ```
+    /// use tailctl_rt::shared_state::{SharedRegion, SharedState};
+    /// use std::ptr::NonNull;
+    /// let layout = std::alloc::Layout::new::<SharedRegion>();
+    /// // SAFETY (example): zeroed memory of the right layout.
+    /// let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut SharedRegion;
+    /// let s = unsafe { SharedState::from_raw(NonNull::new(p).unwrap(), 2) };
+    /// assert_eq!(s.header().worker_count(), 2);
+    /// drop(s);
+    /// unsafe { std::alloc::dealloc(p as *mut u8, layout) };
+    /// ```
+    pub unsafe fn from_raw(region: NonNull<SharedRegion>, workers: usize) -> Self {
+        let s = SharedState {
+            region,
+            owned: false,
+            alloc_hint: AtomicU32::new(0),
+        };
+        s.init(workers);
+        s
+    }
+
+    fn init(&self, workers: usize) {
+        let r = self.region();
+        let h = &r.header;
+        h.worker_count
+            .store(workers.min(MAX_WORKERS) as u32, Ordering::Relaxed);
+        h.request_capacity
+            .store(MAX_REQUESTS as u32, Ordering::Relaxed);
+        h.active.store(0, Ordering::Relaxed);
+        h.generation.fetch_add(1, Ordering::Relaxed);
+        for w in &r.workers {
+            w.current.store(NO_REQUEST, Ordering::Relaxed);
+            w.state.store(WORKER_STEALING, Ordering::Relaxed);
+        }
+        for q in &r.requests {
+            q.state.store(REQ_FREE, Ordering::Relaxed);
+            q.steals_at_serialize.store(u32::MAX, Ordering::Relaxed);
+        }
+        h.version.store(REGION_VERSION, Ordering::Relaxed);
+        h.magic.store(REGION_MAGIC, Ordering::Release);
+    }
+
+    /// The region.
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.region().workers.len(), tailctl_rt::shared_state::MAX_WORKERS);
+    /// ```
+    pub fn region(&self) -> &SharedRegion {
+        // SAFETY: valid for the lifetime of self (constructor contracts); only
+        // shared references to atomics are ever created.
+        unsafe { self.region.as_ref() }
+    }
+
+    /// The header.
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.header().active(), 0);
+    /// ```
+    pub fn header(&self) -> &Header {
+        &self.region().header
+    }
+
+    /// Worker slot `i` (panics if `i >= MAX_WORKERS`).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(2);
+    /// assert_eq!(s.worker(1).tid(), 0);
+    /// ```
+    pub fn worker(&self, i: usize) -> &WorkerSlot {
+        &self.region().workers[i]
+    }
+
+    /// Request slot `i` (panics if `i >= MAX_REQUESTS`).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(2);
+    /// assert_eq!(s.request(5).state(), tailctl_rt::shared_state::REQ_FREE);
+    /// ```
+    pub fn request(&self, i: usize) -> &RequestSlot {
+        &self.region().requests[i]
+    }
+
+    /// Records an arrival: counts it active, gives it an id and claims a
+    /// slot. Returns the id and the request's tag, or `None` for the tag if
+    /// every slot is taken (the request then runs untracked, but is still
+    /// counted active).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// let (id, tag) = s.alloc_request(42);
+    /// assert_eq!(id, 0);
+    /// assert_eq!(s.header().active(), 1);
+    /// s.free_request(tag.unwrap());
+    /// ```
+    pub fn alloc_request(&self, arrival_ns: u64) -> (u64, Option<u64>) {
+        let h = self.header();
+        h.active.fetch_add(1, Ordering::SeqCst);
+        let id = h.next_id.fetch_add(1, Ordering::Relaxed);
+        let cap = (h.request_capacity().min(MAX_REQUESTS as u32)) as usize;
+        let start = self.alloc_hint.fetch_add(1, Ordering::Relaxed) as usize;
+        for k in 0..cap {
+            let i = (start + k) % cap;
+            let q = &self.region().requests[i];
+            if q.state.load(Ordering::Relaxed) == REQ_FREE
+                && q.state
+                    .compare_exchange(REQ_FREE, REQ_QUEUED, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                q.id.store(id, Ordering::Relaxed);
+                q.work_ns.store(0, Ordering::Relaxed);
+                q.arrival_ns.store(arrival_ns, Ordering::Relaxed);
+                q.steals.store(0, Ordering::SeqCst);
+                q.steals_at_serialize.store(u32::MAX, Ordering::SeqCst);
+                return (id, Some(make_tag(i as u32, q.generation())));
+            }
+        }
+        (id, None)
+    }
+
+    /// Records a completion of a request without a slot.
+    pub(crate) fn complete_untracked(&self) {
+        let h = self.header();
+        h.completed.fetch_add(1, Ordering::Relaxed);
+        h.active.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Records a completion: frees the slot (bumping its generation) and
+    /// decrements the active count.
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// let t = s.alloc_request(0).1.unwrap();
+    /// s.free_request(t);
+    /// assert_eq!(s.header().completed(), 1);
+    /// ```
+    pub fn free_request(&self, tag: u64) {
+        let q = &self.region().requests[tag_slot(tag)];
+        let next = (tag_generation(tag).wrapping_add(1) as u64) << 32;
+        // New generation and cleared flags in one store, before the slot is
+        // handed out again (see "Slot allocation").
+        q.gen_flags.store(next, Ordering::SeqCst);
+        q.state.store(REQ_FREE, Ordering::Release);
+        self.complete_untracked();
+    }
+
+    /// Runtime-side mark: sets the flag and, if this call set it, snapshots
+    /// the steal count for the "no steal after the mark" check.
+    pub(crate) fn runtime_mark(&self, tag: u64) -> bool {
+        let q = &self.region().requests[tag_slot(tag)];
+        if q.mark_serialized(tag_generation(tag)) {
+            q.steals_at_serialize
+                .store(q.steals.load(Ordering::SeqCst), Ordering::SeqCst);
+            self.header().serialized.fetch_add(1, Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Whether the request `tag` is serialized (untracked: never).
+    pub(crate) fn tag_serialized(&self, tag: u64) -> bool {
+        tag != NO_REQUEST
+            && self.region().requests[tag_slot(tag)].is_serialized(tag_generation(tag))
+    }
+}
+
+impl Drop for SharedState {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: allocated in `new` with this layout and not freed before.
+            unsafe {
+                dealloc(
+                    self.region.as_ptr() as *mut u8,
+                    Layout::new::<SharedRegion>(),
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// The layout documented above; the kernel half mirrors it in C.
+    #[test]
+    fn layout_is_stable() {
+        assert_eq!(size_of::<Header>(), 64);
+        assert_eq!(size_of::<WorkerSlot>(), 64);
+        assert_eq!(size_of::<RequestSlot>(), 64);
+        assert_eq!(offset_of!(Header, active), 16);
+        assert_eq!(offset_of!(Header, generation), 20);
+        assert_eq!(offset_of!(Header, next_id), 24);
+        assert_eq!(offset_of!(WorkerSlot, start_ns), 8);
+        assert_eq!(offset_of!(WorkerSlot, tid), 16);
+        assert_eq!(offset_of!(WorkerSlot, state), 20);
+        assert_eq!(offset_of!(RequestSlot, gen_flags), 8);
+        assert_eq!(offset_of!(RequestSlot, work_ns), 16);
+        assert_eq!(offset_of!(RequestSlot, state), 32);
+        assert_eq!(offset_of!(RequestSlot, steals), 36);
+        assert_eq!(offset_of!(SharedRegion, workers), 64);
+        assert_eq!(offset_of!(SharedRegion, requests), 64 + 64 * MAX_WORKERS);
+    }
+
+    #[test]
+    fn stale_tags_do_not_match_reused_slots() {
+        let s = SharedState::new(1);
+        let mut tags = Vec::new();
+        for _ in 0..MAX_REQUESTS {
+            tags.push(s.alloc_request(0).1.unwrap());
+        }
+        assert!(s.alloc_request(0).1.is_none(), "table full");
+        s.complete_untracked();
+        let old = tags[3];
+        s.free_request(old);
+        let new = s.alloc_request(0).1.unwrap();
+        assert_eq!(tag_slot(new), tag_slot(old));
+        assert_ne!(new, old);
+        assert!(!s.runtime_mark(old));
+        assert!(!s.tag_serialized(new));
+        assert!(s.runtime_mark(new));
+        assert!(s.tag_serialized(new));
+    }
+
+    #[test]
+    fn steal_after_mark_is_refused() {
+        let s = SharedState::new(1);
+        let t = s.alloc_request(0).1.unwrap();
+        let q = s.request(tag_slot(t));
+        assert!(q.try_count_steal(tag_generation(t)));
+        assert!(s.runtime_mark(t));
+        assert_eq!(q.steals_at_serialize(), Some(1));
+        assert!(!q.try_count_steal(tag_generation(t)));
+        assert_eq!(q.steals(), 1);
+    }
+}

@@ -1,0 +1,234 @@
+//! Idle workers: searching, sleeping and waking.
+//!
+//! The protocol (and why it cannot lose a wake-up that matters) is explained in
+//! `sleep/README.md` next to this file; the comments here point at its steps.
+
+use crate::sync::{fence, lock, wait, AtomicBool, AtomicU64, Condvar, Mutex};
+use crossbeam_utils::CachePadded;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+
+const SLEEPING_ONE: u64 = 1;
+const SEARCHING_ONE: u64 = 1 << 32;
+
+fn sleeping(c: u64) -> u32 {
+    c as u32
+}
+fn searching(c: u64) -> u32 {
+    (c >> 32) as u32
+}
+
+struct WorkerSleep {
+    /// True while the worker is (about to be) blocked; guarded by the mutex.
+    blocked: Mutex<bool>,
+    cond: Condvar,
+    /// Lock-free mirror of `blocked`, read by targeted wakers (README, "Waking").
+    hint: AtomicBool,
+    /// The sleeper can take external work (it sleeps at top level).
+    top_level: AtomicBool,
+}
+
+/// The pool's sleep state: counters plus one sleeping place per worker.
+pub(crate) struct Sleep {
+    counters: CachePadded<AtomicU64>,
+    workers: Box<[CachePadded<WorkerSleep>]>,
+}
+
+impl Sleep {
+    pub(crate) fn new(n: usize) -> Self {
+        Sleep {
+            counters: CachePadded::new(AtomicU64::new(0)),
+            workers: (0..n)
+                .map(|_| {
+                    CachePadded::new(WorkerSleep {
+                        blocked: Mutex::new(false),
+                        cond: Condvar::new(),
+                        hint: AtomicBool::new(false),
+                        top_level: AtomicBool::new(false),
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// A worker ran out of work and starts searching.
+    pub(crate) fn start_searching(&self) {
+        self.counters.fetch_add(SEARCHING_ONE, SeqCst);
+    }
+
+    /// A searching worker found work.
+    pub(crate) fn stop_searching(&self) {
+        self.counters.fetch_sub(SEARCHING_ONE, SeqCst);
+    }
+
+    /// Puts searching worker `i` to sleep unless `has_work()` holds after it
+    /// registered as sleeping (README, "Going to sleep"). Returns whether it
+    /// actually slept. The worker is counted as searching again on return.
+    pub(crate) fn sleep(&self, i: usize, top_level: bool, has_work: impl Fn() -> bool) -> bool {
+        let w = &self.workers[i];
+        let mut blocked = lock(&w.blocked);
+        // Step 1.
+        *blocked = true;
+        w.top_level.store(top_level, SeqCst);
+        w.hint.store(true, SeqCst);
+        // Step 2: searching -> sleeping in one RMW.
+        self.counters
+            .fetch_add(SLEEPING_ONE.wrapping_sub(SEARCHING_ONE), SeqCst);
+        fence(SeqCst);
+        // Step 3.
+        if has_work() {
+            *blocked = false;
+            w.hint.store(false, SeqCst);
+            self.counters
+                .fetch_add(SEARCHING_ONE.wrapping_sub(SLEEPING_ONE), SeqCst);
+            return false;
+        }
+        // Step 4: the waker clears `blocked` and fixes the counters.
+        while *blocked {
+            blocked = wait(&w.cond, blocked);
+        }
+        true
+    }
+
+    /// Wakes worker `i` if it sleeps. Returns whether it did.
+    fn wake(&self, i: usize) -> bool {
+        let w = &self.workers[i];
+        let mut blocked = lock(&w.blocked);
+        if !*blocked {
+            return false;
+        }
+        *blocked = false;
+        w.hint.store(false, SeqCst);
+        self.counters
+            .fetch_add(SEARCHING_ONE.wrapping_sub(SLEEPING_ONE), SeqCst);
+        w.cond.notify_one();
+        true
+    }
+
+    /// Targeted wake-up: the caller has just published (with `SeqCst`, or a
+    /// push followed by [`fence`]) the condition worker `i` waits for.
+    pub(crate) fn notify_worker(&self, i: usize) {
+        if self.workers[i].hint.load(SeqCst) {
+            self.wake(i);
+        }
+    }
+
+    /// Like [`notify_worker`](Self::notify_worker) after a plain queue push.
+    pub(crate) fn notify_worker_after_push(&self, i: usize) {
+        fence(SeqCst);
+        self.notify_worker(i);
+    }
+
+    fn wake_one(&self, start: usize, need_top_level: bool) -> bool {
+        let n = self.workers.len();
+        for k in 0..n {
+            let i = (start + k) % n;
+            let w = &self.workers[i];
+            if w.hint.load(SeqCst) && (!need_top_level || w.top_level.load(SeqCst)) && self.wake(i)
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// A request (or other work only top-level workers take) was published.
+    pub(crate) fn new_external_work(&self, start: usize) {
+        fence(SeqCst);
+        if sleeping(self.counters.load(SeqCst)) > 0 {
+            self.wake_one(start, true);
+        }
+    }
+
+    /// A task was pushed on a worker's own deque (README, "Internal work").
+    /// `pointless` tells whether nobody could steal it anyway; only evaluated
+    /// when a wake-up is being considered.
+    #[inline]
+    pub(crate) fn new_internal_work(&self, start: usize, pointless: impl FnOnce() -> bool) {
+        let c = self.counters.load(Relaxed);
+        if sleeping(c) > 0 && searching(c) == 0 && !pointless() {
+            self.wake_one(start, false);
+        }
+    }
+
+    /// Wakes every sleeping worker (shutdown).
+    pub(crate) fn notify_all(&self) {
+        fence(SeqCst);
+        for i in 0..self.workers.len() {
+            self.wake(i);
+        }
+    }
+
+    /// Number of workers asleep right now (statistics, tests).
+    pub(crate) fn sleeping_workers(&self) -> u32 {
+        sleeping(self.counters.load(SeqCst))
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+
+    /// A request published to a pool whose only worker is going to sleep is
+    /// always seen: the worker ends, never blocks forever.
+    #[test]
+    fn external_work_is_never_lost() {
+        loom::model(|| {
+            let sleep = Arc::new(Sleep::new(1));
+            let work = Arc::new(AtomicBool::new(false));
+            let (s2, w2) = (sleep.clone(), work.clone());
+            let worker = loom::thread::spawn(move || {
+                s2.start_searching();
+                while !w2.load(SeqCst) {
+                    s2.sleep(0, true, || w2.load(SeqCst));
+                }
+                s2.stop_searching();
+            });
+            work.store(true, SeqCst);
+            sleep.new_external_work(0);
+            worker.join().unwrap();
+            assert_eq!(sleep.sleeping_workers(), 0);
+        });
+    }
+
+    /// A join latch set by a thief always wakes its owner.
+    #[test]
+    fn targeted_wake_is_never_lost() {
+        loom::model(|| {
+            let sleep = Arc::new(Sleep::new(2));
+            let latch = Arc::new(AtomicBool::new(false));
+            let (s2, l2) = (sleep.clone(), latch.clone());
+            let owner = loom::thread::spawn(move || {
+                s2.start_searching();
+                while !l2.load(SeqCst) {
+                    s2.sleep(1, false, || l2.load(SeqCst));
+                }
+                s2.stop_searching();
+            });
+            latch.store(true, SeqCst);
+            sleep.notify_worker(1);
+            owner.join().unwrap();
+        });
+    }
+
+    /// External work is not given to a worker sleeping inside a join: with one
+    /// join-sleeper and one top-level sleeper, the top-level one is woken.
+    #[test]
+    fn external_work_wakes_a_top_level_sleeper() {
+        loom::model(|| {
+            let sleep = Arc::new(Sleep::new(2));
+            let work = Arc::new(AtomicBool::new(false));
+            let (s2, w2) = (sleep.clone(), work.clone());
+            let top = loom::thread::spawn(move || {
+                s2.start_searching();
+                while !w2.load(SeqCst) {
+                    s2.sleep(0, true, || w2.load(SeqCst));
+                }
+                s2.stop_searching();
+            });
+            work.store(true, SeqCst);
+            sleep.new_external_work(1);
+            top.join().unwrap();
+        });
+    }
+}

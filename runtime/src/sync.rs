@@ -1,0 +1,32 @@
+//! Synchronisation primitives, swapped for loom's under `--cfg loom`.
+//!
+//! Only the modules whose protocols are model-checked (`sleep`, `completion`)
+//! import from here; everything else uses `std` directly, because loom types
+//! only work inside `loom::model` and the rest of the runtime is not run there.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64};
+#[cfg(loom)]
+pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
+
+/// Locks `m`, ignoring poisoning: no code holding these locks can panic
+/// between invariant-breaking steps, so a poisoned lock still holds valid data.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// `Condvar::wait` with the same poisoning policy as [`lock`].
+pub(crate) fn wait<'a, T>(c: &Condvar, g: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    match c.wait(g) {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}

@@ -1,0 +1,30 @@
+//! The clock shared with the kernel half: CLOCK_MONOTONIC in nanoseconds, the
+//! clock `bpf_ktime_get_ns` reads, so both halves can compare time stamps in
+//! the shared table.
+
+/// Nanoseconds of CLOCK_MONOTONIC.
+#[inline]
+pub(crate) fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}
+
+/// Kernel thread id of the calling thread (0 under Miri, which has no gettid).
+pub(crate) fn gettid() -> u32 {
+    #[cfg(miri)]
+    {
+        0
+    }
+    #[cfg(not(miri))]
+    {
+        // SAFETY: gettid has no preconditions.
+        unsafe { libc::gettid() as u32 }
+    }
+}
