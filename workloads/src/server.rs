@@ -298,4 +298,74 @@ fn write_responses(mut stream: TcpStream, rx: mpsc::Receiver<Response>, stats: &
 }
 
 /// The adapter from `tailctl_rt`'s pool to [`RequestExecutor`].
-pub mod rt {}
+pub mod rt {
+    use std::ops::Range;
+    use std::time::Duration;
+
+    use tailctl_rt::threshold::ThresholdTable;
+    use tailctl_rt::{Policy, Pool};
+
+    use super::{Job, RequestExecutor};
+    use crate::kernel::ParallelFor;
+
+    /// A `tailctl_rt` pool serving requests.
+    ///
+    /// ```
+    /// use tailctl_rt::Policy;
+    /// use tailctl_workloads::server::rt::RtExecutor;
+    ///
+    /// let exec = RtExecutor::new(2, Policy::StealFirst, None, None).unwrap();
+    /// assert_eq!(exec.pool().workers(), 2);
+    /// ```
+    pub struct RtExecutor {
+        pool: Pool,
+    }
+
+    impl RtExecutor {
+        /// A pool of `workers` with `policy`; for tail-control, the threshold
+        /// table and the target latency it was computed for.
+        pub fn new(
+            workers: usize,
+            policy: Policy,
+            thresholds: Option<ThresholdTable>,
+            target: Option<Duration>,
+        ) -> std::io::Result<Self> {
+            let mut b = Pool::builder().workers(workers).policy(policy);
+            if let Some(t) = thresholds {
+                b = b.thresholds(t);
+            }
+            if let Some(t) = target {
+                b = b.target_latency(t);
+            }
+            Ok(RtExecutor { pool: b.build()? })
+        }
+
+        /// The pool.
+        pub fn pool(&self) -> &Pool {
+            &self.pool
+        }
+    }
+
+    /// The runtime's parallel loop (it splits by `join`, so idle workers
+    /// steal halves of the range, and tail-control can stop that).
+    struct RtParallelFor;
+
+    impl ParallelFor for RtParallelFor {
+        fn parallel_for(
+            &self,
+            range: Range<usize>,
+            grain: usize,
+            body: &(dyn Fn(Range<usize>) + Sync),
+        ) {
+            tailctl_rt::parallel_for_chunks(range, grain.max(1), body)
+        }
+    }
+
+    impl RequestExecutor for RtExecutor {
+        fn submit(&self, job: Job) {
+            // Fire and forget: the job reports its own completion, so the
+            // handle is not needed (dropping it does not cancel the request).
+            drop(self.pool.submit(move || job(&RtParallelFor)));
+        }
+    }
+}
