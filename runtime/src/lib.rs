@@ -98,3 +98,30 @@ pub fn serialize_current_request() -> bool {
     let tag = wt.current_tag();
     tag != shared_state::NO_REQUEST && wt.registry().shared.runtime_mark(tag)
 }
+
+/// Whether the calling request is currently marked not stealable (by the
+/// pileup check, by [`serialize_current_request`], or later by the kernel).
+/// False outside a request.
+///
+/// ```
+/// use tailctl_rt::{is_current_request_serialized, serialize_current_request, Pool};
+/// let pool = Pool::builder().workers(1).build().unwrap();
+/// let r = pool
+///     .submit(|| {
+///         let before = is_current_request_serialized();
+///         serialize_current_request();
+///         (before, is_current_request_serialized())
+///     })
+///     .wait()
+///     .unwrap();
+/// assert_eq!(r, (false, true));
+/// ```
+pub fn is_current_request_serialized() -> bool {
+    let wt = WorkerThread::current();
+    if wt.is_null() {
+        return false;
+    }
+    // SAFETY: non-null: a live worker of this thread.
+    let wt = unsafe { &*wt };
+    wt.registry().shared.tag_serialized(wt.current_tag())
+}

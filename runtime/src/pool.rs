@@ -617,6 +617,22 @@ impl Pool {
         self.registry.sleep.sleeping_workers() as usize
     }
 
+    /// Stops accepting requests (later submits fail with
+    /// [`RequestError::ShutDown`]); submitted ones still run. Workers exit
+    /// once none is active; dropping or [`shutdown`](Self::shutdown) joins them.
+    ///
+    /// ```
+    /// use tailctl_rt::RequestError;
+    /// let pool = tailctl_rt::Pool::builder().workers(1).build().unwrap();
+    /// let before = pool.submit(|| 1);
+    /// pool.close();
+    /// assert_eq!(pool.submit(|| 2).wait(), Err(RequestError::ShutDown));
+    /// assert_eq!(before.wait(), Ok(1));
+    /// ```
+    pub fn close(&self) {
+        self.registry.begin_shutdown(false);
+    }
+
     /// Shuts down after every submitted request completed (drain), and joins
     /// the workers.
     ///

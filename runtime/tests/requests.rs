@@ -1,0 +1,324 @@
+//! Every submitted request completes exactly once with the right result,
+//! under every policy: deep nested joins, scopes, many concurrent requests,
+//! panics, shutdown. Sizes shrink under Miri. Assertions are on behaviour only.
+#![cfg(not(loom))]
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tailctl_rt::{
+    join, parallel_for, scope, threshold::ThresholdTable, Policy, Pool, RequestError,
+};
+
+fn scale(full: usize, miri: usize) -> usize {
+    if cfg!(miri) {
+        miri
+    } else {
+        full
+    }
+}
+
+fn fib(n: u64) -> u64 {
+    if n < 2 {
+        return n;
+    }
+    let (a, b) = join(|| fib(n - 1), || fib(n - 2));
+    a + b
+}
+
+fn fib_seq(n: u64) -> u64 {
+    if n < 2 {
+        n
+    } else {
+        fib_seq(n - 1) + fib_seq(n - 2)
+    }
+}
+
+fn pool(policy: Policy, workers: usize) -> Pool {
+    let mut b = Pool::builder()
+        .workers(workers)
+        .policy(policy)
+        .spin_rounds(8);
+    if policy == Policy::TailControl {
+        // Serialize anything that ran 1 ms at 2+ active requests.
+        b = b.thresholds(ThresholdTable::from_thresholds(vec![
+            None,
+            Some(Duration::from_millis(1)),
+        ]));
+    }
+    b.build().unwrap()
+}
+
+#[test]
+fn fib_under_every_policy() {
+    let n = scale(22, 8) as u64;
+    for policy in Policy::ALL {
+        let pool = pool(policy, 3);
+        let hs: Vec<_> = (0..scale(8, 2))
+            .map(|_| pool.submit(move || fib(n)))
+            .collect();
+        for h in hs {
+            assert_eq!(h.wait().unwrap(), fib_seq(n), "{policy}");
+        }
+        assert_eq!(pool.active_requests(), 0);
+        let s = pool.stats();
+        assert_eq!(s.submitted, s.completed);
+    }
+}
+
+#[test]
+fn deep_nested_joins() {
+    // A chain of joins nested `depth` deep on one stack.
+    fn chain(d: usize) -> usize {
+        if d == 0 {
+            return 0;
+        }
+        let (a, b) = join(|| chain(d - 1), || 1);
+        a + b
+    }
+    let depth = scale(5_000, 50);
+    for policy in Policy::ALL {
+        let pool = pool(policy, 2);
+        assert_eq!(pool.submit(move || chain(depth)).wait().unwrap(), depth);
+    }
+}
+
+#[test]
+fn many_concurrent_requests_complete_exactly_once() {
+    let n = scale(3_000, 20);
+    for policy in Policy::ALL {
+        let pool = Arc::new(pool(policy, 2));
+        let seen: Arc<Vec<AtomicUsize>> = Arc::new((0..n).map(|_| AtomicUsize::new(0)).collect());
+        let submitters: Vec<_> = (0..4)
+            .map(|t| {
+                let pool = Arc::clone(&pool);
+                let seen = Arc::clone(&seen);
+                std::thread::spawn(move || {
+                    let hs: Vec<_> = (t..n)
+                        .step_by(4)
+                        .map(|i| {
+                            let seen = Arc::clone(&seen);
+                            (
+                                i,
+                                pool.submit(move || {
+                                    seen[i].fetch_add(1, Ordering::Relaxed);
+                                    let (a, b) = join(|| i * 2, || fib(6) as usize);
+                                    a + b
+                                }),
+                            )
+                        })
+                        .collect();
+                    for (i, h) in hs {
+                        assert_eq!(h.wait().unwrap(), i * 2 + 8);
+                    }
+                })
+            })
+            .collect();
+        for s in submitters {
+            s.join().unwrap();
+        }
+        assert!(
+            seen.iter().all(|c| c.load(Ordering::Relaxed) == 1),
+            "{policy}"
+        );
+        assert_eq!(pool.active_requests(), 0);
+        assert_eq!(pool.stats().completed, n as u64);
+    }
+}
+
+#[test]
+fn more_active_requests_than_table_slots() {
+    // Hold both workers so that > MAX_REQUESTS requests are active at once;
+    // the extra ones run untracked but still complete exactly once.
+    let extra = scale(tailctl_rt::shared_state::MAX_REQUESTS + 100, 10);
+    let pool = pool(Policy::TailControl, 2);
+    let gate = Arc::new(AtomicBool::new(false));
+    let blockers: Vec<_> = (0..2)
+        .map(|_| {
+            let gate = Arc::clone(&gate);
+            pool.submit(move || {
+                while !gate.load(Ordering::Acquire) {
+                    std::thread::yield_now();
+                }
+            })
+        })
+        .collect();
+    let hs: Vec<_> = (0..extra)
+        .map(|i| pool.submit(move || join(|| i, || 1)))
+        .collect();
+    assert!(pool.active_requests() >= extra);
+    gate.store(true, Ordering::Release);
+    for b in blockers {
+        b.wait().unwrap();
+    }
+    for (i, h) in hs.into_iter().enumerate() {
+        assert_eq!(h.wait().unwrap(), (i, 1));
+    }
+    assert_eq!(pool.active_requests(), 0);
+}
+
+#[test]
+fn scopes_and_parallel_for() {
+    let n = scale(100_000, 200);
+    for policy in Policy::ALL {
+        let pool = pool(policy, 2);
+        let r = pool
+            .submit(move || {
+                let mut out = vec![0usize; n];
+                let hits = AtomicUsize::new(0);
+                scope(|s| {
+                    for (k, chunk) in out.chunks_mut(1000).enumerate() {
+                        let hits = &hits;
+                        s.spawn(move |s| {
+                            for (j, x) in chunk.iter_mut().enumerate() {
+                                *x = k * 1000 + j;
+                            }
+                            s.spawn(move |_| {
+                                hits.fetch_add(1, Ordering::Relaxed);
+                            });
+                        });
+                    }
+                });
+                let sum = AtomicUsize::new(0);
+                parallel_for(0..n, 64, |i| {
+                    sum.fetch_add(out[i], Ordering::Relaxed);
+                });
+                (sum.into_inner(), hits.into_inner())
+            })
+            .wait()
+            .unwrap();
+        assert_eq!(r, (n * (n - 1) / 2, n.div_ceil(1000)), "{policy}");
+    }
+}
+
+fn msg<T>(r: Result<T, RequestError>) -> String {
+    match r {
+        Err(RequestError::Panicked { message }) => message,
+        other => panic!("expected a panic, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn panics_fail_only_their_request() {
+    for policy in Policy::ALL {
+        let pool = pool(policy, 2);
+        let root = pool.submit(|| -> u32 { panic!("root") });
+        let in_a = pool.submit(|| join(|| -> u64 { panic!("in a") }, || fib(10)));
+        let in_b = pool.submit(|| join(|| fib(10), || -> u64 { panic!("in b") }));
+        let in_spawn = pool.submit(|| {
+            scope(|s| {
+                s.spawn(|_| panic!("in spawn"));
+                s.spawn(|_| {
+                    fib(10);
+                });
+            })
+        });
+        let deep = pool.submit(|| {
+            parallel_for(0..10_000, 10, |i| {
+                if i == 7_777 {
+                    panic!("deep")
+                }
+            })
+        });
+        let ok = pool.submit(|| fib(15));
+        assert_eq!(msg(root.wait()), "root");
+        assert_eq!(msg(in_a.wait()), "in a");
+        assert_eq!(msg(in_b.wait()), "in b");
+        assert_eq!(msg(in_spawn.wait()), "in spawn");
+        assert_eq!(msg(deep.wait()), "deep");
+        assert_eq!(ok.wait().unwrap(), 610);
+        // The pool keeps serving.
+        assert_eq!(pool.submit(|| fib(12)).wait().unwrap(), 144);
+        assert_eq!(pool.stats().panicked, 5);
+        assert_eq!(pool.active_requests(), 0);
+    }
+}
+
+#[test]
+fn shutdown_drains() {
+    for policy in Policy::ALL {
+        let pool = pool(policy, 2);
+        let hs: Vec<_> = (0..scale(500, 10))
+            .map(|i| pool.submit(move || join(|| i, || i)))
+            .collect();
+        pool.shutdown();
+        for (i, h) in hs.into_iter().enumerate() {
+            assert_eq!(h.wait().unwrap(), (i, i));
+        }
+    }
+}
+
+#[test]
+fn shutdown_cancel_runs_or_cancels_each_exactly_once() {
+    for policy in Policy::ALL {
+        let pool = pool(policy, 2);
+        let ran = Arc::new(AtomicUsize::new(0));
+        let hs: Vec<_> = (0..scale(2_000, 10))
+            .map(|i| {
+                let ran = Arc::clone(&ran);
+                pool.submit(move || {
+                    ran.fetch_add(1, Ordering::Relaxed);
+                    fib(8) as usize + i
+                })
+            })
+            .collect();
+        pool.shutdown_cancel();
+        let mut ok = 0;
+        for (i, h) in hs.into_iter().enumerate() {
+            match h.wait() {
+                Ok(v) => {
+                    assert_eq!(v, 21 + i);
+                    ok += 1;
+                }
+                Err(e) => assert_eq!(e, RequestError::Cancelled),
+            }
+        }
+        assert_eq!(ok, ran.load(Ordering::Relaxed), "{policy}");
+    }
+}
+
+#[test]
+fn submit_after_close_is_refused() {
+    let pool = pool(Policy::StealFirst, 1);
+    pool.close();
+    assert_eq!(pool.submit(|| 1).wait(), Err(RequestError::ShutDown));
+    assert_eq!(pool.active_requests(), 0);
+}
+
+#[test]
+fn handles_are_futures() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    fn block_on<F: Future + Unpin>(mut f: F) -> F::Output {
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            if let Poll::Ready(v) = std::pin::Pin::new(&mut f).poll(&mut cx) {
+                return v;
+            }
+            std::thread::park();
+        }
+    }
+    let pool = pool(Policy::TailControl, 2);
+    for i in 0..scale(200, 5) as u64 {
+        assert_eq!(block_on(pool.submit(move || fib(10) + i)).unwrap(), 55 + i);
+    }
+}
+
+#[test]
+fn join_and_scope_work_outside_a_pool() {
+    assert_eq!(fib(10), 55);
+    let mut v = [0; 3];
+    scope(|s| {
+        for (i, x) in v.iter_mut().enumerate() {
+            s.spawn(move |_| *x = i);
+        }
+    });
+    assert_eq!(v, [0, 1, 2]);
+}
