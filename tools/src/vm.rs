@@ -1,10 +1,289 @@
-//! `tailctl vm`.
+//! `tailctl vm`: run commands on a kernel that has sched_ext.
+//!
+//! Design: development and CI machines often run a kernel without
+//! `CONFIG_SCHED_CLASS_EXT` and without working nested KVM. `tailctl vm run`
+//! then boots a Debian trixie-backports cloud kernel (fetched and unpacked by
+//! `tools/vm/provision.sh` into `.cache/vm/kernels/<series>/`) under qemu TCG
+//! with virtme-ng, whose guest sees the host's file system, so binaries built
+//! on the host run there unchanged. On a host whose own kernel has sched_ext
+//! the command runs directly instead.
+//!
+//! vng's own exit status is not trusted: a guest can power off early while vng
+//! still exits 0. The command runs inside a wrapper that writes its exit status
+//! to a marker file in a read-write directory shared with the host; a missing
+//! marker is reported as a failed run.
 
-use anyhow::Result;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+/// The repository root, fixed at build time: the harness drives scripts and
+/// caches that live in the tree.
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tools/ has a parent")
+        .to_path_buf()
+}
+
+fn cache_dir() -> PathBuf {
+    repo_root().join(".cache")
+}
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    #[command(subcommand)]
+    command: VmCommand,
+}
 
-pub fn run(_args: Args) -> Result<()> {
-    anyhow::bail!("tailctl vm: not built yet")
+#[derive(clap::Subcommand)]
+enum VmCommand {
+    /// Install the host packages, virtme-ng, virtiofsd and the sched_ext kernels (idempotent, cached).
+    Provision {
+        /// Kernel series to fetch (e.g. 6.18, 7); default: 6.18 and 7.
+        series: Vec<String>,
+    },
+    /// List the provisioned kernels.
+    Kernels,
+    /// Run a command on a sched_ext kernel: in a VM, or directly on a sched_ext host.
+    Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Kernel series to boot (a directory under .cache/vm/kernels).
+    #[arg(short, long, default_value = "6.18")]
+    kernel: String,
+    /// Number of vCPUs.
+    #[arg(short, long, default_value_t = 4)]
+    cpus: u32,
+    /// Guest memory (qemu syntax).
+    #[arg(short, long, default_value = "2G")]
+    memory: String,
+    /// A host directory the guest may write (results); created if missing.
+    #[arg(long)]
+    rwdir: Option<PathBuf>,
+    /// Boot a VM even if the host kernel has sched_ext.
+    #[arg(long)]
+    force_vm: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+/// A provisioned kernel: the unpacked package tree and its release string.
+struct Kernel {
+    series: String,
+    dir: PathBuf,
+    vmlinuz: PathBuf,
+    release: String,
+}
+
+fn read_kernel(dir: &Path) -> Result<Kernel> {
+    let ready = dir.join("READY");
+    let text = std::fs::read_to_string(&ready).with_context(|| {
+        format!(
+            "kernel {} is not provisioned ({} missing); run `tailctl vm provision {}`",
+            dir.display(),
+            ready.display(),
+            dir.file_name().unwrap_or_default().to_string_lossy()
+        )
+    })?;
+    let field = |k: &str| -> Result<String> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .map(str::to_string)
+            .with_context(|| format!("{}: no `{k}=` line", ready.display()))
+    };
+    Ok(Kernel {
+        series: dir
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned(),
+        dir: dir.to_path_buf(),
+        vmlinuz: dir.join(field("vmlinuz")?),
+        release: field("release")?,
+    })
+}
+
+fn host_has_sched_ext() -> bool {
+    Path::new("/sys/kernel/sched_ext/state").exists()
+}
+
+/// Quote one argument for /bin/sh.
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+fn provision(series: &[String]) -> Result<()> {
+    let script = repo_root().join("tools/vm/provision.sh");
+    let status = Command::new("bash")
+        .arg(&script)
+        .args(series)
+        .status()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !status.success() {
+        bail!("{} failed ({status})", script.display());
+    }
+    Ok(())
+}
+
+fn kernels() -> Result<()> {
+    let dir = cache_dir().join("vm/kernels");
+    let mut found = false;
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        let mut entries: Vec<_> = entries.flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            if let Ok(k) = read_kernel(&e.path()) {
+                println!("{:<6} {}", k.series, k.release);
+                found = true;
+            }
+        }
+    }
+    if !found {
+        println!("no kernels provisioned; run `tailctl vm provision`");
+    }
+    if host_has_sched_ext() {
+        println!("host kernel has sched_ext: `tailctl vm run` runs commands directly");
+    }
+    Ok(())
+}
+
+/// Run the command; returns its exit code.
+fn run_command(args: RunArgs) -> Result<i32> {
+    let cmdline = args
+        .command
+        .iter()
+        .map(|a| shell_quote(a))
+        .collect::<Vec<_>>()
+        .join(" ");
+    if host_has_sched_ext() && !args.force_vm {
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(&cmdline)
+            .status()
+            .context("running the command on the host")?;
+        return Ok(status.code().unwrap_or(128));
+    }
+
+    let kernel = read_kernel(&cache_dir().join("vm/kernels").join(&args.kernel))?;
+    let vng = cache_dir().join("venv/bin/vng");
+    if !vng.exists() {
+        bail!(
+            "virtme-ng is not installed ({} missing); run `tailctl vm provision`",
+            vng.display()
+        );
+    }
+    let rwdir = args
+        .rwdir
+        .clone()
+        .unwrap_or_else(|| cache_dir().join("vm/run"));
+    std::fs::create_dir_all(&rwdir)
+        .with_context(|| format!("creating the results directory {}", rwdir.display()))?;
+    let rwdir = rwdir.canonicalize()?;
+    for p in [&rwdir, &kernel.dir] {
+        let s = p.to_string_lossy();
+        if s.contains('+') || s.contains('~') {
+            bail!("virtme-ng rejects paths containing '+' or '~': {s}");
+        }
+    }
+
+    let id = std::process::id();
+    let marker = rwdir.join(format!(".tailctl-vm-{id}.rc"));
+    let wrapper = rwdir.join(format!(".tailctl-vm-{id}.sh"));
+    let _ = std::fs::remove_file(&marker);
+    let cwd = std::env::current_dir()?;
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\n# written by tailctl vm run; runs in the guest\ncd {cwd}\n{cmdline}\necho $? > {marker}\n",
+            cwd = shell_quote(&cwd.to_string_lossy()),
+            marker = shell_quote(&marker.to_string_lossy()),
+        ),
+    )?;
+
+    let path = format!(
+        "{}:{}",
+        cache_dir().join("tools/bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    eprintln!(
+        "[tailctl vm] booting {} ({} vCPUs, {}) under qemu TCG",
+        kernel.release, args.cpus, args.memory
+    );
+    let status = Command::new(&vng)
+        .arg("--run")
+        .arg(&kernel.vmlinuz)
+        .args(["--disable-kvm", "--cpus", &args.cpus.to_string()])
+        .args(["--memory", &args.memory])
+        .arg("--rodir")
+        .arg(format!("/boot={}", kernel.dir.join("boot").display()))
+        .arg("--rwdir")
+        .arg(&rwdir)
+        .arg("--exec")
+        .arg(format!("sh {}", shell_quote(&wrapper.to_string_lossy())))
+        .env("PATH", path)
+        .stdin(std::process::Stdio::null())
+        .status()
+        .with_context(|| format!("running {}", vng.display()))?;
+    let _ = std::fs::remove_file(&wrapper);
+    let rc = std::fs::read_to_string(&marker);
+    let _ = std::fs::remove_file(&marker);
+    match rc {
+        Ok(s) => s
+            .trim()
+            .parse::<i32>()
+            .with_context(|| format!("malformed exit-status marker {:?}", s.trim())),
+        Err(_) => bail!(
+            "the guest did not finish the command (vng exited with {status}; no exit-status marker). \
+             Is udev installed on the host? Did the guest run out of memory?"
+        ),
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    match args.command {
+        VmCommand::Provision { series } => provision(&series),
+        VmCommand::Kernels => kernels(),
+        VmCommand::Run(run_args) => {
+            let code = run_command(run_args)?;
+            std::process::exit(code);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_survives_the_shell() {
+        let args = ["echo", "a b", "it's", "$HOME", ""];
+        let line = args
+            .iter()
+            .map(|a| shell_quote(a))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let out = Command::new("sh").arg("-c").arg(&line).output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "a b it's $HOME \n");
+    }
+
+    #[test]
+    fn missing_kernel_names_the_fix() {
+        let err = read_kernel(Path::new("/nonexistent/kernels/9.9"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("tailctl vm provision 9.9"), "{err}");
+    }
 }

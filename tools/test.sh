@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs every test of the project; installs what it needs first (idempotent).
+#   tools/test.sh            everything: lint, host tests, scheduler tests in
+#                            the sched_ext VM on kernels 6.18 and 7
+#   KERNELS="6.18" tools/test.sh     only some kernel series
+#   SKIP_VM=1 tools/test.sh          host only (no scheduler tests)
+# Ends with "all: N passed, M failed"; exits non-zero on any failure.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+kernels=${KERNELS:-"6.18 7"}
+log=$(mktemp); trap 'rm -f "$log"' EXIT
+failed=0; passed=0
+step() { echo; echo "=== $* ==="; }
+ok() { passed=$((passed + $1)); }
+bad() { failed=$((failed + $1)); echo "FAILED: $2"; }
+start=$(date +%s)
+
+step "provision (host packages, virtme-ng, virtiofsd, sched_ext kernels)"
+# shellcheck disable=SC2086
+bash tools/vm/provision.sh $([ "${SKIP_VM:-0}" = 1 ] && echo --host-only) $kernels || { echo "provisioning failed"; exit 1; }
+
+step "format and lint"
+if cargo fmt --all -- --check; then ok 1; else bad 1 "cargo fmt --check"; fi
+if cargo clippy --workspace --all-targets -q -- -D warnings; then ok 1; else bad 1 "cargo clippy -D warnings"; fi
+
+step "host tests (cargo test --workspace)"
+cargo test --workspace 2>&1 | tee "$log"
+host_rc=${PIPESTATUS[0]}
+hp=$(grep -oE 'test result: .* ([0-9]+) passed' "$log" | grep -oE '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
+hf=$(grep -oE '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')
+ok "$hp"
+if [ "$host_rc" != 0 ]; then bad "$((hf > 0 ? hf : 1))" "cargo test --workspace"; fi
+
+if [ "${SKIP_VM:-0}" != 1 ]; then
+  cargo build -q -p scx_tailctl -p tailctl-tools || { bad 1 "building scx_tailctl"; }
+  for k in $kernels; do
+    step "scheduler tests on kernel series $k"
+    out=.cache/vm/results/$k
+    rm -rf "$out"; mkdir -p "$out"
+    target/debug/tailctl vm run -k "$k" -c 4 --rwdir .cache/vm/results -- \
+      tools/vm/guest-tests.sh target/debug/scx_tailctl "$out" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    gp=$(grep -oE '^guest .*: [0-9]+ passed' "$log" | grep -oE '[0-9]+ passed' | awk '{print $1}')
+    gf=$(grep -oE '^guest .*: [0-9]+ passed, [0-9]+ failed' "$log" | grep -oE '[0-9]+ failed' | awk '{print $1}')
+    ok "${gp:-0}"
+    if [ "$rc" != 0 ]; then bad "$(( ${gf:-0} > 0 ? ${gf:-0} : 1 ))" "scheduler tests on $k"; fi
+  done
+fi
+
+echo
+echo "took $(( $(date +%s) - start )) s"
+echo "all: $passed passed, $failed failed"
+[ "$failed" = 0 ]

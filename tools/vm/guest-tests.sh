@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# The scheduler's integration tests. Runs inside a sched_ext kernel (the VM
+# that `tailctl vm run` boots, or a sched_ext host) as root:
+#   tools/vm/guest-tests.sh SCX_TAILCTL_BINARY RESULTS_DIR [TEST...]
+# Tests: load (attach/verify/detach, pins, errors), stress (stress-ng beside the
+# scheduler), service (redis-server + redis-benchmark vs the default scheduler).
+# Prints PASS/FAIL per test, writes RESULTS_DIR/<kernel>.json, and ends with
+# "guest: N passed, M failed"; exits non-zero if any test failed.
+set -uo pipefail
+
+bin=$(readlink -f "$1"); out=$2; shift 2
+tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=(load stress service)
+mkdir -p "$out"
+kver=$(uname -r)
+state() { cat /sys/kernel/sched_ext/state 2>/dev/null || echo missing; }
+ops() { cat /sys/kernel/sched_ext/root/ops 2>/dev/null || echo none; }
+passed=0; failed=0; json_items=()
+pass() { echo "PASS $1${2:+: $2}"; passed=$((passed + 1)); json_items+=("\"$1\": {\"ok\": true${3:+, $3}}"); }
+fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); json_items+=("\"$1\": {\"ok\": false, \"why\": \"$2\"}"); }
+log() { echo "[guest $kver] $*"; }
+
+sched_pid=""
+# Start the scheduler and wait until the kernel reports it enabled.
+start_sched() {
+  "$bin" "$@" >"$out/sched.log" 2>&1 &
+  sched_pid=$!
+  for _ in $(seq 1 300); do
+    [ "$(state)" = enabled ] && return 0
+    kill -0 "$sched_pid" 2>/dev/null || return 1
+    sleep 0.2
+  done
+  return 1
+}
+# Ask it to stop (SIGINT) and return its exit status.
+stop_sched() {
+  kill -INT "$sched_pid" 2>/dev/null
+  wait "$sched_pid"; local rc=$?
+  sched_pid=""
+  return $rc
+}
+cleanup() { [ -n "$sched_pid" ] && kill -INT "$sched_pid" 2>/dev/null; wait 2>/dev/null; }
+trap cleanup EXIT
+
+test_load() {
+  if ! start_sched; then fail load "scheduler did not reach enabled: $(tail -n 5 "$out/sched.log" | tr '\n"' ' ')"; return; fi
+  local o; o=$(ops)
+  case "$o" in tailctl*) ;; *) fail load "ops name is '$o', expected tailctl*"; stop_sched; return ;; esac
+  [ -e /sys/fs/bpf/tailctl/stats ] || { fail load "map pin /sys/fs/bpf/tailctl/stats missing"; stop_sched; return; }
+  # Debian's bpftool must see the field names (BTF) in the pinned map.
+  if command -v bpftool >/dev/null; then
+    bpftool map dump pinned /sys/fs/bpf/tailctl/stats >"$out/bpftool.txt" 2>&1
+    grep -q '"direct_dispatches"' "$out/bpftool.txt" || { fail load "bpftool shows no named fields: $(head -c 200 "$out/bpftool.txt" | tr '\n"' ' ')"; stop_sched; return; }
+  fi
+  # A second instance must refuse clearly while one is loaded.
+  local err; err=$("$bin" 2>&1); local rc2=$?
+  if [ $rc2 = 0 ] || ! grep -q "another sched_ext scheduler is loaded" <<<"$err"; then
+    fail load "second instance: rc=$rc2, '$err'"; stop_sched; return
+  fi
+  stop_sched; local rc=$?
+  [ $rc = 0 ] || { fail load "exit status $rc after SIGINT: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; return; }
+  [ "$(state)" = disabled ] || { fail load "state is $(state) after detach"; return; }
+  [ ! -e /sys/fs/bpf/tailctl/stats ] || { fail load "pins left behind after exit"; return; }
+  # Partial mode loads too, and a stale pin left by a killed instance is replaced.
+  mkdir -p /sys/fs/bpf/tailctl
+  if ! start_sched --partial; then fail load "--partial did not load: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; return; fi
+  kill -9 "$sched_pid"; wait "$sched_pid" 2>/dev/null; sched_pid=""
+  for _ in $(seq 1 100); do [ "$(state)" = disabled ] && break; sleep 0.1; done
+  [ -e /sys/fs/bpf/tailctl/stats ] || { fail load "kill -9 should leave a stale pin to exercise"; return; }
+  if ! start_sched; then fail load "restart over a stale pin failed: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; return; fi
+  grep -q "removing stale pin" "$out/sched.log" || { fail load "stale pin not reported"; stop_sched; return; }
+  stop_sched || { fail load "second run did not exit 0"; return; }
+  pass load "attach, ops name, pins+BTF, refusal, detach, --partial, stale pins"
+}
+
+test_stress() {
+  local n; n=$(nproc)
+  if ! start_sched --stats 5; then fail stress "scheduler did not load"; return; fi
+  log "stress-ng for 31 s on $n CPUs beside the scheduler"
+  timeout --foreground --preserve-status 60 stress-ng -t 31 --aggressive -M -c "$n" -f "$n" \
+    --affinity 1 --affinity-delay 1 --affinity-pin --temp-path "$out" >"$out/stress.log" 2>&1
+  local src=$?
+  if ! kill -0 "$sched_pid" 2>/dev/null; then fail stress "scheduler died during stress: $(grep -i 'exit\|error' "$out/sched.log" | tail -n 3 | tr '\n"' ' ')"; return; fi
+  [ "$(state)" = enabled ] || { fail stress "state $(state) after stress (ejected?)"; stop_sched; return; }
+  stop_sched; local rc=$?
+  [ $rc = 0 ] || { fail stress "scheduler exit status $rc: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; return; }
+  [ $src = 0 ] || { fail stress "stress-ng failed ($src): $(tail -n 3 "$out/stress.log" | tr '\n"' ' ')"; return; }
+  pass stress "31 s of cpu+fork+affinity churn, no ejection, exit 0"
+}
+
+# One redis-benchmark run: prints "rps p99_ms" for GET+SET combined (mean of the two).
+bench_redis() {
+  redis-benchmark -h 127.0.0.1 -p 6399 -q -n "$1" -c 16 -t set,get --csv 2>"$out/bench.err" \
+    | awk -F'","|"' 'NR>1 {rps+=$3; p99+=$8; n++} END {if (n) printf "%.0f %.3f\n", rps/n, p99/n; else print "0 0"}'
+}
+
+test_service() {
+  local n=${REDIS_REQUESTS:-20000}
+  redis-server --port 6399 --bind 127.0.0.1 --save '' --appendonly no --daemonize no >"$out/redis.log" 2>&1 &
+  local rpid=$!
+  for _ in $(seq 1 100); do redis-cli -p 6399 ping >/dev/null 2>&1 && break; sleep 0.1; done
+  redis-cli -p 6399 ping >/dev/null 2>&1 || { fail service "redis-server did not start"; kill $rpid; return; }
+  # Alternate default / tailctl twice so drift in the emulated machine hits both.
+  local d1 t1 d2 t2
+  d1=$(bench_redis "$n")
+  start_sched || { fail service "scheduler did not load"; kill $rpid; return; }
+  t1=$(bench_redis "$n")
+  stop_sched || { fail service "scheduler exit non-zero"; kill $rpid; return; }
+  d2=$(bench_redis "$n")
+  start_sched || { fail service "scheduler did not load (2nd)"; kill $rpid; return; }
+  t2=$(bench_redis "$n")
+  stop_sched || { fail service "scheduler exit non-zero (2nd)"; kill $rpid; return; }
+  kill $rpid; wait $rpid 2>/dev/null
+  if [ -s "$out/bench.err" ] && grep -qi error "$out/bench.err"; then fail service "redis-benchmark errors: $(head -c 200 "$out/bench.err")"; return; fi
+  local summary
+  summary=$(awk -v d1="$d1" -v t1="$t1" -v d2="$d2" -v t2="$t2" 'BEGIN {
+    split(d1,a," "); split(t1,b," "); split(d2,c," "); split(t2,d," ");
+    drps=(a[1]+c[1])/2; trps=(b[1]+d[1])/2; dp=(a[2]+c[2])/2; tp=(b[2]+d[2])/2;
+    if (drps <= 0 || trps <= 0) { print "bad"; exit }
+    printf "default %.0f rps p99 %.3f ms | tailctl %.0f rps p99 %.3f ms | throughput ratio %.3f, p99 ratio %.3f", drps, dp, trps, tp, trps/drps, (dp>0? tp/dp : 0) }')
+  [ "$summary" != bad ] || { fail service "redis-benchmark produced no numbers: $d1 / $t1"; return; }
+  local ratio; ratio=$(sed -E 's/.*throughput ratio ([0-9.]+).*/\1/' <<<"$summary")
+  pass service "$summary" "\"summary\": \"$summary\", \"throughput_ratio\": $ratio"
+}
+
+[ -e /sys/kernel/sched_ext/state ] || { echo "FAIL setup: kernel $kver has no sched_ext"; echo "guest: 0 passed, 1 failed"; exit 1; }
+log "$(nproc) CPUs; running: ${tests[*]}"
+for t in "${tests[@]}"; do "test_$t"; done
+{ echo "{\"kernel\": \"$kver\", \"cpus\": $(nproc), \"tests\": {"; (IFS=,; echo "${json_items[*]}"); echo "}}"; } >"$out/$kver.json"
+echo "guest $kver: $passed passed, $failed failed"
+[ $failed = 0 ]
