@@ -1,0 +1,680 @@
+//! Discrete-event simulator of a work-stealing server with the tail-control
+//! paper's policies (Li et al., PPoPP'16, §3–4).
+//!
+//! Design. `m` workers, each with a deque of *range tasks* `(request, n chunks)`.
+//! A request is a sequence of phases: parallel-for phases of `n` equal chunks
+//! and (for sub-linear requests) sequential segments of one chunk. A worker
+//! that takes a range task splits it by recursive halving, as TBB's and
+//! Cilk's `parallel_for` do: it pushes the right halves on the bottom of its
+//! deque and runs the leftmost chunk; it pops the bottom when the chunk ends.
+//! Thieves take the *top* (the largest remaining half) of a uniformly random
+//! victim; every steal attempt, successful or not, costs `steal_cost` of the
+//! thief's time. The worker that finishes a phase's last chunk continues with
+//! the next phase (the join continuation). Nothing is processor-shared: a
+//! request runs on exactly the workers that hold its chunks.
+//!
+//! When a worker runs out of local work it follows the paper's scheduling loop
+//! (Figure 5, with the listing's bugs fixed: the steal loop exits on success,
+//! and thieves skip deques whose top belongs to a non-stealable request):
+//!
+//! * steal-first (SF): steal while some deque top is stealable; otherwise
+//!   admit the oldest request from the global FIFO; otherwise idle.
+//! * admit-first (AF): admit first; steal only when the FIFO is empty.
+//! * tail-control (TC): SF, and before stealing run `check_pileup_phase`:
+//!   look up `l(q)` for the active count `q` (arrived, not completed) and
+//!   mark every executing request whose processing time (time accumulated by
+//!   workers that left it plus time elapsed on the workers now on it) exceeds
+//!   it as not stealable. Serialization is lazy: the workers already on the
+//!   request keep its local tasks.
+//! * TC-clairvoyant: TC, but it compares the request's *total* work with
+//!   `l(q)`, at admission and at every check: large requests are serialized
+//!   before they run in parallel.
+//! * random admission (default TBB): no FIFO; an arriving request is pushed on
+//!   a random worker's deque; workers steal.
+//!
+//! Idle workers are modelled lazily: a worker that finds nothing stealable
+//! and nothing to admit parks (in a real runtime it spins, but its attempts
+//! cannot succeed); it is woken by an arrival (one parked worker admits it)
+//! or by a push of stealable work (all parked workers resume stealing at a
+//! random phase of their attempt). This keeps the event count proportional
+//! to useful events: ~1 per chunk plus a few per steal.
+//!
+//! Events: each worker has at most one pending event (end of chunk, end of
+//! steal attempt), plus the next arrival; the earliest is found by a linear
+//! scan, cheaper than a heap for the few tens of workers simulated here.
+
+use std::collections::VecDeque;
+
+use super::rng::Rng;
+use super::workload::Trace;
+
+/// Scheduling policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// Steal-first.
+    StealFirst,
+    /// Admit-first.
+    AdmitFirst,
+    /// Tail-control with a threshold table.
+    TailControl,
+    /// Tail-control that knows each request's work at arrival (a bound).
+    Clairvoyant,
+    /// Default-TBB-style random admission, no global FIFO.
+    Random,
+}
+
+impl Policy {
+    /// Every policy, in report order.
+    pub const ALL: [Policy; 5] = [
+        Policy::StealFirst,
+        Policy::AdmitFirst,
+        Policy::TailControl,
+        Policy::Random,
+        Policy::Clairvoyant,
+    ];
+
+    /// Short name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::StealFirst => "sf",
+            Policy::AdmitFirst => "af",
+            Policy::TailControl => "tc",
+            Policy::Clairvoyant => "tc-clairvoyant",
+            Policy::Random => "random",
+        }
+    }
+
+    /// Parses a short name (`sf`, `af`, `tc`, `tc-clairvoyant`/`tcc`, `random`/`tbb`).
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "sf" | "steal-first" => Policy::StealFirst,
+            "af" | "admit-first" => Policy::AdmitFirst,
+            "tc" | "tail-control" => Policy::TailControl,
+            "tcc" | "tc-clairvoyant" | "clairvoyant" => Policy::Clairvoyant,
+            "random" | "tbb" | "default-tbb" => Policy::Random,
+            _ => return None,
+        })
+    }
+
+    /// Whether the policy uses a threshold table.
+    pub fn uses_table(self) -> bool {
+        matches!(self, Policy::TailControl | Policy::Clairvoyant)
+    }
+}
+
+/// Simulator parameters.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Number of workers (cores).
+    pub cores: usize,
+    /// Policy.
+    pub policy: Policy,
+    /// Time of one steal attempt, seconds.
+    pub steal_cost: f64,
+    /// Target work of one parallel-for chunk, seconds.
+    pub chunk: f64,
+    /// Sequential segments per request when its sequential fraction is > 0;
+    /// they alternate with `segments + 1` parallel phases.
+    pub seq_segments: usize,
+    /// Thresholds in seconds, `[q-1]`, `INFINITY` for "never"; empty = never.
+    pub thresholds: Vec<f64>,
+    /// Seed of the scheduler's own randomness (victims, wake-up phases).
+    pub seed: u64,
+}
+
+impl Config {
+    /// Checks the parameters.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.cores == 0 {
+            return Err("cores must be ≥ 1".into());
+        }
+        if !(self.steal_cost.is_finite() && self.steal_cost >= 0.0) {
+            return Err(format!("steal cost must be ≥ 0, got {}", self.steal_cost));
+        }
+        if !(self.chunk.is_finite() && self.chunk > 0.0) {
+            return Err(format!("chunk must be > 0, got {}", self.chunk));
+        }
+        if self.seq_segments == 0 {
+            return Err("sequential segments must be ≥ 1".into());
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, active: usize) -> f64 {
+        if self.thresholds.is_empty() {
+            return f64::INFINITY;
+        }
+        self.thresholds[active.clamp(1, self.thresholds.len()) - 1]
+    }
+}
+
+/// What a run produced.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    /// Latency (arrival → completion) of each request, seconds, trace order.
+    pub latency: Vec<f64>,
+    /// Requests marked not stealable.
+    pub serialized: usize,
+    /// Steal attempts (each cost `steal_cost`).
+    pub steal_attempts: u64,
+    /// Successful steals.
+    pub steals: u64,
+    /// Total chunk work executed, seconds (equals the trace's total work).
+    pub work_done: f64,
+    /// Time of the last completion.
+    pub end_time: f64,
+    /// Largest number of active requests seen.
+    pub max_active: usize,
+    /// Simulated events.
+    pub events: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Task {
+    req: u32,
+    n: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Exec,
+    Steal,
+    Parked,
+}
+
+struct Worker {
+    deque: VecDeque<Task>,
+    state: State,
+    next: f64,
+    /// Request whose chunk is executing (valid in `Exec`).
+    exec: u32,
+    /// The paper's `curr_request` / `start_time` bookkeeping.
+    cur: Option<u32>,
+    start: f64,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Req {
+    phase: u32,
+    outstanding: u32,
+    chunk_len: f64,
+    stealable: bool,
+    proc_accum: f64,
+    scratch: f64,
+    done_work: f64,
+}
+
+struct Sim<'a> {
+    cfg: &'a Config,
+    trace: &'a Trace,
+    rng: Rng,
+    workers: Vec<Worker>,
+    reqs: Vec<Req>,
+    fifo: VecDeque<u32>,
+    active: usize,
+    parked: usize,
+    out: Outcome,
+}
+
+impl<'a> Sim<'a> {
+    /// Phase `i` of request `r`: (work, parallel?), and the phase count.
+    fn phase(&self, r: usize, i: u32) -> (f64, bool, u32) {
+        let w = self.trace.work[r];
+        let f = self.trace.seq_fraction[r];
+        if f <= 0.0 {
+            return (w, true, 1);
+        }
+        if f >= 1.0 {
+            return (w, false, 1);
+        }
+        let k = self.cfg.seq_segments as f64;
+        let phases = 2 * self.cfg.seq_segments as u32 + 1;
+        if i % 2 == 0 {
+            ((1.0 - f) * w / (k + 1.0), true, phases)
+        } else {
+            (f * w / k, false, phases)
+        }
+    }
+
+    /// Sets up phase `i` of `r` and returns its root task.
+    fn setup_phase(&mut self, r: u32, i: u32) -> Task {
+        let (pw, par, _) = self.phase(r as usize, i);
+        let n = if par {
+            ((pw / self.cfg.chunk).round() as u32).max(1)
+        } else {
+            1
+        };
+        let q = &mut self.reqs[r as usize];
+        q.phase = i;
+        q.outstanding = n;
+        q.chunk_len = pw / n as f64;
+        Task { req: r, n }
+    }
+
+    fn set_current(&mut self, w: usize, new: Option<u32>, now: f64) {
+        let wk = &mut self.workers[w];
+        if wk.cur == new {
+            return;
+        }
+        if let Some(old) = wk.cur {
+            self.reqs[old as usize].proc_accum += now - wk.start;
+        }
+        wk.cur = new;
+        wk.start = now;
+    }
+
+    fn has_stealable(&self, thief: usize) -> bool {
+        self.workers.iter().enumerate().any(|(v, wk)| {
+            v != thief
+                && wk
+                    .deque
+                    .front()
+                    .is_some_and(|t| self.reqs[t.req as usize].stealable)
+        })
+    }
+
+    fn mark(&mut self, r: u32) {
+        let q = &mut self.reqs[r as usize];
+        if q.stealable {
+            q.stealable = false;
+            self.out.serialized += 1;
+        }
+    }
+
+    /// The paper's `check_pileup_phase`.
+    fn check_pileup(&mut self, now: f64) {
+        let l = self.cfg.lookup(self.active);
+        if l.is_infinite() {
+            return;
+        }
+        if self.cfg.policy == Policy::Clairvoyant {
+            for w in 0..self.workers.len() {
+                if let Some(r) = self.workers[w].cur {
+                    if self.trace.work[r as usize] > l {
+                        self.mark(r);
+                    }
+                }
+            }
+            return;
+        }
+        // Two passes: sum elapsed time per request over the workers on it
+        // (the paper's hashtable), then compare and reset.
+        for wk in &self.workers {
+            if let Some(r) = wk.cur {
+                self.reqs[r as usize].scratch += now - wk.start;
+            }
+        }
+        for w in 0..self.workers.len() {
+            if let Some(r) = self.workers[w].cur {
+                let q = &mut self.reqs[r as usize];
+                if q.scratch == f64::NEG_INFINITY {
+                    continue; // already handled through another worker
+                }
+                let pt = q.proc_accum + q.scratch;
+                q.scratch = f64::NEG_INFINITY;
+                if pt > l {
+                    self.mark(r);
+                }
+            }
+        }
+        for wk in &self.workers {
+            if let Some(r) = wk.cur {
+                self.reqs[r as usize].scratch = 0.0;
+            }
+        }
+    }
+
+    fn wake_all(&mut self, now: f64) {
+        if self.parked == 0 {
+            return;
+        }
+        if self.cfg.policy.uses_table() {
+            self.check_pileup(now);
+        }
+        for w in 0..self.workers.len() {
+            if self.workers[w].state == State::Parked {
+                // A spinning thief notices at a random point of its current attempt.
+                let phase = self.rng.uniform_pos();
+                let wk = &mut self.workers[w];
+                wk.state = State::Steal;
+                wk.next = now + self.cfg.steal_cost * phase;
+                self.out.steal_attempts += 1;
+            }
+        }
+        self.parked = 0;
+    }
+
+    fn park(&mut self, w: usize) {
+        let wk = &mut self.workers[w];
+        wk.state = State::Parked;
+        wk.next = f64::INFINITY;
+        self.parked += 1;
+    }
+
+    fn begin_attempt(&mut self, w: usize, now: f64) {
+        let wk = &mut self.workers[w];
+        wk.state = State::Steal;
+        wk.next = now + self.cfg.steal_cost;
+        self.out.steal_attempts += 1;
+    }
+
+    fn start_task(&mut self, w: usize, task: Task, now: f64) {
+        self.set_current(w, Some(task.req), now);
+        let stealable = self.reqs[task.req as usize].stealable;
+        let chunk = self.reqs[task.req as usize].chunk_len;
+        let wk = &mut self.workers[w];
+        let mut n = task.n;
+        let pushed = n > 1;
+        while n > 1 {
+            let half = n / 2;
+            wk.deque.push_back(Task {
+                req: task.req,
+                n: half,
+            });
+            n -= half;
+        }
+        wk.state = State::Exec;
+        wk.exec = task.req;
+        wk.next = now + chunk;
+        if pushed && stealable {
+            self.wake_all(now);
+        }
+    }
+
+    fn admit(&mut self, w: usize, now: f64) {
+        let r = self.fifo.pop_front().expect("admit with an empty FIFO");
+        let task = self.setup_phase(r, 0);
+        if self.cfg.policy == Policy::Clairvoyant
+            && self.trace.work[r as usize] > self.cfg.lookup(self.active)
+        {
+            self.mark(r);
+        }
+        self.start_task(w, task, now);
+    }
+
+    /// The scheduling loop once local work is exhausted (`cur` is already None).
+    fn find_work(&mut self, w: usize, now: f64) {
+        if let Some(task) = self.workers[w].deque.pop_back() {
+            self.start_task(w, task, now);
+            return;
+        }
+        match self.cfg.policy {
+            Policy::StealFirst | Policy::TailControl | Policy::Clairvoyant => {
+                if self.cfg.policy.uses_table() {
+                    self.check_pileup(now);
+                }
+                if self.has_stealable(w) {
+                    self.begin_attempt(w, now);
+                } else if !self.fifo.is_empty() {
+                    self.admit(w, now);
+                } else {
+                    self.park(w);
+                }
+            }
+            Policy::AdmitFirst => {
+                if !self.fifo.is_empty() {
+                    self.admit(w, now);
+                } else if self.has_stealable(w) {
+                    self.begin_attempt(w, now);
+                } else {
+                    self.park(w);
+                }
+            }
+            Policy::Random => {
+                if self.has_stealable(w) {
+                    self.begin_attempt(w, now);
+                } else {
+                    self.park(w);
+                }
+            }
+        }
+    }
+
+    fn attempt_done(&mut self, w: usize, now: f64) {
+        let m = self.workers.len();
+        if m > 1 {
+            let mut v = self.rng.below(m - 1);
+            if v >= w {
+                v += 1;
+            }
+            let top = self.workers[v].deque.front().copied();
+            if let Some(t) = top {
+                if self.reqs[t.req as usize].stealable {
+                    self.workers[v].deque.pop_front();
+                    self.out.steals += 1;
+                    self.start_task(w, t, now);
+                    return;
+                }
+            }
+        }
+        // try_random_steal keeps going while some victim is stealable.
+        if self.has_stealable(w) {
+            self.begin_attempt(w, now);
+        } else if self.cfg.policy != Policy::Random && !self.fifo.is_empty() {
+            self.admit(w, now);
+        } else {
+            self.park(w);
+        }
+    }
+
+    fn chunk_done(&mut self, w: usize, now: f64) {
+        let r = self.workers[w].exec;
+        let q = &mut self.reqs[r as usize];
+        q.outstanding -= 1;
+        q.done_work += q.chunk_len;
+        self.out.work_done += q.chunk_len;
+        if q.outstanding == 0 {
+            let next = q.phase + 1;
+            let (_, _, phases) = self.phase(r as usize, 0);
+            if next < phases {
+                let task = self.setup_phase(r, next);
+                self.start_task(w, task, now);
+                return;
+            }
+            self.out.latency[r as usize] = now - self.trace.arrival[r as usize];
+            self.out.end_time = now;
+            self.active -= 1;
+        }
+        if let Some(task) = self.workers[w].deque.pop_back() {
+            self.start_task(w, task, now);
+        } else {
+            self.set_current(w, None, now);
+            self.find_work(w, now);
+        }
+    }
+
+    fn arrival(&mut self, r: u32, now: f64) {
+        self.active += 1;
+        self.out.max_active = self.out.max_active.max(self.active);
+        if self.cfg.policy == Policy::Random {
+            let task = self.setup_phase(r, 0);
+            let v = self.rng.below(self.workers.len());
+            self.workers[v].deque.push_back(task);
+            if self.workers[v].state == State::Parked {
+                self.workers[v].state = State::Exec; // placeholder, set by find_work
+                self.parked -= 1;
+                self.find_work(v, now);
+            } else {
+                self.wake_all(now);
+            }
+            return;
+        }
+        self.fifo.push_back(r);
+        if self.parked > 0 {
+            // One spinning worker admits it (in SF it finds nothing to steal first).
+            let k = self.rng.below(self.parked);
+            let w = (0..self.workers.len())
+                .filter(|&w| self.workers[w].state == State::Parked)
+                .nth(k)
+                .expect("parked count");
+            self.workers[w].state = State::Exec;
+            self.parked -= 1;
+            self.find_work(w, now);
+        }
+    }
+}
+
+/// Runs one policy on a trace. `progress` is called with the number of
+/// requests that arrived since the last call (every 1024 arrivals).
+pub fn simulate(
+    cfg: &Config,
+    trace: &Trace,
+    progress: Option<&(dyn Fn(u64) + Sync)>,
+) -> Result<Outcome, String> {
+    cfg.validate()?;
+    let n = trace.len();
+    if n > u32::MAX as usize {
+        return Err("too many requests".into());
+    }
+    let mut sim = Sim {
+        cfg,
+        trace,
+        rng: Rng::stream(cfg.seed, 7),
+        workers: (0..cfg.cores)
+            .map(|_| Worker {
+                deque: VecDeque::new(),
+                state: State::Parked,
+                next: f64::INFINITY,
+                exec: 0,
+                cur: None,
+                start: 0.0,
+            })
+            .collect(),
+        reqs: vec![
+            Req {
+                stealable: true,
+                ..Req::default()
+            };
+            n
+        ],
+        fifo: VecDeque::new(),
+        active: 0,
+        parked: cfg.cores,
+        out: Outcome {
+            latency: vec![f64::NAN; n],
+            ..Outcome::default()
+        },
+    };
+    let mut next_arrival = 0usize;
+    loop {
+        let ta = trace
+            .arrival
+            .get(next_arrival)
+            .copied()
+            .unwrap_or(f64::INFINITY);
+        let (mut bw, mut bt) = (usize::MAX, f64::INFINITY);
+        for (w, wk) in sim.workers.iter().enumerate() {
+            if wk.next < bt {
+                bt = wk.next;
+                bw = w;
+            }
+        }
+        if ta.is_infinite() && bt.is_infinite() {
+            break;
+        }
+        sim.out.events += 1;
+        if ta <= bt {
+            sim.arrival(next_arrival as u32, ta);
+            next_arrival += 1;
+            if let Some(p) = progress {
+                if next_arrival % 1024 == 0 {
+                    p(1024);
+                }
+            }
+        } else {
+            match sim.workers[bw].state {
+                State::Exec => sim.chunk_done(bw, bt),
+                State::Steal => sim.attempt_done(bw, bt),
+                State::Parked => unreachable!("parked workers have no event"),
+            }
+        }
+    }
+    if let Some(p) = progress {
+        p((n % 1024) as u64);
+    }
+    if sim.active != 0 || sim.out.latency.iter().any(|l| l.is_nan()) {
+        return Err(format!(
+            "internal error: {} requests never completed",
+            sim.active
+        ));
+    }
+    Ok(sim.out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::workload::{ArrivalSpec, WorkSpec};
+
+    fn cfg(policy: Policy) -> Config {
+        Config {
+            cores: 4,
+            policy,
+            steal_cost: 1e-6,
+            chunk: 1e-4,
+            seq_segments: 1,
+            thresholds: vec![],
+            seed: 1,
+        }
+    }
+
+    #[test]
+    fn single_request_runs_in_parallel() {
+        // 8 ms of work on 4 cores, no steal cost: 2 ms plus nothing.
+        let trace = Trace {
+            arrival: vec![0.0],
+            work: vec![0.008],
+            seq_fraction: vec![0.0],
+        };
+        let c = Config {
+            steal_cost: 0.0,
+            ..cfg(Policy::StealFirst)
+        };
+        let o = simulate(&c, &trace, None).unwrap();
+        assert!((o.latency[0] - 0.002).abs() < 1e-9, "{}", o.latency[0]);
+        // Sequential fraction 0.5 with one segment: 2 ms parallel (0.5 ms on 4),
+        // 4 ms sequential, 2 ms parallel: 5 ms.
+        let trace = Trace {
+            seq_fraction: vec![0.5],
+            ..trace
+        };
+        let o = simulate(&c, &trace, None).unwrap();
+        assert!((o.latency[0] - 0.005).abs() < 1e-9, "{}", o.latency[0]);
+    }
+
+    #[test]
+    fn fully_serialized_request_runs_on_one_core() {
+        let trace = Trace {
+            arrival: vec![0.0, 0.0],
+            work: vec![0.008, 0.001],
+            seq_fraction: vec![0.0; 2],
+        };
+        let c = Config {
+            thresholds: vec![0.0005],
+            ..cfg(Policy::Clairvoyant)
+        };
+        let o = simulate(&c, &trace, None).unwrap();
+        assert_eq!(o.serialized, 2);
+        assert!((o.latency[0] - 0.008).abs() < 1e-9, "{}", o.latency[0]);
+    }
+
+    #[test]
+    fn all_policies_conserve_work() {
+        let w: WorkSpec = "lognormal:10,13".parse().unwrap();
+        let trace = Trace::generate(2000, 300.0, ArrivalSpec::Poisson, &w, 0.1, 5);
+        for p in Policy::ALL {
+            let c = Config {
+                thresholds: vec![f64::INFINITY, 0.02, 0.01],
+                ..cfg(p)
+            };
+            let o = simulate(&c, &trace, None).unwrap();
+            let total: f64 = trace.work.iter().sum();
+            assert!((o.work_done - total).abs() < 1e-6 * total, "{p:?}");
+            assert!(o.latency.iter().all(|l| l.is_finite() && *l > 0.0));
+            // Latency is at least the request's span on 4 cores.
+            for (i, l) in o.latency.iter().enumerate() {
+                assert!(*l >= trace.work[i] / 4.0 - 1e-9, "{p:?} {i}");
+            }
+        }
+    }
+}

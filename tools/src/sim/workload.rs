@@ -1,0 +1,310 @@
+//! Workload inputs of the simulator: work and arrival specifications, and the
+//! request trace they generate (or that is read from a `tailctl-trace` file).
+//!
+//! Design: a trace is fixed before any policy runs, so every policy sees the
+//! same requests (common random numbers: differences between policies are not
+//! sampling noise). Arrival gaps and work come from separate RNG streams, and
+//! arrival gaps are drawn for unit rate and then scaled by `1/rps`, so a
+//! capacity search that varies `rps` keeps the same work and the same
+//! *relative* arrival pattern at every point.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use tailctl_rt::distribution::{lognormal_params, WorkDistribution};
+
+use super::rng::Rng;
+
+/// Where request work comes from.
+#[derive(Clone, Debug)]
+pub enum WorkSpec {
+    /// Continuous log-normal with this mean and sd (seconds). Tables use the
+    /// runtime's binned version (bins of mean/10 up to 20×mean).
+    LogNormal {
+        /// Mean, seconds.
+        mean: f64,
+        /// Standard deviation, seconds.
+        sd: f64,
+    },
+    /// A histogram file in the runtime's format; sampled by quantile
+    /// (interpolated within bins).
+    Histogram {
+        /// The file.
+        path: PathBuf,
+        /// Its content.
+        dist: WorkDistribution,
+    },
+}
+
+impl FromStr for WorkSpec {
+    type Err = anyhow::Error;
+
+    /// `lognormal:MEAN_MS,SD_MS` or a histogram file path (optionally `file:PATH`).
+    fn from_str(s: &str) -> Result<Self> {
+        if let Some(rest) = s.strip_prefix("lognormal:") {
+            let parts: Vec<&str> = rest.split(',').collect();
+            if parts.len() != 2 {
+                bail!("`{s}`: expected lognormal:MEAN_MS,SD_MS, e.g. lognormal:10,13");
+            }
+            let num = |x: &str, what: &str| -> Result<f64> {
+                let v: f64 = x
+                    .trim()
+                    .parse()
+                    .with_context(|| format!("`{s}`: {what} `{x}` is not a number"))?;
+                if !(v.is_finite() && v > 0.0) {
+                    bail!("`{s}`: {what} must be > 0, got {v}");
+                }
+                Ok(v / 1e3)
+            };
+            return Ok(Self::LogNormal {
+                mean: num(parts[0], "mean")?,
+                sd: num(parts[1], "sd")?,
+            });
+        }
+        let path = Path::new(s.strip_prefix("file:").unwrap_or(s));
+        if !path.exists() {
+            bail!(
+                "`{s}`: not a distribution; use lognormal:MEAN_MS,SD_MS or the path of a histogram file (WORK,PROBABILITY per line)"
+            );
+        }
+        let dist = WorkDistribution::load(path).map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(Self::Histogram {
+            path: path.to_owned(),
+            dist,
+        })
+    }
+}
+
+impl WorkSpec {
+    /// The binned distribution the threshold calculation uses.
+    pub fn binned(&self) -> Result<WorkDistribution> {
+        match self {
+            Self::LogNormal { mean, sd } => Ok(WorkDistribution::lognormal(
+                Duration::from_secs_f64(*mean),
+                Duration::from_secs_f64(*sd),
+            )?),
+            Self::Histogram { dist, .. } => Ok(dist.clone()),
+        }
+    }
+
+    /// One work sample, seconds.
+    pub fn sample(&self, rng: &mut Rng) -> f64 {
+        match self {
+            Self::LogNormal { mean, sd } => {
+                let (mu, sigma) = lognormal_params(*mean, *sd);
+                (mu + sigma * rng.normal()).exp()
+            }
+            Self::Histogram { dist, .. } => dist.quantile(rng.uniform()).as_secs_f64(),
+        }
+    }
+
+    /// A short label for reports.
+    pub fn label(&self) -> String {
+        match self {
+            Self::LogNormal { mean, sd } => format!("lognormal:{},{}", mean * 1e3, sd * 1e3),
+            Self::Histogram { path, .. } => path.display().to_string(),
+        }
+    }
+}
+
+/// The inter-arrival process (always of mean `1/rps`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ArrivalSpec {
+    /// Exponential gaps.
+    Poisson,
+    /// Log-normal gaps with this standard deviation (seconds).
+    LogNormal {
+        /// Standard deviation of a gap, seconds.
+        sd: f64,
+    },
+}
+
+impl FromStr for ArrivalSpec {
+    type Err = anyhow::Error;
+
+    /// `poisson` or `lognormal:SD_MS`.
+    fn from_str(s: &str) -> Result<Self> {
+        if s == "poisson" {
+            return Ok(Self::Poisson);
+        }
+        if let Some(rest) = s.strip_prefix("lognormal:") {
+            let sd: f64 = rest
+                .trim()
+                .parse()
+                .with_context(|| format!("`{s}`: sd `{rest}` is not a number (ms)"))?;
+            if !(sd.is_finite() && sd > 0.0) {
+                bail!("`{s}`: sd must be > 0");
+            }
+            return Ok(Self::LogNormal { sd: sd / 1e3 });
+        }
+        bail!("`{s}`: arrivals must be `poisson` or `lognormal:SD_MS`")
+    }
+}
+
+/// The requests of one run: arrival times and work, seconds, sorted by arrival.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    /// Arrival times, non-decreasing.
+    pub arrival: Vec<f64>,
+    /// Total work of each request.
+    pub work: Vec<f64>,
+    /// Fraction of each request's work that is sequential (0 = embarrassingly parallel).
+    pub seq_fraction: Vec<f64>,
+}
+
+impl Trace {
+    /// `n` requests at `rps` with the given processes; `seq` is the sequential
+    /// fraction of every request.
+    pub fn generate(
+        n: usize,
+        rps: f64,
+        arrivals: ArrivalSpec,
+        work: &WorkSpec,
+        seq: f64,
+        seed: u64,
+    ) -> Self {
+        let mut ra = Rng::stream(seed, 1);
+        let mut rw = Rng::stream(seed, 2);
+        let mut t = 0.0;
+        let mut arrival = Vec::with_capacity(n);
+        // Log-normal gaps: parameters of the unit-rate gap (mean 1, sd sd·rps).
+        let ln = match arrivals {
+            ArrivalSpec::LogNormal { sd } => Some(lognormal_params(1.0, sd * rps)),
+            ArrivalSpec::Poisson => None,
+        };
+        for _ in 0..n {
+            let gap = match ln {
+                None => ra.exp(1.0),
+                Some((mu, sigma)) => (mu + sigma * ra.normal()).exp(),
+            };
+            t += gap / rps;
+            arrival.push(t);
+        }
+        let work = (0..n).map(|_| work.sample(&mut rw)).collect();
+        Self {
+            arrival,
+            work,
+            seq_fraction: vec![seq; n],
+        }
+    }
+
+    /// Reads a `tailctl-trace v1` file (written by `tailctl-loadgen`): lines
+    /// `ID SEND_NS KERNEL WORK_US SEQ_PCT`, `#` comments.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading trace {}", path.display()))?;
+        let mut t = Self::default();
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let at = |msg: String| anyhow::anyhow!("{}: line {}: {msg}", path.display(), i + 1);
+            if f.len() != 5 {
+                return Err(at(format!(
+                    "expected `ID SEND_NS KERNEL WORK_US SEQ_PCT`, found {} fields",
+                    f.len()
+                )));
+            }
+            let send: u64 = f[1]
+                .parse()
+                .map_err(|_| at(format!("send time `{}` is not an integer (ns)", f[1])))?;
+            let work: f64 = f[3]
+                .parse()
+                .map_err(|_| at(format!("work `{}` is not a number (µs)", f[3])))?;
+            let seq: f64 = f[4]
+                .parse()
+                .map_err(|_| at(format!("sequential percent `{}` is not a number", f[4])))?;
+            if !(work > 0.0 && work.is_finite()) {
+                return Err(at(format!("work must be > 0, got {work}")));
+            }
+            if !(0.0..=100.0).contains(&seq) {
+                return Err(at(format!(
+                    "sequential percent must be in 0..=100, got {seq}"
+                )));
+            }
+            let s = send as f64 * 1e-9;
+            if t.arrival.last().is_some_and(|&p| s < p) {
+                return Err(at("send times must not decrease".into()));
+            }
+            t.arrival.push(s);
+            t.work.push(work * 1e-6);
+            t.seq_fraction.push(seq / 100.0);
+        }
+        if t.arrival.is_empty() {
+            bail!("{}: trace has no requests", path.display());
+        }
+        Ok(t)
+    }
+
+    /// Number of requests.
+    pub fn len(&self) -> usize {
+        self.arrival.len()
+    }
+
+    /// Mean work, seconds.
+    pub fn mean_work(&self) -> f64 {
+        self.work.iter().sum::<f64>() / self.work.len().max(1) as f64
+    }
+
+    /// Observed arrival rate, requests per second.
+    pub fn rps(&self) -> f64 {
+        match self.arrival.last() {
+            Some(&t) if t > 0.0 => self.len() as f64 / t,
+            _ => 0.0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse() {
+        assert!(matches!(
+            "lognormal:10,13".parse::<WorkSpec>().unwrap(),
+            WorkSpec::LogNormal { .. }
+        ));
+        for bad in [
+            "lognormal:10",
+            "lognormal:x,1",
+            "lognormal:-1,2",
+            "/no/such/file",
+        ] {
+            assert!(bad.parse::<WorkSpec>().is_err(), "{bad}");
+        }
+        assert_eq!(
+            "poisson".parse::<ArrivalSpec>().unwrap(),
+            ArrivalSpec::Poisson
+        );
+        assert!("lognormal:0".parse::<ArrivalSpec>().is_err());
+        assert!("uniform".parse::<ArrivalSpec>().is_err());
+    }
+
+    #[test]
+    fn generated_trace_has_the_right_moments() {
+        let w: WorkSpec = "lognormal:10,13".parse().unwrap();
+        let t = Trace::generate(100_000, 1200.0, ArrivalSpec::Poisson, &w, 0.0, 3);
+        assert!((t.rps() / 1200.0 - 1.0).abs() < 0.02, "{}", t.rps());
+        assert!(
+            (t.mean_work() / 0.010 - 1.0).abs() < 0.03,
+            "{}",
+            t.mean_work()
+        );
+        let t2 = Trace::generate(
+            50_000,
+            1000.0,
+            ArrivalSpec::LogNormal { sd: 0.002 },
+            &w,
+            0.1,
+            3,
+        );
+        assert!((t2.rps() / 1000.0 - 1.0).abs() < 0.02, "{}", t2.rps());
+        // Same seed, same work stream regardless of the arrival process.
+        assert_eq!(t.work[..10], t2.work[..10]);
+    }
+}
