@@ -236,8 +236,8 @@ impl Calibration {
     /// an idle core. Takes about `2 × rounds × batch` units of time.
     pub fn measure() -> Self {
         Calibration {
-            bs_unit_ns: measure_unit(Kernel::BlackScholes, 5, 4),
-            spin_unit_ns: measure_unit(Kernel::Spin, 5, 8),
+            bs_unit_ns: measure_unit(Kernel::BlackScholes, 20, 2),
+            spin_unit_ns: measure_unit(Kernel::Spin, 20, 4),
         }
     }
 
