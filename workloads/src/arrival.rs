@@ -122,7 +122,7 @@ impl FromStr for ArrivalProcess {
     /// assert_eq!("poisson:160".parse::<ArrivalProcess>().unwrap(), ArrivalProcess::Poisson { rps: 160.0 });
     /// let l: ArrivalProcess = "lognormal:1200:0.91ms".parse().unwrap();
     /// assert_eq!(l.to_string(), "lognormal:1200:910us"); // and it parses back
-/// assert_eq!(l.to_string().parse::<ArrivalProcess>().unwrap(), l);
+    /// assert_eq!(l.to_string().parse::<ArrivalProcess>().unwrap(), l);
     /// assert!("poisson:-1".parse::<ArrivalProcess>().is_err());
     /// ```
     fn from_str(s: &str) -> Result<Self, Self::Err> {

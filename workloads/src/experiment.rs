@@ -142,6 +142,38 @@ impl Report {
         s
     }
 
+    /// A second table, one line per run: latency percentiles from the load
+    /// generator and the pool's steal and serialization counters (from each
+    /// run's summary in [`Report::runs`]).
+    pub fn runs_table(&self) -> String {
+        let mut s = String::from(
+            "| run | p50 ms | p95 ms | p99 ms | p99.9 ms | max ms | steals | serialized |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        let Some(runs) = self.runs.as_object() else {
+            return s;
+        };
+        for (name, v) in runs {
+            let f = |k: &str| v[k].as_f64().map_or("-".into(), |x| format!("{x:.1}"));
+            let c = |k: &str| {
+                v["server_stats"][k]
+                    .as_u64()
+                    .map_or("-".into(), |x| x.to_string())
+            };
+            let _ = writeln!(
+                s,
+                "| {name} | {} | {} | {} | {} | {} | {} | {} |",
+                f("p50_ms"),
+                f("p95_ms"),
+                f("p99_ms"),
+                f("p999_ms"),
+                f("max_ms"),
+                c("steals"),
+                c("serialized")
+            );
+        }
+        s
+    }
+
     /// Writes the report as pretty JSON.
     pub fn write_json(&self, path: &Path) -> Result<()> {
         let text = serde_json::to_string_pretty(self)?;

@@ -96,6 +96,8 @@ pub struct RunResult {
     pub malformed: Vec<String>,
     /// Why the sender stopped early, if it did (e.g. the server closed the connection).
     pub sender_error: Option<String>,
+    /// The server's counters after the run (the `STATS` answer), if it gave them.
+    pub server_stats: Option<serde_json::Value>,
 }
 
 impl RunResult {
@@ -273,6 +275,7 @@ pub fn run(addr: &str, trace: &Trace, opts: &LoadgenOptions) -> Result<RunResult
                         }
                     }
                     Ok(Response::Malformed { message }) => malformed.push(message),
+                    Ok(Response::Stats(_)) => {} // not asked for yet
                     Err(e) => {
                         malformed.push(format!("unparseable response `{}`: {e}", line.trim_end()))
                     }
@@ -293,6 +296,11 @@ pub fn run(addr: &str, trace: &Trace, opts: &LoadgenOptions) -> Result<RunResult
         }
     }
     progress.finish_and_clear();
+    let server_stats = if got == n {
+        query_stats(&stream, &mut reader)
+    } else {
+        None
+    };
     let _ = stream.shutdown(Shutdown::Both);
     let (sent, sender_error) = sender
         .join()
@@ -320,5 +328,32 @@ pub fn run(addr: &str, trace: &Trace, opts: &LoadgenOptions) -> Result<RunResult
         records,
         malformed,
         sender_error,
+        server_stats,
     })
+}
+
+/// Asks the server for its counters once every response is in (so the
+/// answer covers the whole run); waits at most two seconds.
+fn query_stats(
+    mut stream: &TcpStream,
+    reader: &mut BufReader<TcpStream>,
+) -> Option<serde_json::Value> {
+    stream
+        .write_all(format!("{}\n", crate::protocol::STATS_REQUEST).as_bytes())
+        .ok()?;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut line = String::new();
+    while Instant::now() < deadline {
+        match reader.read_line(&mut line) {
+            Ok(0) => return None,
+            Ok(_) => {
+                if let Ok(Response::Stats(json)) = Response::parse(&line) {
+                    return serde_json::from_str(&json).ok();
+                }
+                line.clear();
+            }
+            Err(_) => {} // read timeout: keep waiting until the deadline
+        }
+    }
+    None
 }

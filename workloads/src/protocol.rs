@@ -10,6 +10,8 @@
 //! server → client   OK  <id> <queue_ns> <run_ns>
 //!                   FAIL <id> <message…>          the request ran and failed (e.g. panicked)
 //!                   ERR <message…>                 the line could not be parsed
+//! client → server   STATS                          ask for the pool's counters
+//! server → client   STATS <json>                   e.g. {"steals":12,"serialized":3,…}
 //! ```
 //!
 //! `kernel` is `bs` or `spin` (see [`crate::kernel::Kernel`]), `work_us` the
@@ -65,7 +67,12 @@ pub enum Response {
         /// What was wrong with it.
         message: String,
     },
+    /// The answer to [`STATS_REQUEST`]: the pool's counters as one-line JSON.
+    Stats(String),
 }
+
+/// The line a client sends to ask for the server's counters.
+pub const STATS_REQUEST: &str = "STATS";
 
 /// Why a line is not a valid message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -181,6 +188,7 @@ impl Response {
             }
             Response::Failed { id, message } => format!("FAIL {id} {}\n", one_line(message)),
             Response::Malformed { message } => format!("ERR {}\n", one_line(message)),
+            Response::Stats(json) => format!("STATS {}\n", one_line(json)),
         }
     }
 
@@ -210,6 +218,7 @@ impl Response {
             "ERR" => Ok(Response::Malformed {
                 message: rest.to_string(),
             }),
+            "STATS" => Ok(Response::Stats(rest.to_string())),
             "" => err("empty line"),
             other => err(format!("unknown response type `{other}`")),
         }

@@ -30,7 +30,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 
 use crate::kernel::{self, Calibration, ParallelFor};
-use crate::protocol::{Request, Response, MAX_LINE};
+use crate::protocol::{Request, Response, MAX_LINE, STATS_REQUEST};
 
 /// One request's job: runs on a pool worker, given the request's parallel loop.
 pub type Job = Box<dyn FnOnce(&dyn ParallelFor) + Send + 'static>;
@@ -39,6 +39,11 @@ pub type Job = Box<dyn FnOnce(&dyn ParallelFor) + Send + 'static>;
 pub trait RequestExecutor: Send + Sync + 'static {
     /// Submits a request; must not block until it runs.
     fn submit(&self, job: Job);
+
+    /// The pool's counters as a JSON object (for the `STATS` message).
+    fn stats_json(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
 }
 
 /// Counters shared by all connections, for logging and tests.
@@ -231,6 +236,10 @@ fn serve_connection(
         if text.trim().is_empty() {
             continue; // tolerate blank lines (e.g. from a person typing)
         }
+        if text.trim() == STATS_REQUEST {
+            let _ = tx.send(Response::Stats(exec.stats_json().to_string()));
+            continue;
+        }
         let req = match Request::parse(text) {
             Ok(r) => r,
             Err(e) => {
@@ -366,6 +375,21 @@ pub mod rt {
             // Fire and forget: the job reports its own completion, so the
             // handle is not needed (dropping it does not cancel the request).
             drop(self.pool.submit(move || job(&RtParallelFor)));
+        }
+
+        fn stats_json(&self) -> serde_json::Value {
+            let s = self.pool.stats();
+            serde_json::json!({
+                "policy": self.pool.policy().name(),
+                "workers": self.pool.workers(),
+                "submitted": s.submitted,
+                "completed": s.completed,
+                "panicked": s.panicked,
+                "steals": s.steals,
+                "refused_steals": s.refused_steals,
+                "serialized": s.serialized,
+                "active": s.active,
+            })
         }
     }
 }

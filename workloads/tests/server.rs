@@ -79,6 +79,16 @@ fn malformed_lines_get_a_clear_error_and_the_connection_stays_usable() {
     ids.sort();
     assert_eq!(ids, vec![7, 8]);
     assert_eq!(stats.malformed.load(Ordering::Relaxed), 4);
+    // The pool's counters on request.
+    s.write_all(b"STATS\n").unwrap();
+    match response(&mut r) {
+        Response::Stats(json) => {
+            let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+            assert_eq!(v["policy"], "sf");
+            assert_eq!(v["completed"], 2);
+        }
+        other => panic!("expected STATS, got {other:?}"),
+    }
 }
 
 #[test]

@@ -377,7 +377,7 @@ fn run(a: Args) -> Result<()> {
         rows,
         runs: serde_json::Value::Object(runs),
     };
-    let table = report.table();
+    let table = format!("{}\n{}", report.table(), report.runs_table());
     println!("{}\n\n{table}", report.config);
     std::fs::write(
         a.out.join("table.md"),

@@ -131,9 +131,13 @@ fn run(args: Args) -> Result<ExitCode> {
         let mut v = serde_json::to_value(&summary)?;
         v["trace"] = serde_json::Value::String(trace.description.clone());
         v["sender_error"] = serde_json::to_value(&result.sender_error)?;
+        v["server_stats"] = result.server_stats.clone().unwrap_or_default();
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print!("{}", summary.render());
+        if let Some(s) = &result.server_stats {
+            println!("server: {s}");
+        }
     }
     if let Some(e) = &result.sender_error {
         eprintln!("tailctl-loadgen: the sender stopped early: {e}");
