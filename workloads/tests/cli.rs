@@ -86,7 +86,7 @@ fn a_small_experiment_runs_every_policy_and_writes_its_report() {
     // Each run's summary carries the server's counters, fetched over the socket.
     let runs = report["runs"].as_object().unwrap();
     assert_eq!(runs["admit-first"]["server_stats"]["policy"], "af");
-    assert_eq!(runs["steal-first"]["server_stats"]["completed"], 80);
+    assert_eq!(runs["steal-first"]["server_stats"]["submitted"], 80);
     let svg = std::fs::read_to_string(out.join("plot.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("tail-control"));
     // The trace the runs replayed is the seeded one: regenerating it in another
