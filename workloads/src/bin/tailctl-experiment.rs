@@ -193,7 +193,11 @@ fn run_one(
         .context("cannot run tailctl-loadgen")?;
     drop(server);
     std::fs::write(&summary, &output.stdout)?;
-    if !output.status.success() {
+    if output.status.code() == Some(2) {
+        // The run finished but some requests failed or got no response: they
+        // count as misses at every target, so the run still measures something.
+        eprintln!("   warning: {name}: some requests failed or were lost (counted as misses)");
+    } else if !output.status.success() {
         bail!(
             "{name}: tailctl-loadgen failed ({}); see the messages above",
             output.status
@@ -284,6 +288,7 @@ fn run(a: Args) -> Result<()> {
         );
     }
 
+    let load_before = loadavg();
     // Calibrate once, here, and hand the result to every server so all runs
     // do identical work per request.
     let cal = Calibration::measure();
@@ -370,6 +375,11 @@ fn run(a: Args) -> Result<()> {
         }
     }
 
+    let conditions = format!(
+        "load average (1/5/15 min) before: {load_before}; after: {}; {} CPUs",
+        loadavg(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
     let report = Report {
         config: describe,
         targets_ms: targets.iter().map(|t| t.as_secs_f64() * 1e3).collect(),
@@ -379,9 +389,14 @@ fn run(a: Args) -> Result<()> {
     };
     let table = format!("{}\n{}", report.table(), report.runs_table());
     println!("{}\n\n{table}", report.config);
+    let command: Vec<String> = std::env::args().collect();
     std::fs::write(
         a.out.join("table.md"),
-        format!("{}\n\n{table}", report.config),
+        format!(
+            "Command: `{}`\n\nConfiguration: {}\n\nConditions: {conditions}\n\n{table}",
+            command.join(" "),
+            report.config
+        ),
     )?;
     report.write_json(&a.out.join("report.json"))?;
     report.plot_svg(&a.out.join("plot.svg"))?;
@@ -393,6 +408,14 @@ fn run(a: Args) -> Result<()> {
         a.out.display()
     );
     Ok(())
+}
+
+/// The first three fields of /proc/loadavg (or `unknown`), to record how busy
+/// the machine was: on a shared machine this explains noisy runs.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 fn read_summary(out: &Path, name: &str) -> serde_json::Value {
