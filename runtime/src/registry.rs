@@ -294,7 +294,7 @@ impl WorkerThread {
                     // Serialized: hand the task back to its owner, untouched.
                     reg.counters.refused_steals.fetch_add(1, Ordering::Relaxed);
                     reg.bounce[victim].push(job);
-                    reg.sleep.notify_worker_after_push(victim);
+                    reg.sleep.notify_worker(victim);
                     return;
                 }
                 reg.counters.steals.fetch_add(1, Ordering::Relaxed);

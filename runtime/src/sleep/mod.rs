@@ -104,18 +104,16 @@ impl Sleep {
         true
     }
 
-    /// Targeted wake-up: the caller has just published (with `SeqCst`, or a
-    /// push followed by [`fence`]) the condition worker `i` waits for.
+    /// Targeted wake-up: the caller has just published the condition worker
+    /// `i` waits for (a latch store, a queue push). The fence pairs with the
+    /// sleeper's fence between its hint store and its re-check (Dekker); a
+    /// `SeqCst` store alone would do under the C++ model, but fences are what
+    /// loom checks, and this runs only when a stolen task finishes.
     pub(crate) fn notify_worker(&self, i: usize) {
+        fence(SeqCst);
         if self.workers[i].hint.load(SeqCst) {
             self.wake(i);
         }
-    }
-
-    /// Like [`notify_worker`](Self::notify_worker) after a plain queue push.
-    pub(crate) fn notify_worker_after_push(&self, i: usize) {
-        fence(SeqCst);
-        self.notify_worker(i);
     }
 
     fn wake_one(&self, start: usize, need_top_level: bool) -> bool {
@@ -211,13 +209,18 @@ mod loom_tests {
         });
     }
 
-    /// External work is not given to a worker sleeping inside a join: with one
-    /// join-sleeper and one top-level sleeper, the top-level one is woken.
+    /// External work is not given to a worker sleeping inside a join: with
+    /// a join-sleeper and a top-level sleeper, the request wakes the top-level
+    /// one (waking the other would lose it: it only re-checks its latch).
     #[test]
     fn external_work_wakes_a_top_level_sleeper() {
-        loom::model(|| {
+        // Three threads: bound preemptions to keep the model check short.
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(3);
+        model.check(|| {
             let sleep = Arc::new(Sleep::new(2));
             let work = Arc::new(AtomicBool::new(false));
+            let latch = Arc::new(AtomicBool::new(false));
             let (s2, w2) = (sleep.clone(), work.clone());
             let top = loom::thread::spawn(move || {
                 s2.start_searching();
@@ -226,9 +229,20 @@ mod loom_tests {
                 }
                 s2.stop_searching();
             });
+            let (s3, l3) = (sleep.clone(), latch.clone());
+            let in_join = loom::thread::spawn(move || {
+                s3.start_searching();
+                while !l3.load(SeqCst) {
+                    s3.sleep(1, false, || l3.load(SeqCst));
+                }
+                s3.stop_searching();
+            });
             work.store(true, SeqCst);
             sleep.new_external_work(1);
             top.join().unwrap();
+            latch.store(true, SeqCst);
+            sleep.notify_worker(1);
+            in_join.join().unwrap();
         });
     }
 }
