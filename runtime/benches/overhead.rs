@@ -1,1 +1,322 @@
-fn main() {}
+//! Overhead of tailctl-rt against rayon, measured in the same run.
+//!
+//! `cargo bench -p tailctl-rt --bench overhead [-- --json] [-- --quick]`
+//!
+//! Each figure is the median of interleaved trials (ours, rayon, ours, ...),
+//! so that the noise of a shared machine hits both sides alike; compare the
+//! ratios, not the absolute times. Rows:
+//!
+//! * `fib30/Nt`: `fib(30)` with `join` on N workers, as one request
+//!   (`submit(..).wait()`) vs `rayon::ThreadPool::install`;
+//!   `tc` = tail-control with bookkeeping on (a threshold table is loaded, so
+//!   every steal attempt runs the pileup check; its thresholds are too high to
+//!   serialize anything), `sf-off` = steal-first with bookkeeping off;
+//! * `pfor1e6/2t`: `parallel_for` over 10^6 small items (grain 1024) vs
+//!   rayon's `par_iter().with_min_len(1024).for_each`;
+//! * `idle-cpu/2t`: CPU used by an idle 2-worker pool over a few seconds
+//!   (getrusage), as % of one core, ours and rayon's;
+//! * `rtt/2t`: submit→result of a tiny request, p50 and p99, vs
+//!   `ThreadPool::install` called from the same outside thread.
+
+use rayon::prelude::*;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tailctl_rt::{join, parallel_for, threshold::ThresholdTable, Policy, Pool};
+
+fn fib_ours(n: u64) -> u64 {
+    if n < 2 {
+        return n;
+    }
+    let (a, b) = join(|| fib_ours(n - 1), || fib_ours(n - 2));
+    a + b
+}
+
+fn fib_rayon(n: u64) -> u64 {
+    if n < 2 {
+        return n;
+    }
+    let (a, b) = rayon::join(|| fib_rayon(n - 1), || fib_rayon(n - 2));
+    a + b
+}
+
+fn fib_seq(n: u64) -> u64 {
+    if n < 2 {
+        n
+    } else {
+        fib_seq(n - 1) + fib_seq(n - 2)
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn time<F: FnMut()>(mut f: F) -> f64 {
+    let t = Instant::now();
+    f();
+    t.elapsed().as_secs_f64()
+}
+
+fn ours(workers: usize, tc: bool) -> Pool {
+    let b = Pool::builder().workers(workers);
+    if tc {
+        b.policy(Policy::TailControl)
+            .bookkeeping(true)
+            .thresholds(ThresholdTable::from_thresholds(vec![Some(
+                Duration::from_secs(3600),
+            )]))
+            .build()
+            .unwrap()
+    } else {
+        b.policy(Policy::StealFirst)
+            .bookkeeping(false)
+            .build()
+            .unwrap()
+    }
+}
+
+fn rayon_pool(workers: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .build()
+        .unwrap()
+}
+
+/// Let spinning workers of the previous trial fall asleep.
+fn settle() {
+    std::thread::sleep(Duration::from_millis(5));
+}
+
+struct Row {
+    name: String,
+    ours: f64,
+    rayon: f64,
+    unit: &'static str,
+}
+
+impl Row {
+    fn ratio(&self) -> f64 {
+        self.ours / self.rayon
+    }
+}
+
+fn bench_fib(rows: &mut Vec<Row>, workers: usize, trials: usize) {
+    let n = 30;
+    let tc = ours(workers, true);
+    let off = ours(workers, false);
+    let ray = rayon_pool(workers);
+    let (mut t_tc, mut t_off, mut t_ray, mut t_seq) = (vec![], vec![], vec![], vec![]);
+    for trial in 0..trials {
+        let run_rayon = |t_ray: &mut Vec<f64>| {
+            settle();
+            t_ray.push(time(|| {
+                assert_eq!(ray.install(|| fib_rayon(black_box(n))), 832040)
+            }));
+        };
+        if trial % 2 == 1 {
+            run_rayon(&mut t_ray);
+        }
+        settle();
+        t_tc.push(time(|| {
+            assert_eq!(
+                tc.submit(move || fib_ours(black_box(n))).wait().unwrap(),
+                832040
+            )
+        }));
+        if trial % 2 == 0 {
+            run_rayon(&mut t_ray);
+        }
+        settle();
+        t_off.push(time(|| {
+            assert_eq!(
+                off.submit(move || fib_ours(black_box(n))).wait().unwrap(),
+                832040
+            )
+        }));
+        if workers == 1 {
+            t_seq.push(time(|| assert_eq!(fib_seq(black_box(n)), 832040)));
+        }
+    }
+    let r = median(&mut t_ray) * 1e3;
+    rows.push(Row {
+        name: format!("fib30/{workers}t tc"),
+        ours: median(&mut t_tc) * 1e3,
+        rayon: r,
+        unit: "ms",
+    });
+    rows.push(Row {
+        name: format!("fib30/{workers}t sf-off"),
+        ours: median(&mut t_off) * 1e3,
+        rayon: r,
+        unit: "ms",
+    });
+    if workers == 1 {
+        // Per-join cost over plain recursion: fib(30) makes fib(31) - 1 joins.
+        let joins = 1_346_268.0;
+        let seq = median(&mut t_seq) * 1e3;
+        rows.push(Row {
+            name: "join-ns/1t tc".into(),
+            ours: (rows[rows.len() - 2].ours - seq) * 1e6 / joins,
+            rayon: (r - seq) * 1e6 / joins,
+            unit: "ns",
+        });
+    }
+}
+
+fn bench_pfor(rows: &mut Vec<Row>, trials: usize) {
+    let n = 1_000_000;
+    let grain = 1024;
+    let tc = ours(2, true);
+    let off = ours(2, false);
+    let ray = rayon_pool(2);
+    let data: &'static [AtomicU64] = Box::leak(
+        (0..n)
+            .map(|_| AtomicU64::new(0))
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    );
+    let body = |i: usize| data[i].store((i as u64).wrapping_mul(i as u64), Ordering::Relaxed);
+    let (mut t_tc, mut t_off, mut t_ray) = (vec![], vec![], vec![]);
+    for _ in 0..trials {
+        settle();
+        t_tc.push(time(|| {
+            tc.submit(move || parallel_for(0..n, grain, body))
+                .wait()
+                .unwrap()
+        }));
+        settle();
+        t_ray.push(time(|| {
+            ray.install(|| (0..n).into_par_iter().with_min_len(grain).for_each(body))
+        }));
+        settle();
+        t_off.push(time(|| {
+            off.submit(move || parallel_for(0..n, grain, body))
+                .wait()
+                .unwrap()
+        }));
+    }
+    let r = median(&mut t_ray) * 1e3;
+    rows.push(Row {
+        name: "pfor1e6/2t tc".into(),
+        ours: median(&mut t_tc) * 1e3,
+        rayon: r,
+        unit: "ms",
+    });
+    rows.push(Row {
+        name: "pfor1e6/2t sf-off".into(),
+        ours: median(&mut t_off) * 1e3,
+        rayon: r,
+        unit: "ms",
+    });
+}
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct we own.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer, RUSAGE_SELF always exists.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// CPU of the process while only an idle pool exists, as % of one core.
+fn idle_cpu(secs: f64) -> f64 {
+    std::thread::sleep(Duration::from_millis(300)); // let workers fall asleep
+    let c0 = cpu_seconds();
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    (cpu_seconds() - c0) / t0.elapsed().as_secs_f64() * 100.0
+}
+
+fn bench_idle(rows: &mut Vec<Row>, secs: f64) {
+    let ours_pct = {
+        let pool = ours(2, true);
+        pool.submit(|| fib_ours(20)).wait().unwrap();
+        idle_cpu(secs)
+    };
+    let rayon_pct = {
+        let pool = rayon_pool(2);
+        pool.install(|| fib_rayon(20));
+        idle_cpu(secs)
+    };
+    rows.push(Row {
+        name: "idle-cpu/2t".into(),
+        ours: ours_pct,
+        rayon: rayon_pct,
+        unit: "%core",
+    });
+}
+
+fn bench_rtt(rows: &mut Vec<Row>, n: usize) {
+    let pool = ours(2, true);
+    let ray = rayon_pool(2);
+    let (mut a, mut b) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n {
+        let t = Instant::now();
+        black_box(pool.submit(|| black_box(1u64)).wait().unwrap());
+        a.push(t.elapsed().as_secs_f64() * 1e6);
+        let t = Instant::now();
+        black_box(ray.install(|| black_box(1u64)));
+        b.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    for (name, p) in [("rtt/2t p50", 0.5), ("rtt/2t p99", 0.99)] {
+        rows.push(Row {
+            name: name.into(),
+            ours: percentile(&mut a, p),
+            rayon: percentile(&mut b, p),
+            unit: "us",
+        });
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let json = args.iter().any(|a| a == "--json");
+    let quick = args.iter().any(|a| a == "--quick");
+    let trials = if quick { 5 } else { 15 };
+    let mut rows = Vec::new();
+    bench_fib(&mut rows, 1, trials);
+    bench_fib(&mut rows, 2, trials);
+    bench_pfor(&mut rows, trials * 2);
+    bench_idle(&mut rows, if quick { 1.0 } else { 3.0 });
+    bench_rtt(&mut rows, if quick { 2_000 } else { 20_000 });
+    if json {
+        let items: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "{{\"name\":\"{}\",\"ours\":{:.4},\"rayon\":{:.4},\"unit\":\"{}\",\"ratio\":{:.3}}}",
+                    r.name,
+                    r.ours,
+                    r.rayon,
+                    r.unit,
+                    r.ratio()
+                )
+            })
+            .collect();
+        println!("[{}]", items.join(","));
+    } else {
+        println!(
+            "{:<20} {:>12} {:>12} {:>6} {:>8}",
+            "bench", "ours", "rayon", "unit", "ratio"
+        );
+        for r in &rows {
+            println!(
+                "{:<20} {:>12.3} {:>12.3} {:>6} {:>8.3}",
+                r.name,
+                r.ours,
+                r.rayon,
+                r.unit,
+                r.ratio()
+            );
+        }
+        println!("(medians of {trials} interleaved trials; ratio = ours / rayon)");
+    }
+}
