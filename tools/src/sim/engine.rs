@@ -64,15 +64,6 @@ pub enum Policy {
 }
 
 impl Policy {
-    /// Every policy, in report order.
-    pub const ALL: [Policy; 5] = [
-        Policy::StealFirst,
-        Policy::AdmitFirst,
-        Policy::TailControl,
-        Policy::Random,
-        Policy::Clairvoyant,
-    ];
-
     /// Short name used on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {
@@ -102,6 +93,16 @@ impl Policy {
     }
 }
 
+/// How a parallel phase is cut into leaf chunks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Chunking {
+    /// Leaves of (about) this much work, seconds: `n = round(work / chunk)`.
+    Fixed(f64),
+    /// This many leaves per phase whatever its work, like TBB's
+    /// `auto_partitioner` (initial split into ~4 × P pieces).
+    PerPhase(u32),
+}
+
 /// Simulator parameters.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -111,11 +112,15 @@ pub struct Config {
     pub policy: Policy,
     /// Time of one steal attempt, seconds.
     pub steal_cost: f64,
-    /// Target work of one parallel-for chunk, seconds.
-    pub chunk: f64,
+    /// How parallel phases are cut into chunks.
+    pub chunking: Chunking,
     /// Sequential segments per request when its sequential fraction is > 0;
     /// they alternate with `segments + 1` parallel phases.
     pub seq_segments: usize,
+    /// Serialize at once (the kernel-enforced cap of tailctl's design) instead
+    /// of lazily (the paper's runtime-only mechanism): when a request is
+    /// marked, its queued tasks on every deque move to one of its workers.
+    pub eager: bool,
     /// Thresholds in seconds, `[q-1]`, `INFINITY` for "never"; empty = never.
     pub thresholds: Vec<f64>,
     /// Seed of the scheduler's own randomness (victims, wake-up phases).
@@ -131,8 +136,12 @@ impl Config {
         if !(self.steal_cost.is_finite() && self.steal_cost >= 0.0) {
             return Err(format!("steal cost must be ≥ 0, got {}", self.steal_cost));
         }
-        if !(self.chunk.is_finite() && self.chunk > 0.0) {
-            return Err(format!("chunk must be > 0, got {}", self.chunk));
+        match self.chunking {
+            Chunking::Fixed(c) if !(c.is_finite() && c > 0.0) => {
+                return Err(format!("chunk must be > 0, got {c}"));
+            }
+            Chunking::PerPhase(0) => return Err("chunks per phase must be ≥ 1".into()),
+            _ => {}
         }
         if self.seq_segments == 0 {
             return Err("sequential segments must be ≥ 1".into());
@@ -167,6 +176,22 @@ pub struct Outcome {
     pub max_active: usize,
     /// Simulated events.
     pub events: u64,
+    /// Over serialized requests: work left when marked, seconds.
+    pub post_mark_work: f64,
+    /// Over serialized requests: time from marking to completion, seconds.
+    pub post_mark_time: f64,
+}
+
+impl Outcome {
+    /// Average parallelism of serialized requests after they were marked
+    /// (1 = serialized at once; lazy serialization keeps it higher).
+    pub fn post_mark_parallelism(&self) -> f64 {
+        if self.post_mark_time > 0.0 {
+            self.post_mark_work / self.post_mark_time
+        } else {
+            f64::NAN
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -202,6 +227,9 @@ struct Req {
     proc_accum: f64,
     scratch: f64,
     done_work: f64,
+    /// Time the request was marked not stealable, and its work left then.
+    marked_at: f64,
+    left_at_mark: f64,
 }
 
 struct Sim<'a> {
@@ -229,7 +257,7 @@ impl<'a> Sim<'a> {
         }
         let k = self.cfg.seq_segments as f64;
         let phases = 2 * self.cfg.seq_segments as u32 + 1;
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             ((1.0 - f) * w / (k + 1.0), true, phases)
         } else {
             (f * w / k, false, phases)
@@ -239,10 +267,10 @@ impl<'a> Sim<'a> {
     /// Sets up phase `i` of `r` and returns its root task.
     fn setup_phase(&mut self, r: u32, i: u32) -> Task {
         let (pw, par, _) = self.phase(r as usize, i);
-        let n = if par {
-            ((pw / self.cfg.chunk).round() as u32).max(1)
-        } else {
-            1
+        let n = match (par, self.cfg.chunking) {
+            (false, _) => 1,
+            (true, Chunking::Fixed(c)) => ((pw / c).round() as u32).max(1),
+            (true, Chunking::PerPhase(k)) => k,
         };
         let q = &mut self.reqs[r as usize];
         q.phase = i;
@@ -273,11 +301,56 @@ impl<'a> Sim<'a> {
         })
     }
 
-    fn mark(&mut self, r: u32) {
+    /// Processing time of `r` so far: accumulated plus elapsed on its workers.
+    fn processed(&self, r: u32, now: f64) -> f64 {
+        self.reqs[r as usize].proc_accum
+            + self
+                .workers
+                .iter()
+                .filter(|w| w.cur == Some(r))
+                .map(|w| now - w.start)
+                .sum::<f64>()
+    }
+
+    fn mark(&mut self, r: u32, now: f64) {
+        if !self.reqs[r as usize].stealable {
+            return;
+        }
+        let left = self.trace.work[r as usize] - self.processed(r, now);
         let q = &mut self.reqs[r as usize];
         if q.stealable {
             q.stealable = false;
+            q.marked_at = now;
+            q.left_at_mark = left;
             self.out.serialized += 1;
+            if self.cfg.eager {
+                self.gather(r);
+            }
+        }
+    }
+
+    /// Eager serialization: moves every queued task of `r` to the deque of one
+    /// worker on `r`; the others finish the chunk they are running and leave.
+    fn gather(&mut self, r: u32) {
+        let Some(owner) = (0..self.workers.len())
+            .find(|&w| self.workers[w].state == State::Exec && self.workers[w].exec == r)
+        else {
+            return; // not running yet (clairvoyant admission): nothing to move
+        };
+        for v in 0..self.workers.len() {
+            if v == owner || !self.workers[v].deque.iter().any(|t| t.req == r) {
+                continue;
+            }
+            let moved: Vec<Task> = {
+                let dq = &mut self.workers[v].deque;
+                let (mine, rest): (Vec<Task>, Vec<Task>) = dq.drain(..).partition(|t| t.req == r);
+                dq.extend(rest);
+                mine
+            };
+            let od = &mut self.workers[owner].deque;
+            for t in moved.into_iter().rev() {
+                od.push_front(t);
+            }
         }
     }
 
@@ -291,7 +364,7 @@ impl<'a> Sim<'a> {
             for w in 0..self.workers.len() {
                 if let Some(r) = self.workers[w].cur {
                     if self.trace.work[r as usize] > l {
-                        self.mark(r);
+                        self.mark(r, now);
                     }
                 }
             }
@@ -313,7 +386,7 @@ impl<'a> Sim<'a> {
                 let pt = q.proc_accum + q.scratch;
                 q.scratch = f64::NEG_INFINITY;
                 if pt > l {
-                    self.mark(r);
+                    self.mark(r, now);
                 }
             }
         }
@@ -387,7 +460,7 @@ impl<'a> Sim<'a> {
         if self.cfg.policy == Policy::Clairvoyant
             && self.trace.work[r as usize] > self.cfg.lookup(self.active)
         {
-            self.mark(r);
+            self.mark(r, now);
         }
         self.start_task(w, task, now);
     }
@@ -472,6 +545,11 @@ impl<'a> Sim<'a> {
                 return;
             }
             self.out.latency[r as usize] = now - self.trace.arrival[r as usize];
+            let q = &self.reqs[r as usize];
+            if !q.stealable {
+                self.out.post_mark_work += q.left_at_mark;
+                self.out.post_mark_time += now - q.marked_at;
+            }
             self.out.end_time = now;
             self.active -= 1;
         }
@@ -577,7 +655,7 @@ pub fn simulate(
             sim.arrival(next_arrival as u32, ta);
             next_arrival += 1;
             if let Some(p) = progress {
-                if next_arrival % 1024 == 0 {
+                if next_arrival.is_multiple_of(1024) {
                     p(1024);
                 }
             }
@@ -611,8 +689,9 @@ mod tests {
             cores: 4,
             policy,
             steal_cost: 1e-6,
-            chunk: 1e-4,
+            chunking: Chunking::Fixed(1e-4),
             seq_segments: 1,
+            eager: false,
             thresholds: vec![],
             seed: 1,
         }
@@ -662,7 +741,13 @@ mod tests {
     fn all_policies_conserve_work() {
         let w: WorkSpec = "lognormal:10,13".parse().unwrap();
         let trace = Trace::generate(2000, 300.0, ArrivalSpec::Poisson, &w, 0.1, 5);
-        for p in Policy::ALL {
+        for p in [
+            Policy::StealFirst,
+            Policy::AdmitFirst,
+            Policy::TailControl,
+            Policy::Random,
+            Policy::Clairvoyant,
+        ] {
             let c = Config {
                 thresholds: vec![f64::INFINITY, 0.02, 0.01],
                 ..cfg(p)

@@ -98,7 +98,7 @@ impl MfConfig {
         if !(self.probe_rate > 0.0 && self.probe_rate.is_finite()) {
             return Err("probe rate must be finite and > 0".into());
         }
-        if self.probs.is_empty() || self.probs.iter().any(|p| !(*p >= 0.0)) {
+        if self.probs.is_empty() || self.probs.iter().any(|p| p.is_nan() || *p < 0.0) {
             return Err("children probabilities must be ≥ 0".into());
         }
         let s: f64 = self.probs.iter().sum();

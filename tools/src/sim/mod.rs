@@ -31,7 +31,7 @@ use serde_json::json;
 use tailctl_rt::distribution::{parse_duration, WorkDistribution};
 use tailctl_rt::threshold::{ThresholdParams, ThresholdTable};
 
-use engine::{Config, Outcome, Policy};
+use engine::{Chunking, Config, Outcome, Policy};
 use report::{miss_ratio, percentile, Comparison, PolicyRow};
 use workload::{ArrivalSpec, Trace, WorkSpec};
 
@@ -45,11 +45,11 @@ pub struct Args {
 #[derive(Subcommand)]
 enum SimCommand {
     /// Run policies on one trace; targets at steal-first's percentiles (the paper's table).
-    Compare(CompareArgs),
+    Compare(Box<CompareArgs>),
     /// Largest rps at which each policy keeps a latency percentile under a target.
-    Capacity(CapacityArgs),
+    Capacity(Box<CapacityArgs>),
     /// Mean-field model of seed 004: N servers, child or parent stealing.
-    Meanfield(MeanfieldArgs),
+    Meanfield(Box<MeanfieldArgs>),
 }
 
 /// Options shared by `compare` and `capacity`.
@@ -79,9 +79,12 @@ struct Common {
     /// Cost of one steal attempt (successful or not).
     #[arg(long, default_value = "1us", value_parser = parse_dur)]
     steal_cost: Duration,
-    /// Work of one parallel-for chunk (leaf of the recursive split).
-    #[arg(long, default_value = "100us", value_parser = parse_dur)]
-    chunk: Duration,
+    /// Leaf chunks of a parallel-for: a duration (`100us`: leaves of that much work) or `auto:K` (K leaves per parallel phase, like TBB's auto_partitioner).
+    #[arg(long, default_value = "100us", value_parser = parse_chunking)]
+    chunk: Chunking,
+    /// Serialize marked requests at once (the kernel-enforced cap of tailctl) instead of lazily (the paper's runtime).
+    #[arg(long)]
+    eager: bool,
     /// Threshold-table length (default: the runtime's heuristic from load).
     #[arg(long)]
     q_max: Option<usize>,
@@ -198,12 +201,28 @@ fn parse_dur(s: &str) -> Result<Duration, String> {
     parse_duration(s)
 }
 
+fn parse_chunking(s: &str) -> Result<Chunking, String> {
+    if let Some(k) = s.strip_prefix("auto:") {
+        return match k.parse::<u32>() {
+            Ok(k) if k > 0 => Ok(Chunking::PerPhase(k)),
+            _ => Err(format!(
+                "`{s}`: expected auto:K with K ≥ 1 leaves per phase"
+            )),
+        };
+    }
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err("chunk must be > 0".into());
+    }
+    Ok(Chunking::Fixed(d.as_secs_f64()))
+}
+
 /// Entry point of `tailctl sim`.
 pub fn run(args: Args) -> Result<()> {
     match args.command {
-        SimCommand::Compare(a) => compare(a),
-        SimCommand::Capacity(a) => capacity(a),
-        SimCommand::Meanfield(a) => meanfield_cmd(a),
+        SimCommand::Compare(a) => compare(*a),
+        SimCommand::Capacity(a) => capacity(*a),
+        SimCommand::Meanfield(a) => meanfield_cmd(*a),
     }
 }
 
@@ -292,9 +311,6 @@ fn setup(common: Common) -> Result<Setup> {
     }
     if !(0.0..=1.0).contains(&common.seq_fraction) {
         bail!("--seq-fraction must be in [0, 1]");
-    }
-    if common.chunk.is_zero() {
-        bail!("--chunk must be > 0");
     }
     let work = if common.trace.is_some() && common.work == "lognormal:10,13" {
         None // tables come from the trace's own work histogram
@@ -395,8 +411,9 @@ impl Setup {
             cores: self.common.cores,
             policy,
             steal_cost: self.common.steal_cost.as_secs_f64(),
-            chunk: self.common.chunk.as_secs_f64(),
+            chunking: self.common.chunk,
             seq_segments: self.common.seq_segments,
+            eager: self.common.eager,
             thresholds,
             seed: self.common.seed,
         }
@@ -495,9 +512,9 @@ fn compare(a: CompareArgs) -> Result<()> {
             miss: vec![],
             serialized: vec![],
             mean_latency: f64::NAN,
+            post_mark_parallelism: vec![],
         };
-        if p == Policy::StealFirst && sf.is_some() {
-            let o = sf.as_ref().expect("sf run");
+        if let (Policy::StealFirst, Some(o)) = (p, sf.as_ref()) {
             let l = s.measured(o);
             row.miss = targets.iter().map(|&t| miss_ratio(l, t)).collect();
             row.serialized = vec![o.serialized];
@@ -513,6 +530,7 @@ fn compare(a: CompareArgs) -> Result<()> {
                 row.mean_latency = l.iter().sum::<f64>() / l.len() as f64;
             }
             row.serialized.push(o.serialized);
+            row.post_mark_parallelism.push(o.post_mark_parallelism());
             match ti {
                 Some(ti) => row.miss.push(miss_ratio(l, targets[*ti])),
                 None => row.miss = targets.iter().map(|&t| miss_ratio(l, t)).collect(),
@@ -537,10 +555,25 @@ fn compare(a: CompareArgs) -> Result<()> {
             format!("{:.3}", trace.mean_work() * rps / c.cores as f64),
         ),
         ("steal_cost".to_string(), format!("{:?}", c.steal_cost)),
-        ("chunk".to_string(), format!("{:?}", c.chunk)),
+        (
+            "chunk".to_string(),
+            match c.chunk {
+                Chunking::Fixed(x) => format!("{:.0}us", x * 1e6),
+                Chunking::PerPhase(k) => format!("auto:{k}"),
+            },
+        ),
         (
             "seq_fraction".to_string(),
             format!("{} in {} segment(s)", c.seq_fraction, c.seq_segments),
+        ),
+        (
+            "serialization".to_string(),
+            if c.eager {
+                "eager (kernel-style cap)"
+            } else {
+                "lazy (paper)"
+            }
+            .to_string(),
         ),
         ("seed".to_string(), c.seed.to_string()),
         (
@@ -673,7 +706,7 @@ fn meanfield_cmd(a: MeanfieldArgs) -> Result<()> {
         other => bail!("--strategy must be `child` or `parent`, got `{other}`"),
     };
     let total: f64 = a.children.iter().sum();
-    if a.children.iter().any(|w| !(*w >= 0.0)) || !(total > 0.0) {
+    if a.children.iter().any(|w| w.is_nan() || *w < 0.0) || total.is_nan() || total <= 0.0 {
         bail!("--children weights must be ≥ 0 with a positive sum");
     }
     let probs: Vec<f64> = a.children.iter().map(|w| w / total).collect();

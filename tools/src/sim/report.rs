@@ -21,6 +21,8 @@ pub struct PolicyRow {
     pub serialized: Vec<usize>,
     /// Mean latency, seconds (first run of the policy).
     pub mean_latency: f64,
+    /// Average parallelism of serialized requests after marking (per run).
+    pub post_mark_parallelism: Vec<f64>,
 }
 
 /// The whole comparison.
@@ -122,8 +124,17 @@ impl Comparison {
             for x in &r.serialized {
                 let _ = write!(s, "{x:>10}");
             }
+            let _ = write!(s, "\n{:<26}", format!("  parallelism after mark"));
+            for x in &r.post_mark_parallelism {
+                let _ = write!(s, "{x:>10.2}");
+            }
             s.push('\n');
         }
+        let _ = write!(s, "{:<26}", "mean latency (ms)");
+        for r in &self.rows {
+            let _ = write!(s, " {}={:.2}", r.policy, r.mean_latency * 1e3);
+        }
+        s.push('\n');
         s
     }
 
@@ -139,6 +150,7 @@ impl Comparison {
                 "policy": r.policy,
                 "miss_ratio": r.miss,
                 "serialized": r.serialized,
+                "post_mark_parallelism": r.post_mark_parallelism,
                 "mean_latency_ms": r.mean_latency * 1e3,
             })).collect::<Vec<_>>(),
             "improvement": self.improvements().into_iter().map(|(tc, base, imp)| json!({
@@ -271,12 +283,14 @@ mod tests {
                     miss: vec![0.01],
                     serialized: vec![0],
                     mean_latency: 0.005,
+                    post_mark_parallelism: vec![],
                 },
                 PolicyRow {
                     policy: "tc".into(),
                     miss: vec![0.006],
                     serialized: vec![12],
                     mean_latency: 0.006,
+                    post_mark_parallelism: vec![1.5],
                 },
             ],
         };

@@ -69,7 +69,7 @@ impl Rng {
     /// Uniform integer in `0..n` (`n > 0`), by multiply-shift (bias < 2^-32 for small n).
     #[inline]
     pub fn below(&mut self, n: usize) -> usize {
-        ((self.next_u64() >> 32) * n as u64 >> 32) as usize
+        (((self.next_u64() >> 32) * n as u64) >> 32) as usize
     }
 
     /// Exponential with the given rate.

@@ -1,0 +1,251 @@
+//! `tailctl sim` end to end: determinism, the SF/AF/TC ordering on a heavy
+//! 16-core configuration, trace files, the mean-field mode, and CLI errors.
+//! Sizes are small so the whole file runs in well under a minute in debug.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn tailctl(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tailctl"))
+        .args(args)
+        .output()
+        .expect("run tailctl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json(args: &[&str]) -> Value {
+    let (ok, out, err) = tailctl(args);
+    assert!(ok, "{args:?}: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+fn miss(v: &Value, policy: &str) -> Vec<f64> {
+    v["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["policy"] == policy)
+        .unwrap_or_else(|| panic!("no {policy}"))["miss_ratio"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+#[test]
+fn same_seed_same_result() {
+    let run = |seed: &str| {
+        let mut v = json(&[
+            "sim",
+            "compare",
+            "--cores",
+            "8",
+            "--rps",
+            "600",
+            "--requests",
+            "3000",
+            "--seed",
+            seed,
+            "--threads",
+            "1",
+            "--json",
+            "--policies",
+            "sf,tc",
+            "--percentiles",
+            "97.5,99.5",
+        ]);
+        v["settings"].as_object_mut().unwrap().remove("wall_time");
+        v
+    };
+    let a = run("5");
+    assert_eq!(a, run("5"));
+    assert_ne!(a["targets_ms"], run("6")["targets_ms"]);
+    // Targets are SF's own percentiles, so SF misses exactly the tail fraction.
+    let sf = miss(&a, "sf");
+    let want = [0.025, 0.005];
+    for (m, w) in sf.iter().zip(want) {
+        assert!((m - w).abs() < 1.0 / 3000.0 + 1e-12, "{sf:?}");
+    }
+}
+
+#[test]
+fn tail_control_beats_steal_first_under_heavy_load() {
+    // The paper's heavy setting, shortened: 16 cores, log-normal 10/13 ms,
+    // 1200 rps; the target at SF's 99th percentile. Margins were checked on
+    // several seeds (SF misses 1%: lazy TC 0.71–0.87%, clairvoyant ≤ 0.38%,
+    // eager TC ≤ 0.55%, AF 1.0–1.7%).
+    let base = [
+        "sim",
+        "compare",
+        "--requests",
+        "12000",
+        "--percentiles",
+        "99",
+        "--threads",
+        "2",
+        "--json",
+        "--seed",
+        "1",
+    ];
+    let v = json(&[&base[..], &["--policies", "sf,af,tc,tc-clairvoyant"]].concat());
+    let (sf, af, tc, tcc) = (
+        miss(&v, "sf")[0],
+        miss(&v, "af")[0],
+        miss(&v, "tc")[0],
+        miss(&v, "tc-clairvoyant")[0],
+    );
+    // Lazy (paper) serialization beats SF; the clairvoyant bound beats both
+    // baselines by far and TC too.
+    assert!(tc < 0.95 * sf, "tc {tc} sf {sf}");
+    assert!(tcc < 0.5 * sf && tcc < 0.5 * af && tcc < tc, "tcc {tcc}");
+    // Eager (kernel-enforced) serialization: a clear win over both.
+    let v = json(&[&base[..], &["--policies", "sf,tc", "--eager"]].concat());
+    let (sf_e, tc_e) = (miss(&v, "sf")[0], miss(&v, "tc")[0]);
+    assert_eq!(sf_e, sf, "SF does not depend on --eager");
+    assert!(tc_e < 0.7 * sf && tc_e < af && tc_e < tc, "eager tc {tc_e}");
+}
+
+#[test]
+fn trace_file_and_plot() {
+    let dir = std::env::temp_dir().join(format!("tailctl-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("trace.txt");
+    // Two workers; requests of 4 ms every 5 ms, one 40 ms request in the middle.
+    let mut t = String::from("# tailctl-trace v1\n# test\n");
+    for i in 0..200u64 {
+        let work = if i == 100 { 40_000 } else { 4_000 };
+        t.push_str(&format!("{i} {} bs {work} 0\n", i * 5_000_000));
+    }
+    std::fs::write(&trace, t).unwrap();
+    let plot = dir.join("plot.svg");
+    let v = json(&[
+        "sim",
+        "compare",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--cores",
+        "2",
+        "--steal-cost",
+        "0us",
+        "--targets",
+        "3ms,30ms",
+        "--policies",
+        "sf,af",
+        "--plot",
+        plot.to_str().unwrap(),
+        "--json",
+    ]);
+    // Alone, a 4 ms request takes 2 ms on two workers: only the long request
+    // and the ones queued behind it miss 3 ms; nothing misses 30 ms but the
+    // 40 ms request (20 ms on two workers, so it meets 30 ms too).
+    let sf = miss(&v, "sf");
+    assert!(sf[0] > 0.0 && sf[0] < 0.05, "{sf:?}");
+    assert_eq!(sf[1], 0.0);
+    assert!(std::fs::read_to_string(&plot).unwrap().contains("<svg"));
+
+    std::fs::write(&trace, "0 0 bs 100 0\n1 5 bs x 0\n").unwrap();
+    let (ok, _, err) = tailctl(&["sim", "compare", "--trace", trace.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("line 2") && err.contains("work"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn capacity_search_orders_policies() {
+    let v = json(&[
+        "sim",
+        "capacity",
+        "--cores",
+        "8",
+        "--requests",
+        "4000",
+        "--percentile",
+        "99",
+        "--target",
+        "30ms",
+        "--policies",
+        "sf,tc-clairvoyant",
+        "--resolution",
+        "20",
+        "--threads",
+        "2",
+        "--json",
+    ]);
+    let cap = |p: &str| {
+        v["capacity"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["policy"] == p)
+            .unwrap()["max_rps"]
+            .as_f64()
+            .unwrap()
+    };
+    let (sf, tcc) = (cap("sf"), cap("tc-clairvoyant"));
+    assert!(sf > 300.0 && sf < 800.0, "{sf}");
+    assert!(tcc >= sf, "{tcc} < {sf}");
+}
+
+#[test]
+fn meanfield_matches_table3_at_moderate_n() {
+    // N = 500 and a short horizon: the paper reports < 0.5% finite-N error at
+    // N = 500; allow 2% for the short run.
+    for (strategy, rho, r, paper) in [
+        ("child", "0.75", "10", 2.7555),
+        ("parent", "0.85", "1", 4.6779),
+    ] {
+        let v = json(&[
+            "sim",
+            "meanfield",
+            "--servers",
+            "500",
+            "--rho",
+            rho,
+            "--probe-rate",
+            r,
+            "--strategy",
+            strategy,
+            "--horizon",
+            "400",
+            "--warmup",
+            "50",
+            "--json",
+        ]);
+        let t = v["mean_response"].as_f64().unwrap();
+        assert!(
+            (t / paper - 1.0).abs() < 0.02,
+            "{strategy} {rho} {r}: {t} vs {paper}"
+        );
+    }
+}
+
+#[test]
+fn malformed_input_names_the_problem() {
+    let cases: [(&[&str], &str); 8] = [
+        (
+            &["sim", "compare", "--policies", "sf,fifo"],
+            "unknown policy `fifo`",
+        ),
+        (&["sim", "compare", "--chunk", "auto:0"], "auto:K"),
+        (&["sim", "compare", "--chunk", "10"], "unit"),
+        (&["sim", "compare", "--arrivals", "uniform"], "poisson"),
+        (
+            &["sim", "compare", "--requests", "10", "--warmup", "10"],
+            "warmup",
+        ),
+        (&["sim", "compare", "--percentiles", "101"], "percentile"),
+        (&["sim", "meanfield", "--strategy", "sibling"], "child"),
+        (&["sim", "meanfield", "--rho", "1.2"], "load"),
+    ];
+    for (args, needle) in cases {
+        let (ok, _, err) = tailctl(args);
+        assert!(!ok, "{args:?} should fail");
+        assert!(err.contains(needle), "{args:?}: `{err}` lacks `{needle}`");
+    }
+}
