@@ -312,6 +312,15 @@ fn run(a: Args) -> Result<()> {
         ]
     };
 
+    let cores_before = probe_effective_cores(&bins, common("sf"))?;
+    eprintln!("capacity probe: a lone request gets {cores_before:.2} effective cores");
+    if cores_before < 0.8 * cfg.workers as f64 {
+        eprintln!(
+            "warning: other processes are taking CPU ({cores_before:.2} of {} cores available); \
+             the server will be more loaded than the trace's utilisation says",
+            cfg.workers
+        );
+    }
     let mut runs = serde_json::Map::new();
     let sf = run_one(&bins, "steal-first", common("sf"), &trace_path, &a.out)?;
     let targets = targets_from(&sf, &TARGET_PERCENTILES)?;
@@ -375,10 +384,13 @@ fn run(a: Args) -> Result<()> {
         }
     }
 
+    let cores_after = probe_effective_cores(&bins, common("sf"))?;
     let conditions = format!(
-        "load average (1/5/15 min) before: {load_before}; after: {}; {} CPUs",
+        "load average (1/5/15 min) before: {load_before}, after: {}; {} CPUs; \
+         effective cores of a lone request (best of 3 × 200 ms, {} workers) before: {cores_before:.2}, after: {cores_after:.2}",
         loadavg(),
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cfg.workers
     );
     let report = Report {
         config: describe,
@@ -408,6 +420,30 @@ fn run(a: Args) -> Result<()> {
         a.out.display()
     );
     Ok(())
+}
+
+/// Measures how many cores the server actually gets right now: three lone
+/// 200 ms spin requests on a fresh steal-first server; effective cores =
+/// work / run time (2.0 on an idle 2-core machine). On a shared machine this
+/// is the number that says whether a run's load was what the trace offered.
+fn probe_effective_cores(bins: &Path, args: Vec<String>) -> Result<f64> {
+    use std::io::Write;
+    use tailctl_workloads::protocol::Response;
+    let server = start_server(&bins.join("tailctl-server"), &args)?;
+    let stream = std::net::TcpStream::connect(&server.addr)?;
+    let mut w = stream.try_clone()?;
+    let mut r = BufReader::new(stream);
+    let mut best: f64 = 0.0;
+    for i in 0..3 {
+        writeln!(w, "REQ {i} spin 200000 0")?;
+        let mut line = String::new();
+        r.read_line(&mut line)?;
+        match Response::parse(&line) {
+            Ok(Response::Done { run, .. }) => best = best.max(0.2 / run.as_secs_f64()),
+            other => bail!("capacity probe: unexpected answer {other:?}"),
+        }
+    }
+    Ok(best)
 }
 
 /// The first three fields of /proc/loadavg (or `unknown`), to record how busy
