@@ -20,6 +20,8 @@
 //! The binaries `tailctl-server`, `tailctl-loadgen` and `tailctl-experiment`
 //! are thin command-line layers over these modules; see `workloads/README.md`.
 
+#![warn(missing_docs)]
+
 pub mod arrival;
 pub mod distributions;
 pub mod experiment;
