@@ -25,6 +25,135 @@ enum tailctl_consts {
 	TAILCTL_SLICE_NS_DEFAULT = 5000000ULL,
 	/* nice-0 weight, the unit scx uses for p->scx.weight. */
 	TAILCTL_WEIGHT_NICE0 = 100,
+
+	/* Registered services; service s's throttle queue is DSQ TAILCTL_THROTTLE_DSQ_BASE + s. */
+	TAILCTL_MAX_SERVICES = 16,
+	TAILCTL_THROTTLE_DSQ_BASE = 1,
+	/* Slots of a service's region (must match tailctl-rt's shared_state.rs). */
+	TAILCTL_MAX_WORKERS = 64,
+	TAILCTL_MAX_REQUESTS = 1024,
+	/* Entries of a threshold table: q = 1..TAILCTL_QMAX active requests. */
+	TAILCTL_QMAX = 256,
+
+	TAILCTL_REGION_MAGIC = 0x54524354, /* "TCRT" */
+	TAILCTL_REGION_VERSION = 1,
+
+	/* tailctl_request_slot.flags */
+	TAILCTL_FLAG_SERIALIZED = 1,
+	/* tailctl_request_slot.state */
+	TAILCTL_REQ_FREE = 0,
+	TAILCTL_REQ_QUEUED = 1,
+	TAILCTL_REQ_RUNNING = 2,
+	/* tailctl_worker_slot.state */
+	TAILCTL_WORKER_WORKING = 0,
+	TAILCTL_WORKER_STEALING = 1,
+	TAILCTL_WORKER_PARKED = 2,
+};
+
+/*
+ * A service's region: one element of a BPF_F_MMAPABLE array map that the
+ * service's runtime maps into its address space and updates with plain
+ * atomic stores (no system call per request switch). Everything the kernel
+ * reads from here is an untrusted hint: indexes are bounds-checked and values
+ * clamped before use. Fields marked [kernel] are written by the scheduler,
+ * the rest by the runtime.
+ */
+struct tailctl_header {
+	u32 magic;
+	u32 version;
+	u32 worker_count;
+	u32 request_capacity;
+	/* Requests between arrival and completion: the q of the threshold table. */
+	u32 active;
+	u32 generation;
+	u64 next_id;
+	u64 completed;
+	u64 serialized;
+	/* SAWS desire inputs: workers working, and stealable tasks seen by thieves. */
+	u32 busy_workers;
+	u32 stealable;
+	/* [kernel] requests the kernel serialized. */
+	u64 kernel_serialized;
+};
+
+struct tailctl_worker_slot {
+	/* (generation << 32) | request slot, or ~0 when on no request. */
+	u64 current;
+	u64 start_ns;
+	u32 tid;
+	u32 state;
+	u64 steals;
+	/* [kernel] CPU time the scheduler charged to this worker's requests. */
+	u64 kernel_work_ns;
+	u64 reserved[3];
+};
+
+struct tailctl_request_slot {
+	u64 id;
+	/* flags and generation share one u64 so a mark is one compare-and-swap. */
+	u32 flags;
+	u32 generation;
+	/* The runtime's own (wall-clock) accumulated work. */
+	u64 work_ns;
+	u64 arrival_ns;
+	u32 state;
+	u32 steals;
+	u32 steals_at_serialize;
+	/* [kernel] threads of this request running right now. */
+	u32 kernel_running;
+	/* [kernel] CPU time the scheduler charged to this request. */
+	u64 kernel_work_ns;
+	/* [kernel] max threads of this request allowed to run at once (0: no cap). */
+	u32 kernel_alloc;
+	u32 reserved0;
+};
+
+struct tailctl_region {
+	struct tailctl_header header;
+	struct tailctl_worker_slot workers[TAILCTL_MAX_WORKERS];
+	struct tailctl_request_slot requests[TAILCTL_MAX_REQUESTS];
+};
+
+/* Daemon-written: tid -> the (service, worker slot) it was registered as. */
+struct tailctl_worker_ref {
+	u32 service;
+	u32 worker;
+};
+
+/* Daemon-written, one per service slot. */
+struct tailctl_service {
+	/* Registered process (tgid); 0 when the slot is free. */
+	u32 pid;
+	u32 uid;
+	/* Max threads of the service running at once (0: all CPUs). */
+	u32 allot;
+	/* Entries of threshold_ns in use. */
+	u32 nr_thresholds;
+	/* threshold_ns[q-1]: serialize a request once its work exceeds this at q active requests (0: never). */
+	u64 threshold_ns[TAILCTL_QMAX];
+};
+
+/*
+ * Kernel-only accounting of one request, indexed service * MAX_REQUESTS +
+ * slot. The scheduler's own view, independent of what the service writes.
+ */
+struct tailctl_request_acct {
+	/* The request tag (generation << 32 | slot) this entry currently tracks. */
+	u64 tag;
+	u64 work_ns;
+	/* Threads of the request running now, and the most seen at once after serialization settled. */
+	u32 running;
+	u32 max_running_settled;
+	/* Threads allowed to be dispatched (the cap's tokens in use), and the cap. */
+	u32 holders;
+	u32 alloc;
+	/* When the request crossed its threshold, and when its concurrency first fell to <= 1 after. */
+	u64 serialized_at_ns;
+	u64 settled_at_ns;
+	/* Tasks of this request that waited in the throttle queue (total), and waiting now. */
+	u64 throttled;
+	u32 waiting;
+	u32 reserved;
 };
 
 /*
@@ -46,6 +175,18 @@ struct tailctl_stats {
 	u64 kthread_dispatches;
 	/* A CPU whose current task's slice expired kept running it: nothing else was waiting. */
 	u64 slice_extensions;
+	/* Requests the kernel serialized (crossed their threshold). */
+	u64 serializations;
+	/* Registered threads that waited in a throttle queue because their request was at its cap. */
+	u64 throttled;
+	/* Throttled threads dispatched when their request's cap freed up (rotation). */
+	u64 rotations;
+	/* Running threads preempted because their request became serialized under them. */
+	u64 cap_preemptions;
+	/* Region reads rejected by validation (bad magic, index out of range, stale tag). */
+	u64 invalid_hints;
+	/* Longest a throttled thread waited before being dispatched, in ns (max, not a sum). */
+	u64 max_throttle_wait_ns;
 };
 
 #endif /* __TAILCTL_INTF_H */

@@ -38,6 +38,7 @@ mod completion;
 pub mod distribution;
 mod job;
 mod join;
+pub mod kernel;
 mod latch;
 pub mod policy;
 mod pool;

@@ -14,6 +14,7 @@
 mod bpf_intf;
 mod bpf_skel;
 mod pins;
+mod services;
 mod stats;
 
 use std::mem::MaybeUninit;
@@ -56,6 +57,14 @@ struct Opts {
     #[arg(long, default_value = pins::DEFAULT_PIN_DIR)]
     pin_dir: std::path::PathBuf,
 
+    /// Unix socket where tailctl-rt services register.
+    #[arg(long, default_value = services::DEFAULT_SOCKET)]
+    socket: std::path::PathBuf,
+
+    /// Permissions of the registration socket (octal): who may register.
+    #[arg(long, default_value = "666", value_parser = parse_octal)]
+    socket_mode: u32,
+
     /// Print scheduler statistics every SECS seconds while running.
     #[arg(long, value_name = "SECS")]
     stats: Option<f64>,
@@ -76,6 +85,13 @@ struct Opts {
     /// Enable libbpf debug output.
     #[arg(short = 'v', long)]
     verbose: bool,
+}
+
+fn parse_octal(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s, 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| format!("{s:?} is not an octal file mode like 666 or 660"))
 }
 
 /// Why the scheduler cannot be loaded here, found before touching libbpf so
@@ -117,6 +133,7 @@ struct Scheduler<'a> {
     skel: BpfSkel<'a>,
     struct_ops: Option<libbpf_rs::Link>,
     pins: pins::Pins,
+    registration: Option<services::RegistrationServer>,
     stats_server: StatsServer<(), Metrics>,
 }
 
@@ -146,6 +163,14 @@ impl<'a> Scheduler<'a> {
         let pins = pins::Pins::create(&opts.pin_dir, &mut [("stats", &mut skel.maps.stats)])?;
 
         let struct_ops = Some(scx_ops_attach!(skel, tailctl_ops)?);
+        let registration = Some(services::RegistrationServer::start(
+            &opts.socket,
+            opts.socket_mode,
+            &skel.maps.regions,
+            &skel.maps.services,
+            &skel.maps.worker_tids,
+            &skel.maps.registered,
+        )?);
         let stats_server = StatsServer::new(stats::server_data()).launch()?;
 
         info!(
@@ -159,6 +184,7 @@ impl<'a> Scheduler<'a> {
             skel,
             struct_ops,
             pins,
+            registration,
             stats_server,
         })
     }
@@ -205,7 +231,9 @@ impl<'a> Scheduler<'a> {
                 Err(e) => Err(e)?,
             }
         }
-        // Detach first: the kernel falls back to the default scheduler at once.
+        // Stop registering, then detach: the kernel falls back to the default
+        // scheduler at once, and registered runtimes see their connection close.
+        let _ = self.registration.take();
         let _ = self.struct_ops.take();
         uei_report!(&self.skel, uei)
     }
