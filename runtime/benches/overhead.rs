@@ -99,12 +99,44 @@ struct Row {
     ours: f64,
     rayon: f64,
     unit: &'static str,
+    /// Ratio of the minima (timed rows only).
+    min_ratio: Option<f64>,
 }
 
 impl Row {
     fn ratio(&self) -> f64 {
         self.ours / self.rayon
     }
+
+    fn timed(name: String, ours: (f64, f64), rayon: (f64, f64)) -> Row {
+        Row {
+            name,
+            ours: ours.0,
+            rayon: rayon.0,
+            unit: "ms",
+            min_ratio: Some(ours.1 / rayon.1),
+        }
+    }
+}
+
+/// Runs each case once per trial, rotating which goes first, and returns
+/// each case's (median, minimum) time in ms. The minimum is the better
+/// estimate of intrinsic cost when other jobs share the machine (their noise
+/// only ever adds time); the median says what a typical run sees.
+fn interleaved(trials: usize, cases: &mut [&mut dyn FnMut()]) -> Vec<(f64, f64)> {
+    let k = cases.len();
+    let mut times = vec![Vec::with_capacity(trials); k];
+    for trial in 0..trials {
+        for j in 0..k {
+            let c = (trial + j) % k;
+            settle();
+            times[c].push(time(&mut cases[c]) * 1e3);
+        }
+    }
+    times
+        .iter_mut()
+        .map(|t| (median(t), t.iter().cloned().fold(f64::INFINITY, f64::min)))
+        .collect()
 }
 
 fn bench_fib(rows: &mut Vec<Row>, workers: usize, trials: usize) {
@@ -112,61 +144,44 @@ fn bench_fib(rows: &mut Vec<Row>, workers: usize, trials: usize) {
     let tc = ours(workers, true);
     let off = ours(workers, false);
     let ray = rayon_pool(workers);
-    let (mut t_tc, mut t_off, mut t_ray, mut t_seq) = (vec![], vec![], vec![], vec![]);
-    for trial in 0..trials {
-        let run_rayon = |t_ray: &mut Vec<f64>| {
-            settle();
-            t_ray.push(time(|| {
-                assert_eq!(ray.install(|| fib_rayon(black_box(n))), 832040)
-            }));
-        };
-        if trial % 2 == 1 {
-            run_rayon(&mut t_ray);
-        }
-        settle();
-        t_tc.push(time(|| {
-            assert_eq!(
-                tc.submit(move || fib_ours(black_box(n))).wait().unwrap(),
-                832040
-            )
-        }));
-        if trial % 2 == 0 {
-            run_rayon(&mut t_ray);
-        }
-        settle();
-        t_off.push(time(|| {
-            assert_eq!(
-                off.submit(move || fib_ours(black_box(n))).wait().unwrap(),
-                832040
-            )
-        }));
-        if workers == 1 {
-            t_seq.push(time(|| assert_eq!(fib_seq(black_box(n)), 832040)));
-        }
-    }
-    let r = median(&mut t_ray) * 1e3;
-    rows.push(Row {
-        name: format!("fib30/{workers}t tc"),
-        ours: median(&mut t_tc) * 1e3,
-        rayon: r,
-        unit: "ms",
-    });
-    rows.push(Row {
-        name: format!("fib30/{workers}t sf-off"),
-        ours: median(&mut t_off) * 1e3,
-        rayon: r,
-        unit: "ms",
-    });
+    let mut run_tc = || {
+        assert_eq!(
+            tc.submit(move || fib_ours(black_box(n))).wait().unwrap(),
+            832040
+        )
+    };
+    let mut run_off = || {
+        assert_eq!(
+            off.submit(move || fib_ours(black_box(n))).wait().unwrap(),
+            832040
+        )
+    };
+    let mut run_ray = || assert_eq!(ray.install(|| fib_rayon(black_box(n))), 832040);
+    let mut run_seq = || assert_eq!(fib_seq(black_box(n)), 832040);
+    let m = if workers == 1 {
+        interleaved(
+            trials,
+            &mut [&mut run_tc, &mut run_ray, &mut run_off, &mut run_seq],
+        )
+    } else {
+        interleaved(trials, &mut [&mut run_tc, &mut run_ray, &mut run_off])
+    };
+    rows.push(Row::timed(format!("fib30/{workers}t tc"), m[0], m[1]));
+    rows.push(Row::timed(format!("fib30/{workers}t sf-off"), m[2], m[1]));
     if workers == 1 {
-        // Per-join cost over plain recursion: fib(30) makes fib(31) - 1 joins.
+        // Per-join cost over plain recursion (minima): fib(30) makes
+        // fib(31) - 1 joins.
         let joins = 1_346_268.0;
-        let seq = median(&mut t_seq) * 1e3;
-        rows.push(Row {
-            name: "join-ns/1t tc".into(),
-            ours: (rows[rows.len() - 2].ours - seq) * 1e6 / joins,
-            rayon: (r - seq) * 1e6 / joins,
-            unit: "ns",
-        });
+        let seq = m[3].1;
+        for (name, t) in [("join-ns/1t tc", m[0].1), ("join-ns/1t sf-off", m[2].1)] {
+            rows.push(Row {
+                name: name.into(),
+                ours: (t - seq) * 1e6 / joins,
+                rayon: (m[1].1 - seq) * 1e6 / joins,
+                unit: "ns",
+                min_ratio: None,
+            });
+        }
     }
 }
 
@@ -183,38 +198,29 @@ fn bench_pfor(rows: &mut Vec<Row>, trials: usize) {
             .into_boxed_slice(),
     );
     let body = |i: usize| data[i].store((i as u64).wrapping_mul(i as u64), Ordering::Relaxed);
-    let (mut t_tc, mut t_off, mut t_ray) = (vec![], vec![], vec![]);
-    for _ in 0..trials {
-        settle();
-        t_tc.push(time(|| {
-            tc.submit(move || parallel_for(0..n, grain, body))
-                .wait()
-                .unwrap()
-        }));
-        settle();
-        t_ray.push(time(|| {
-            ray.install(|| (0..n).into_par_iter().with_min_len(grain).for_each(body))
-        }));
-        settle();
-        t_off.push(time(|| {
-            off.submit(move || parallel_for(0..n, grain, body))
-                .wait()
-                .unwrap()
-        }));
-    }
-    let r = median(&mut t_ray) * 1e3;
-    rows.push(Row {
-        name: "pfor1e6/2t tc".into(),
-        ours: median(&mut t_tc) * 1e3,
-        rayon: r,
-        unit: "ms",
-    });
-    rows.push(Row {
-        name: "pfor1e6/2t sf-off".into(),
-        ours: median(&mut t_off) * 1e3,
-        rayon: r,
-        unit: "ms",
-    });
+    // Ten loops per sample (one request / one install): a single 10^6-item
+    // loop lasts well under a millisecond, shorter than a scheduler tick of
+    // the other jobs on a shared machine.
+    let reps = 10;
+    let mut run_tc = || {
+        tc.submit(move || (0..reps).for_each(|_| parallel_for(0..n, grain, body)))
+            .wait()
+            .unwrap()
+    };
+    let mut run_off = || {
+        off.submit(move || (0..reps).for_each(|_| parallel_for(0..n, grain, body)))
+            .wait()
+            .unwrap()
+    };
+    let mut run_ray = || {
+        ray.install(|| {
+            (0..reps).for_each(|_| (0..n).into_par_iter().with_min_len(grain).for_each(body))
+        })
+    };
+    let m = interleaved(trials, &mut [&mut run_tc, &mut run_ray, &mut run_off]);
+    let per = |(a, b): (f64, f64)| (a / reps as f64, b / reps as f64);
+    rows.push(Row::timed("pfor1e6/2t tc".into(), per(m[0]), per(m[1])));
+    rows.push(Row::timed("pfor1e6/2t sf-off".into(), per(m[2]), per(m[1])));
 }
 
 fn cpu_seconds() -> f64 {
@@ -251,6 +257,7 @@ fn bench_idle(rows: &mut Vec<Row>, secs: f64) {
         ours: ours_pct,
         rayon: rayon_pct,
         unit: "%core",
+        min_ratio: None,
     });
 }
 
@@ -272,6 +279,7 @@ fn bench_rtt(rows: &mut Vec<Row>, n: usize) {
             ours: percentile(&mut a, p),
             rayon: percentile(&mut b, p),
             unit: "us",
+            min_ratio: None,
         });
     }
 }
@@ -280,11 +288,11 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let json = args.iter().any(|a| a == "--json");
     let quick = args.iter().any(|a| a == "--quick");
-    let trials = if quick { 5 } else { 15 };
+    let trials = if quick { 5 } else { 21 };
     let mut rows = Vec::new();
     bench_fib(&mut rows, 1, trials);
     bench_fib(&mut rows, 2, trials);
-    bench_pfor(&mut rows, trials * 2);
+    bench_pfor(&mut rows, trials * 3);
     bench_idle(&mut rows, if quick { 1.0 } else { 3.0 });
     bench_rtt(&mut rows, if quick { 2_000 } else { 20_000 });
     if json {
@@ -292,31 +300,35 @@ fn main() {
             .iter()
             .map(|r| {
                 format!(
-                    "{{\"name\":\"{}\",\"ours\":{:.4},\"rayon\":{:.4},\"unit\":\"{}\",\"ratio\":{:.3}}}",
+                    "{{\"name\":\"{}\",\"ours\":{:.4},\"rayon\":{:.4},\"unit\":\"{}\",\"ratio\":{:.3},\"min_ratio\":{}}}",
                     r.name,
                     r.ours,
                     r.rayon,
                     r.unit,
-                    r.ratio()
+                    r.ratio(),
+                    r.min_ratio.map_or("null".to_string(), |m| format!("{m:.3}"))
                 )
             })
             .collect();
         println!("[{}]", items.join(","));
     } else {
         println!(
-            "{:<20} {:>12} {:>12} {:>6} {:>8}",
-            "bench", "ours", "rayon", "unit", "ratio"
+            "{:<20} {:>10} {:>10} {:>6} {:>7} {:>9}",
+            "bench", "ours", "rayon", "unit", "ratio", "min-ratio"
         );
         for r in &rows {
             println!(
-                "{:<20} {:>12.3} {:>12.3} {:>6} {:>8.3}",
+                "{:<20} {:>10.3} {:>10.3} {:>6} {:>7.3} {:>9}",
                 r.name,
                 r.ours,
                 r.rayon,
                 r.unit,
-                r.ratio()
+                r.ratio(),
+                r.min_ratio.map_or("-".to_string(), |m| format!("{m:.3}"))
             );
         }
-        println!("(medians of {trials} interleaved trials; ratio = ours / rayon)");
+        println!(
+            "(ours/rayon: medians of {trials} interleaved trials; min-ratio: fastest trial of each)"
+        );
     }
 }

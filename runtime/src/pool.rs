@@ -142,7 +142,7 @@ pub struct PoolStats {
 ///     .unwrap();
 /// assert_eq!(pool.workers(), 2);
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct PoolBuilder {
     workers: Option<usize>,
     policy: Policy,
@@ -152,6 +152,7 @@ pub struct PoolBuilder {
     stack_size: usize,
     thread_name: String,
     spin_rounds: u32,
+    shared: Option<SharedState>,
 }
 
 impl Default for PoolBuilder {
@@ -165,6 +166,7 @@ impl Default for PoolBuilder {
             stack_size: 8 << 20,
             thread_name: "tailctl-w".to_string(),
             spin_rounds: 64,
+            shared: None,
         }
     }
 }
@@ -278,6 +280,21 @@ impl PoolBuilder {
         self
     }
 
+    /// The bookkeeping table to publish into, e.g. one backed by a mapped BPF
+    /// region ([`SharedState::from_raw`]); by default the pool allocates one
+    /// on the heap. Its worker count must equal the pool's.
+    ///
+    /// ```
+    /// use tailctl_rt::{shared_state::SharedState, Pool};
+    /// let pool = Pool::builder().workers(2).shared_state(SharedState::new(2)).build().unwrap();
+    /// assert_eq!(pool.shared_state().header().worker_count(), 2);
+    /// assert!(Pool::builder().workers(2).shared_state(SharedState::new(3)).build().is_err());
+    /// ```
+    pub fn shared_state(mut self, state: SharedState) -> Self {
+        self.shared = Some(state);
+        self
+    }
+
     /// Starts the workers.
     ///
     /// ```
@@ -294,6 +311,19 @@ impl PoolBuilder {
                 format!("workers must be in 1..={MAX_WORKERS}, got {n}"),
             ));
         }
+        let shared = match self.shared {
+            Some(s) if s.header().worker_count() as usize != n => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "shared state is for {} workers, the pool has {n}",
+                        s.header().worker_count()
+                    ),
+                ))
+            }
+            Some(s) => s,
+            None => SharedState::new(n),
+        };
         let bookkeeping = self
             .bookkeeping
             .unwrap_or(self.policy == Policy::TailControl);
@@ -305,6 +335,7 @@ impl PoolBuilder {
                 thresholds: self.thresholds,
                 target_latency: self.target_latency,
                 spin_rounds: self.spin_rounds,
+                shared,
             },
         );
         let mut threads = Vec::with_capacity(n);

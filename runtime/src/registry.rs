@@ -62,6 +62,7 @@ pub(crate) struct Config {
     pub(crate) thresholds: Option<ThresholdTable>,
     pub(crate) target_latency: Option<Duration>,
     pub(crate) spin_rounds: u32,
+    pub(crate) shared: SharedState,
 }
 
 pub(crate) struct Registry {
@@ -97,7 +98,7 @@ impl Registry {
             inboxes: (0..n).map(|_| Injector::new()).collect(),
             bounce: (0..n).map(|_| Injector::new()).collect(),
             sleep: Sleep::new(n),
-            shared: SharedState::new(n),
+            shared: cfg.shared,
             shutdown: AtomicBool::new(false),
             cancel: AtomicBool::new(false),
             counters: Counters::default(),

@@ -1,0 +1,398 @@
+//! The runtime's link to `scx_tailctl`: register, map the region, follow the
+//! daemon's life.
+//!
+//! # Protocol (see [`super::protocol`])
+//!
+//! 1. Connect to the daemon's socket and send `REGISTER` with no workers and
+//!    the threshold table; receive the service's region map fd (SCM_RIGHTS).
+//! 2. `mmap` the region and build the pool *on* it, so every store the pool
+//!    makes while serving (current request, active count, ...) is already a
+//!    store into the BPF map: no system call per request switch.
+//! 3. Once the workers run, `BIND` their tids.
+//! 4. A watcher thread blocks on the socket. EOF means the daemon died (the
+//!    kernel then falls back to its default scheduler): the runtime switches
+//!    serialization back to its own (wall-clock) decisions and keeps serving;
+//!    the region stays mapped. It then retries registration, handing the same
+//!    region map back (`region=1`), so a restarted daemon adopts the region
+//!    the pool already uses.
+
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+
+use super::protocol::{Bind, Register, Reply};
+use crate::shared_state::{SharedRegion, SharedState};
+use crate::threshold::ThresholdTable;
+use crate::{Pool, PoolBuilder};
+
+/// The daemon's default socket.
+pub const DEFAULT_SOCKET: &str = "/run/tailctl/tailctl.sock";
+
+/// Entries of the threshold table sent to the kernel (q = 1..=KERNEL_QMAX).
+pub const KERNEL_QMAX: usize = super::protocol::MAX_THRESHOLDS;
+
+fn proto_err(e: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e.to_string())
+}
+
+/// A region map mapped into this process; unmapped on drop.
+pub struct MappedRegion {
+    ptr: NonNull<SharedRegion>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory accessed only through atomics.
+unsafe impl Send for MappedRegion {}
+// SAFETY: as above.
+unsafe impl Sync for MappedRegion {}
+
+impl MappedRegion {
+    /// Map the single element of a region map (`BPF_F_MMAPABLE` array).
+    pub fn map(fd: BorrowedFd<'_>) -> io::Result<Self> {
+        let page = 4096usize;
+        let len = std::mem::size_of::<SharedRegion>().div_ceil(page) * page;
+        // SAFETY: mapping a file descriptor we hold, shared, read-write; the
+        // result is checked before use.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
+            len,
+        })
+    }
+
+    /// Pointer to the region (page-aligned).
+    pub fn as_ptr(&self) -> NonNull<SharedRegion> {
+        self.ptr
+    }
+}
+
+impl Drop for MappedRegion {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what `map` mapped; nothing uses it after
+        // drop (the pool built on it is dropped first, see AssistedPool).
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+fn send_line(stream: &UnixStream, line: &str, fd: Option<RawFd>) -> io::Result<()> {
+    let iov = [IoSlice::new(line.as_bytes())];
+    let fds;
+    let cmsgs: Vec<ControlMessage<'_>> = match fd {
+        Some(f) => {
+            fds = [f];
+            vec![ControlMessage::ScmRights(&fds)]
+        }
+        None => Vec::new(),
+    };
+    sendmsg::<()>(stream.as_raw_fd(), &iov, &cmsgs, MsgFlags::empty(), None)?;
+    Ok(())
+}
+
+/// Read one reply line (and an fd, if one rides along).
+fn recv_reply(stream: &UnixStream) -> io::Result<(Reply, Option<OwnedFd>)> {
+    let mut buf = [0u8; 1024];
+    let mut len = 0;
+    let mut fd = None;
+    loop {
+        let mut cmsg = nix::cmsg_space!([RawFd; 1]);
+        let mut iov = [IoSliceMut::new(&mut buf[len..])];
+        let msg = recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)?;
+        let n = msg.bytes;
+        for c in msg.cmsgs().map_err(io::Error::from)? {
+            if let ControlMessageOwned::ScmRights(fds) = c {
+                for raw in fds {
+                    // SAFETY: installed for us by the kernel (SCM_RIGHTS); we own it.
+                    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                    fd.get_or_insert(owned);
+                }
+            }
+        }
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "daemon closed the connection"));
+        }
+        len += n;
+        if buf[..len].contains(&b'\n') {
+            break;
+        }
+        if len == buf.len() {
+            return Err(proto_err("reply too long"));
+        }
+    }
+    let line = std::str::from_utf8(&buf[..len]).map_err(proto_err)?;
+    Ok((Reply::parse(line).map_err(proto_err)?, fd))
+}
+
+/// Step 1: register and receive the region fd. With `existing`, hand that
+/// region back instead of getting a new one.
+pub fn register(
+    socket: &Path,
+    thresholds_ns: &[u64],
+    existing: Option<BorrowedFd<'_>>,
+) -> io::Result<(UnixStream, u32, Option<OwnedFd>)> {
+    let stream = UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let req = Register {
+        workers: Vec::new(),
+        thresholds_ns: thresholds_ns.to_vec(),
+        reuse_region: existing.is_some(),
+    };
+    send_line(&stream, &req.to_line(), existing.map(|f| f.as_raw_fd()))?;
+    match recv_reply(&stream)? {
+        (Reply::Ok { service }, fd) => {
+            if existing.is_none() && fd.is_none() {
+                return Err(proto_err("daemon accepted but sent no region fd"));
+            }
+            Ok((stream, service, fd))
+        }
+        (Reply::Err(why), _) => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("scx_tailctl refused the registration: {why}"),
+        )),
+    }
+}
+
+/// Step 3: bind worker tids.
+pub fn bind(stream: &UnixStream, tids: &[u32]) -> io::Result<()> {
+    send_line(stream, &Bind { workers: tids.to_vec() }.to_line(), None)?;
+    match recv_reply(stream)?.0 {
+        Reply::Ok { .. } => Ok(()),
+        Reply::Err(why) => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("scx_tailctl refused to bind the workers: {why}"),
+        )),
+    }
+}
+
+/// The threshold table as the kernel wants it: ns for q = 1..=KERNEL_QMAX, 0 = never.
+pub fn kernel_thresholds(table: Option<&ThresholdTable>) -> Vec<u64> {
+    match table {
+        None => Vec::new(),
+        Some(t) => (1..=KERNEL_QMAX)
+            .map(|q| t.lookup(q).map_or(0, |d| d.as_nanos().clamp(1, u64::MAX as u128) as u64))
+            .collect(),
+    }
+}
+
+/// What the link knows, shared with its watcher thread.
+struct LinkState {
+    connected: AtomicBool,
+    registrations: AtomicU64,
+    stop: AtomicBool,
+    stream: std::sync::Mutex<Option<UnixStream>>,
+}
+
+/// A pool that is kernel-assisted while `scx_tailctl` runs, and a plain
+/// user-space tail-control pool otherwise. Derefs to [`Pool`].
+///
+/// ```no_run
+/// use tailctl_rt::kernel::link::{AssistedPool, DEFAULT_SOCKET};
+/// use tailctl_rt::{Policy, Pool};
+/// let pool = AssistedPool::start(
+///     Pool::builder().workers(2).policy(Policy::TailControl),
+///     None,
+///     DEFAULT_SOCKET.as_ref(),
+/// ).unwrap();
+/// println!("kernel-assisted: {}", pool.is_kernel_assisted());
+/// assert_eq!(pool.submit(|| 6 * 7).wait().unwrap(), 42);
+/// ```
+pub struct AssistedPool {
+    // Field order is drop order: the pool (and its workers) go before the
+    // mapping they write into.
+    pool: Option<Pool>,
+    state: Arc<LinkState>,
+    watcher: Option<std::thread::JoinHandle<()>>,
+    _region_fd: Option<Arc<OwnedFd>>,
+    _region: Option<MappedRegion>,
+}
+
+impl std::ops::Deref for AssistedPool {
+    type Target = Pool;
+    fn deref(&self) -> &Pool {
+        self.pool.as_ref().expect("pool present until drop")
+    }
+}
+
+impl AssistedPool {
+    /// Build the pool, kernel-assisted if the daemon at `socket` accepts it.
+    /// Failing to reach the daemon is not an error: the pool then runs in
+    /// user space (see [`AssistedPool::is_kernel_assisted`]).
+    pub fn start(builder: PoolBuilder, thresholds: Option<&ThresholdTable>, socket: &Path) -> io::Result<Self> {
+        let kthr = kernel_thresholds(thresholds);
+        let state = Arc::new(LinkState {
+            connected: AtomicBool::new(false),
+            registrations: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            stream: std::sync::Mutex::new(None),
+        });
+        let (stream, region_fd) = match register(socket, &kthr, None) {
+            Ok((stream, _service, Some(fd))) => (stream, fd),
+            Ok(_) => unreachable!("register checks that a fresh registration carries an fd"),
+            Err(_) => {
+                // No daemon: a complete user-space runtime.
+                return Ok(Self {
+                    pool: Some(builder.build()?),
+                    state,
+                    watcher: None,
+                    _region_fd: None,
+                    _region: None,
+                });
+            }
+        };
+        let region = MappedRegion::map(region_fd.as_fd())?;
+        let workers = builder.worker_count();
+        // SAFETY: the mapping is page-aligned, sized for a SharedRegion (the
+        // daemon checked the map's value size) and outlives the pool (field
+        // order of AssistedPool); the kernel writes only its documented fields,
+        // atomically.
+        let shared = unsafe { SharedState::from_raw(region.as_ptr(), workers) };
+        let pool = builder.shared_state(shared).build()?;
+        let tids = wait_for_tids(&pool, Duration::from_secs(5))?;
+        bind(&stream, &tids)?;
+        pool.shared_state().set_kernel_decides(true);
+        state.connected.store(true, Ordering::SeqCst);
+        state.registrations.fetch_add(1, Ordering::SeqCst);
+        let region_fd = Arc::new(region_fd);
+        *state.stream.lock().unwrap() = Some(stream.try_clone()?);
+
+        let watcher = {
+            let state = state.clone();
+            let fd = region_fd.clone();
+            let socket = socket.to_path_buf();
+            let region_ptr = SendPtr(region.as_ptr());
+            std::thread::Builder::new()
+                .name("tailctl-link".into())
+                .spawn(move || watch(stream, state, fd, socket, kthr, tids, region_ptr))?
+        };
+        Ok(Self {
+            pool: Some(pool),
+            state,
+            watcher: Some(watcher),
+            _region_fd: Some(region_fd),
+            _region: Some(region),
+        })
+    }
+
+    /// Whether the daemon is serving this pool right now.
+    pub fn is_kernel_assisted(&self) -> bool {
+        self.state.connected.load(Ordering::SeqCst)
+    }
+
+    /// Successful registrations so far (1 + re-registrations after daemon restarts).
+    pub fn registrations(&self) -> u64 {
+        self.state.registrations.load(Ordering::SeqCst)
+    }
+
+    /// Shut down cleanly: drain the pool, then unregister.
+    pub fn shutdown(mut self) {
+        if let Some(p) = self.pool.take() {
+            p.shutdown();
+        }
+    }
+}
+
+impl Drop for AssistedPool {
+    fn drop(&mut self) {
+        // Workers stop writing into the region before anything else goes.
+        drop(self.pool.take());
+        self.state.stop.store(true, Ordering::SeqCst);
+        if let Some(s) = self.state.stream.lock().unwrap().take() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        if let Some(w) = self.watcher.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+struct SendPtr(NonNull<SharedRegion>);
+// SAFETY: points into the shared mapping, accessed only through atomics, and
+// the watcher is joined before the mapping is dropped.
+unsafe impl Send for SendPtr {}
+
+fn wait_for_tids(pool: &Pool, limit: Duration) -> io::Result<Vec<u32>> {
+    let start = Instant::now();
+    loop {
+        let tids: Vec<u32> = (0..pool.workers()).map(|i| pool.shared_state().worker(i).tid()).collect();
+        if tids.iter().all(|t| *t != 0) {
+            return Ok(tids);
+        }
+        if start.elapsed() > limit {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "workers did not publish their tids"));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Follow the daemon: on EOF fall back, then re-register with the same region.
+fn watch(
+    mut stream: UnixStream,
+    state: Arc<LinkState>,
+    region_fd: Arc<OwnedFd>,
+    socket: PathBuf,
+    kthr: Vec<u64>,
+    tids: Vec<u32>,
+    region: SendPtr,
+) {
+    // SAFETY: see SendPtr; `from_raw` is not used here, only the header flag,
+    // through a non-owning view that does not re-initialise the region.
+    let set_mode = |on: bool| unsafe { SharedState::set_kernel_decides_raw(region.0, on) };
+    loop {
+        let _ = stream.set_read_timeout(None);
+        let mut b = [0u8; 64];
+        // Block until the daemon goes away (or we shut down).
+        loop {
+            match stream.read(&mut b) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => continue,
+            }
+        }
+        set_mode(false);
+        state.connected.store(false, Ordering::SeqCst);
+        if state.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        // Re-register with the same region when the daemon is back.
+        loop {
+            if state.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            let Ok((s, _svc, _)) = register(&socket, &kthr, Some(region_fd.as_fd())) else {
+                continue;
+            };
+            if bind(&s, &tids).is_err() {
+                continue;
+            }
+            let Ok(clone) = s.try_clone() else { continue };
+            *state.stream.lock().unwrap() = Some(clone);
+            if state.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            set_mode(true);
+            state.connected.store(true, Ordering::SeqCst);
+            state.registrations.fetch_add(1, Ordering::SeqCst);
+            stream = s;
+            let _ = stream.flush();
+            break;
+        }
+    }
+}
