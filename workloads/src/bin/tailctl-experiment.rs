@@ -88,6 +88,13 @@ struct Args {
     /// How tail-control is run.
     #[arg(long, value_enum, default_value = "per-target")]
     tc_runs: TcRuns,
+    /// Tail-control's table size (passed to tailctl-server --q-max).
+    #[arg(long)]
+    q_max: Option<usize>,
+    /// Run steal-first a second time on the same trace and report it as a row:
+    /// the difference between the two steal-first runs is the noise floor.
+    #[arg(long)]
+    noise_check: bool,
     /// Output directory (created).
     #[arg(long, default_value = "workloads/results/latest")]
     out: PathBuf,
@@ -336,6 +343,18 @@ fn run(a: Args) -> Result<()> {
     let mut rows = vec![PolicyRow::from_latencies("steal-first", &sf, &targets)];
     runs.insert("steal-first".into(), read_summary(&a.out, "steal-first"));
 
+    if a.noise_check {
+        let name = "steal-first (rerun)";
+        let lat = run_one(
+            &bins,
+            "steal-first-rerun",
+            common("sf"),
+            &trace_path,
+            &a.out,
+        )?;
+        rows.push(PolicyRow::from_latencies(name, &lat, &targets));
+        runs.insert(name.into(), read_summary(&a.out, "steal-first-rerun"));
+    }
     for &p in &policies {
         match p {
             "steal-first" => {}
@@ -350,6 +369,9 @@ fn run(a: Args) -> Result<()> {
                         "--target".into(),
                         format!("{}us", t.as_micros()),
                     ]);
+                    if let Some(q) = a.q_max {
+                        v.extend(["--q-max".into(), q.to_string()]);
+                    }
                     v
                 };
                 let mut miss = Vec::new();

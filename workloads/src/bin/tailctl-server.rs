@@ -46,6 +46,11 @@ struct Args {
     /// Tail-control: the expected mean request rate.
     #[arg(long)]
     rps: Option<f64>,
+    /// Tail-control: largest active-request count in the computed table (look-ups
+    /// above it use its last entry); default: the runtime's, about twice the
+    /// mean number of active requests.
+    #[arg(long)]
+    q_max: Option<usize>,
     /// Tail-control: read the threshold table from this file instead.
     #[arg(long, conflicts_with_all = ["target", "distribution", "rps"])]
     threshold_table: Option<PathBuf>,
@@ -79,13 +84,15 @@ fn threshold_table(a: &Args) -> Result<Option<ThresholdTable>> {
         bail!("--policy tc needs --threshold-table FILE, or --target, --distribution and --rps");
     };
     let dist = dist.build().map_err(anyhow::Error::msg)?;
-    let q_max = ThresholdParams::default_q_max(&dist, rps, a.workers).with_context(|| {
-        format!(
-            "{rps} rps of {:.2} ms mean work needs more than {} workers",
-            dist.mean_secs() * 1e3,
-            a.workers
-        )
-    })?;
+    let default_q_max =
+        ThresholdParams::default_q_max(&dist, rps, a.workers).with_context(|| {
+            format!(
+                "{rps} rps of {:.2} ms mean work needs more than {} workers",
+                dist.mean_secs() * 1e3,
+                a.workers
+            )
+        })?;
+    let q_max = a.q_max.unwrap_or(default_q_max).max(1);
     let params = ThresholdParams {
         target,
         rps,
