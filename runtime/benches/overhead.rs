@@ -58,10 +58,31 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
-fn time<F: FnMut()>(mut f: F) -> f64 {
+/// Wall-clock and process CPU seconds of one call.
+fn time<F: FnMut()>(mut f: F) -> (f64, f64) {
+    let c = cpu_seconds();
     let t = Instant::now();
     f();
-    t.elapsed().as_secs_f64()
+    (t.elapsed().as_secs_f64(), cpu_seconds() - c)
+}
+
+/// Summary of one case over its trials, in ms.
+#[derive(Clone, Copy)]
+struct Stat {
+    median: f64,
+    min: f64,
+    /// Median CPU time of the whole process (all pools; idle ones sleep).
+    cpu: f64,
+}
+
+impl Stat {
+    fn scaled(self, k: f64) -> Stat {
+        Stat {
+            median: self.median * k,
+            min: self.min * k,
+            cpu: self.cpu * k,
+        }
+    }
 }
 
 fn ours(workers: usize, tc: bool) -> Pool {
@@ -101,6 +122,8 @@ struct Row {
     unit: &'static str,
     /// Ratio of the minima (timed rows only).
     min_ratio: Option<f64>,
+    /// Ratio of median process CPU times (timed rows only).
+    cpu_ratio: Option<f64>,
 }
 
 impl Row {
@@ -108,13 +131,14 @@ impl Row {
         self.ours / self.rayon
     }
 
-    fn timed(name: String, ours: (f64, f64), rayon: (f64, f64)) -> Row {
+    fn timed(name: String, ours: Stat, rayon: Stat) -> Row {
         Row {
             name,
-            ours: ours.0,
-            rayon: rayon.0,
+            ours: ours.median,
+            rayon: rayon.median,
             unit: "ms",
-            min_ratio: Some(ours.1 / rayon.1),
+            min_ratio: Some(ours.min / rayon.min),
+            cpu_ratio: Some(ours.cpu / rayon.cpu),
         }
     }
 }
@@ -123,19 +147,27 @@ impl Row {
 /// each case's (median, minimum) time in ms. The minimum is the better
 /// estimate of intrinsic cost when other jobs share the machine (their noise
 /// only ever adds time); the median says what a typical run sees.
-fn interleaved(trials: usize, cases: &mut [&mut dyn FnMut()]) -> Vec<(f64, f64)> {
+fn interleaved(trials: usize, cases: &mut [&mut dyn FnMut()]) -> Vec<Stat> {
     let k = cases.len();
-    let mut times = vec![Vec::with_capacity(trials); k];
+    let mut walls = vec![Vec::with_capacity(trials); k];
+    let mut cpus = vec![Vec::with_capacity(trials); k];
     for trial in 0..trials {
         for j in 0..k {
             let c = (trial + j) % k;
             settle();
-            times[c].push(time(&mut cases[c]) * 1e3);
+            let (w, cpu) = time(&mut cases[c]);
+            walls[c].push(w * 1e3);
+            cpus[c].push(cpu * 1e3);
         }
     }
-    times
+    walls
         .iter_mut()
-        .map(|t| (median(t), t.iter().cloned().fold(f64::INFINITY, f64::min)))
+        .zip(cpus.iter_mut())
+        .map(|(w, c)| Stat {
+            median: median(w),
+            min: w.iter().cloned().fold(f64::INFINITY, f64::min),
+            cpu: median(c),
+        })
         .collect()
 }
 
@@ -172,14 +204,15 @@ fn bench_fib(rows: &mut Vec<Row>, workers: usize, trials: usize) {
         // Per-join cost over plain recursion (minima): fib(30) makes
         // fib(31) - 1 joins.
         let joins = 1_346_268.0;
-        let seq = m[3].1;
-        for (name, t) in [("join-ns/1t tc", m[0].1), ("join-ns/1t sf-off", m[2].1)] {
+        let seq = m[3].min;
+        for (name, t) in [("join-ns/1t tc", m[0].min), ("join-ns/1t sf-off", m[2].min)] {
             rows.push(Row {
                 name: name.into(),
                 ours: (t - seq) * 1e6 / joins,
-                rayon: (m[1].1 - seq) * 1e6 / joins,
+                rayon: (m[1].min - seq) * 1e6 / joins,
                 unit: "ns",
                 min_ratio: None,
+                cpu_ratio: None,
             });
         }
     }
@@ -218,9 +251,17 @@ fn bench_pfor(rows: &mut Vec<Row>, trials: usize) {
         })
     };
     let m = interleaved(trials, &mut [&mut run_tc, &mut run_ray, &mut run_off]);
-    let per = |(a, b): (f64, f64)| (a / reps as f64, b / reps as f64);
-    rows.push(Row::timed("pfor1e6/2t tc".into(), per(m[0]), per(m[1])));
-    rows.push(Row::timed("pfor1e6/2t sf-off".into(), per(m[2]), per(m[1])));
+    let per = 1.0 / reps as f64;
+    rows.push(Row::timed(
+        "pfor1e6/2t tc".into(),
+        m[0].scaled(per),
+        m[1].scaled(per),
+    ));
+    rows.push(Row::timed(
+        "pfor1e6/2t sf-off".into(),
+        m[2].scaled(per),
+        m[1].scaled(per),
+    ));
 }
 
 fn cpu_seconds() -> f64 {
@@ -258,6 +299,7 @@ fn bench_idle(rows: &mut Vec<Row>, secs: f64) {
         rayon: rayon_pct,
         unit: "%core",
         min_ratio: None,
+        cpu_ratio: None,
     });
 }
 
@@ -280,6 +322,7 @@ fn bench_rtt(rows: &mut Vec<Row>, n: usize) {
             rayon: percentile(&mut b, p),
             unit: "us",
             min_ratio: None,
+            cpu_ratio: None,
         });
     }
 }
@@ -300,35 +343,37 @@ fn main() {
             .iter()
             .map(|r| {
                 format!(
-                    "{{\"name\":\"{}\",\"ours\":{:.4},\"rayon\":{:.4},\"unit\":\"{}\",\"ratio\":{:.3},\"min_ratio\":{}}}",
+                    "{{\"name\":\"{}\",\"ours\":{:.4},\"rayon\":{:.4},\"unit\":\"{}\",\"ratio\":{:.3},\"min_ratio\":{},\"cpu_ratio\":{}}}",
                     r.name,
                     r.ours,
                     r.rayon,
                     r.unit,
                     r.ratio(),
-                    r.min_ratio.map_or("null".to_string(), |m| format!("{m:.3}"))
+                    r.min_ratio.map_or("null".to_string(), |m| format!("{m:.3}")),
+                    r.cpu_ratio.map_or("null".to_string(), |m| format!("{m:.3}"))
                 )
             })
             .collect();
         println!("[{}]", items.join(","));
     } else {
         println!(
-            "{:<20} {:>10} {:>10} {:>6} {:>7} {:>9}",
-            "bench", "ours", "rayon", "unit", "ratio", "min-ratio"
+            "{:<20} {:>10} {:>10} {:>6} {:>7} {:>9} {:>9}",
+            "bench", "ours", "rayon", "unit", "ratio", "min-ratio", "cpu-ratio"
         );
         for r in &rows {
             println!(
-                "{:<20} {:>10.3} {:>10.3} {:>6} {:>7.3} {:>9}",
+                "{:<20} {:>10.3} {:>10.3} {:>6} {:>7.3} {:>9} {:>9}",
                 r.name,
                 r.ours,
                 r.rayon,
                 r.unit,
                 r.ratio(),
-                r.min_ratio.map_or("-".to_string(), |m| format!("{m:.3}"))
+                r.min_ratio.map_or("-".to_string(), |m| format!("{m:.3}")),
+                r.cpu_ratio.map_or("-".to_string(), |m| format!("{m:.3}"))
             );
         }
         println!(
-            "(ours/rayon: medians of {trials} interleaved trials; min-ratio: fastest trial of each)"
+            "(ours/rayon: medians of {trials} interleaved trials; min-ratio: fastest trial of each; cpu-ratio: median process CPU time)"
         );
     }
 }

@@ -101,7 +101,19 @@ pub fn parallel_for<F>(range: Range<usize>, grain: usize, f: F)
 where
     F: Fn(usize) + Sync,
 {
-    parallel_for_chunks(range, grain, |r| r.for_each(&f));
+    parallel_for_chunks(range, grain, |r| run_chunk(r, &f));
+}
+
+/// The leaf loop, kept out of line on purpose: as a function parameter, `f`
+/// is a non-aliased shared reference, so the compiler keeps its captures in
+/// registers across the loop even when the body writes memory (atomics);
+/// inlined into the splitter, they were reloaded on every item. One call per
+/// chunk is negligible.
+#[inline(never)]
+fn run_chunk<F: Fn(usize)>(r: Range<usize>, f: &F) {
+    for i in r {
+        f(i)
+    }
 }
 
 /// Like [`parallel_for`], but calls `f` once per chunk (a sub-range of at most
