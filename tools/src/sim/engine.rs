@@ -114,9 +114,11 @@ pub struct Config {
     pub steal_cost: f64,
     /// How parallel phases are cut into chunks.
     pub chunking: Chunking,
-    /// Sequential segments per request when its sequential fraction is > 0;
-    /// they alternate with `segments + 1` parallel phases.
-    pub seq_segments: usize,
+    /// Parallel-for loops per request, run one after the other (a join
+    /// between them), like the time steps of a PDE solver. With a sequential
+    /// fraction `f > 0`, each loop is preceded by a sequential segment, so a
+    /// request is `L × (f·W/L sequential, (1−f)·W/L parallel)`.
+    pub loops: usize,
     /// Serialize at once (the kernel-enforced cap of tailctl's design) instead
     /// of lazily (the paper's runtime-only mechanism): when a request is
     /// marked, its queued tasks on every deque move to one of its workers.
@@ -143,8 +145,8 @@ impl Config {
             Chunking::PerPhase(0) => return Err("chunks per phase must be ≥ 1".into()),
             _ => {}
         }
-        if self.seq_segments == 0 {
-            return Err("sequential segments must be ≥ 1".into());
+        if self.loops == 0 {
+            return Err("loops per request must be ≥ 1".into());
         }
         Ok(())
     }
@@ -249,18 +251,18 @@ impl<'a> Sim<'a> {
     fn phase(&self, r: usize, i: u32) -> (f64, bool, u32) {
         let w = self.trace.work[r];
         let f = self.trace.seq_fraction[r];
+        let loops = self.cfg.loops as u32;
+        let l = loops as f64;
         if f <= 0.0 {
-            return (w, true, 1);
+            return (w / l, true, loops);
         }
         if f >= 1.0 {
             return (w, false, 1);
         }
-        let k = self.cfg.seq_segments as f64;
-        let phases = 2 * self.cfg.seq_segments as u32 + 1;
         if i.is_multiple_of(2) {
-            ((1.0 - f) * w / (k + 1.0), true, phases)
+            (f * w / l, false, 2 * loops)
         } else {
-            (f * w / k, false, phases)
+            ((1.0 - f) * w / l, true, 2 * loops)
         }
     }
 
@@ -690,7 +692,7 @@ mod tests {
             policy,
             steal_cost: 1e-6,
             chunking: Chunking::Fixed(1e-4),
-            seq_segments: 1,
+            loops: 1,
             eager: false,
             thresholds: vec![],
             seed: 1,
@@ -711,8 +713,8 @@ mod tests {
         };
         let o = simulate(&c, &trace, None).unwrap();
         assert!((o.latency[0] - 0.002).abs() < 1e-9, "{}", o.latency[0]);
-        // Sequential fraction 0.5 with one segment: 2 ms parallel (0.5 ms on 4),
-        // 4 ms sequential, 2 ms parallel: 5 ms.
+        // Sequential fraction 0.5, one loop: 4 ms sequential, then 4 ms in
+        // parallel on 4 cores: 5 ms.
         let trace = Trace {
             seq_fraction: vec![0.5],
             ..trace

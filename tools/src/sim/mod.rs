@@ -73,9 +73,9 @@ struct Common {
     /// Fraction of each request's work that is sequential (0 = embarrassingly parallel; 0.1 = the paper's sub-linear variant).
     #[arg(long, default_value_t = 0.0)]
     seq_fraction: f64,
-    /// Sequential segments per request (alternating with parallel phases).
+    /// Parallel-for loops per request, one after the other (e.g. the time steps of a PDE solver); with --seq-fraction each loop is preceded by a sequential segment.
     #[arg(long, default_value_t = 1)]
-    seq_segments: usize,
+    loops: usize,
     /// Cost of one steal attempt (successful or not).
     #[arg(long, default_value = "1us", value_parser = parse_dur)]
     steal_cost: Duration,
@@ -309,6 +309,9 @@ fn setup(common: Common) -> Result<Setup> {
     if common.warmup >= common.requests {
         bail!("--warmup must be below --requests");
     }
+    if common.loops == 0 {
+        bail!("--loops must be ≥ 1");
+    }
     if !(0.0..=1.0).contains(&common.seq_fraction) {
         bail!("--seq-fraction must be in [0, 1]");
     }
@@ -412,7 +415,7 @@ impl Setup {
             policy,
             steal_cost: self.common.steal_cost.as_secs_f64(),
             chunking: self.common.chunk,
-            seq_segments: self.common.seq_segments,
+            loops: self.common.loops,
             eager: self.common.eager,
             thresholds,
             seed: self.common.seed,
@@ -564,7 +567,7 @@ fn compare(a: CompareArgs) -> Result<()> {
         ),
         (
             "seq_fraction".to_string(),
-            format!("{} in {} segment(s)", c.seq_fraction, c.seq_segments),
+            format!("{} ({} loop(s) per request)", c.seq_fraction, c.loops),
         ),
         (
             "serialization".to_string(),
