@@ -165,3 +165,40 @@ fn shared_table_tracks_active_requests() {
     assert_eq!(table.header().active(), 0);
     assert_eq!(table.header().completed(), 1);
 }
+
+/// The seam for the kernel half: a pool publishing into an externally owned
+/// region (here zeroed heap memory standing in for a mapped BPF array map).
+#[test]
+fn pool_publishes_into_an_external_region() {
+    use std::alloc::{alloc_zeroed, dealloc, Layout};
+    use std::ptr::NonNull;
+    use tailctl_rt::shared_state::{SharedRegion, SharedState, REGION_MAGIC};
+
+    let layout = Layout::new::<SharedRegion>();
+    // SAFETY: non-zero-sized layout; zeroed bytes are valid atomics.
+    let raw = unsafe { alloc_zeroed(layout) } as *mut SharedRegion;
+    let region = NonNull::new(raw).expect("allocation");
+    {
+        // SAFETY: valid, aligned, large enough, and outlives the pool (dropped
+        // at the end of this block, before the memory is freed).
+        let state = unsafe { SharedState::from_raw(region, 2) };
+        let pool = Pool::builder()
+            .workers(2)
+            .policy(Policy::TailControl)
+            .shared_state(state)
+            .build()
+            .unwrap();
+        let hs: Vec<_> = (0..10).map(|i| pool.submit(move || fib(10) + i)).collect();
+        for (i, h) in hs.into_iter().enumerate() {
+            assert_eq!(h.wait().unwrap(), 55 + i as u64);
+        }
+        pool.shutdown();
+        // SAFETY: the region is still allocated; only atomics are read.
+        let header = unsafe { &(*raw).header };
+        assert_eq!(header.magic(), REGION_MAGIC);
+        assert_eq!(header.completed(), 10);
+        assert_eq!(header.active(), 0);
+    }
+    // SAFETY: allocated above with this layout; the pool is gone.
+    unsafe { dealloc(raw as *mut u8, layout) };
+}
