@@ -21,7 +21,7 @@ use crate::sim::workload::WorkSpec;
 /// Arguments of `tailctl thresholds`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Work distribution: `lognormal:MEAN_MS,SD_MS` (binned: mean/10 bins up to 20×mean) or a histogram file (`WORK,PROBABILITY` lines, e.g. `5ms,0.25`).
+    /// Work distribution: `bing`, `finance` (the workloads crate's histograms), `lognormal:MEAN_MS,SD_MS` (binned: mean/10 bins up to 20×mean) or a histogram file (`WORK,PROBABILITY` lines, e.g. `5ms,0.25`).
     #[arg(long)]
     work: String,
     /// Target latency, with a unit (e.g. `20.6ms`).

@@ -55,7 +55,7 @@ enum SimCommand {
 /// Options shared by `compare` and `capacity`.
 #[derive(clap::Args, Clone)]
 struct Common {
-    /// Work distribution: `lognormal:MEAN_MS,SD_MS` or a histogram file (`WORK,PROBABILITY` lines).
+    /// Work distribution: `bing`, `finance` (the workloads crate's histograms), `lognormal:MEAN_MS,SD_MS` or a histogram file (`WORK,PROBABILITY` lines).
     #[arg(long, default_value = "lognormal:10,13")]
     work: String,
     /// Arrival process: `poisson` or `lognormal:SD_MS` (mean 1/rps).

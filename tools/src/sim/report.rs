@@ -164,7 +164,7 @@ impl Comparison {
         let colors = [
             "#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
         ];
-        let (w, h, left, bottom, top) = (760.0, 420.0, 70.0, 60.0, 50.0);
+        let (w, h, left, bottom, top) = (760.0, 430.0, 70.0, 60.0, 60.0);
         let plot_w = w - left - 20.0;
         let plot_h = h - bottom - top;
         let max = self
@@ -185,16 +185,30 @@ impl Comparison {
             r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#
         );
         let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-        let title = self
-            .settings
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(" ");
+        // Two short title lines: what was run, then the model knobs.
+        let pick = |keys: &[&str]| {
+            self.settings
+                .iter()
+                .filter(|(k, _)| keys.contains(&k.as_str()))
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         let _ = writeln!(
             s,
-            r#"<text x="{left}" y="20" font-size="13">Target-miss ratio by policy — {}</text>"#,
-            xml_escape(&title)
+            r#"<text x="{left}" y="20" font-size="13">Target-miss ratio — {}</text>"#,
+            xml_escape(&pick(&["work", "arrivals", "cores", "requests"]))
+        );
+        let _ = writeln!(
+            s,
+            r##"<text x="{left}" y="38" font-size="11" fill="#555">{}</text>"##,
+            xml_escape(&pick(&[
+                "steal_cost",
+                "chunk",
+                "seq_fraction",
+                "serialization",
+                "seed"
+            ]))
         );
         // Y axis with 5 ticks.
         for i in 0..=5 {

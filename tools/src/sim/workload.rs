@@ -28,6 +28,14 @@ pub enum WorkSpec {
         /// Standard deviation, seconds.
         sd: f64,
     },
+    /// A named histogram from `tailctl-workloads` (`bing`, `finance`): the
+    /// very bins the load generator samples and the server's tables use.
+    Named {
+        /// `bing` or `finance`.
+        name: &'static str,
+        /// The histogram.
+        dist: WorkDistribution,
+    },
     /// A histogram file in the runtime's format; sampled by quantile
     /// (interpolated within bins).
     Histogram {
@@ -41,8 +49,24 @@ pub enum WorkSpec {
 impl FromStr for WorkSpec {
     type Err = anyhow::Error;
 
-    /// `lognormal:MEAN_MS,SD_MS` or a histogram file path (optionally `file:PATH`).
+    /// `bing`, `finance`, `lognormal:MEAN_MS,SD_MS` or a histogram file path
+    /// (optionally `file:PATH`).
     fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "bing" => {
+                return Ok(Self::Named {
+                    name: "bing",
+                    dist: tailctl_workloads::distributions::bing(),
+                })
+            }
+            "finance" => {
+                return Ok(Self::Named {
+                    name: "finance",
+                    dist: tailctl_workloads::distributions::finance(),
+                })
+            }
+            _ => {}
+        }
         if let Some(rest) = s.strip_prefix("lognormal:") {
             let parts: Vec<&str> = rest.split(',').collect();
             if parts.len() != 2 {
@@ -66,7 +90,7 @@ impl FromStr for WorkSpec {
         let path = Path::new(s.strip_prefix("file:").unwrap_or(s));
         if !path.exists() {
             bail!(
-                "`{s}`: not a distribution; use lognormal:MEAN_MS,SD_MS or the path of a histogram file (WORK,PROBABILITY per line)"
+                "`{s}`: not a distribution; use bing, finance, lognormal:MEAN_MS,SD_MS or the path of a histogram file (WORK,PROBABILITY per line)"
             );
         }
         let dist = WorkDistribution::load(path).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -85,7 +109,7 @@ impl WorkSpec {
                 Duration::from_secs_f64(*mean),
                 Duration::from_secs_f64(*sd),
             )?),
-            Self::Histogram { dist, .. } => Ok(dist.clone()),
+            Self::Histogram { dist, .. } | Self::Named { dist, .. } => Ok(dist.clone()),
         }
     }
 
@@ -96,7 +120,9 @@ impl WorkSpec {
                 let (mu, sigma) = lognormal_params(*mean, *sd);
                 (mu + sigma * rng.normal()).exp()
             }
-            Self::Histogram { dist, .. } => dist.quantile(rng.uniform()).as_secs_f64(),
+            Self::Histogram { dist, .. } | Self::Named { dist, .. } => {
+                dist.quantile(rng.uniform()).as_secs_f64()
+            }
         }
     }
 
@@ -104,6 +130,7 @@ impl WorkSpec {
     pub fn label(&self) -> String {
         match self {
             Self::LogNormal { mean, sd } => format!("lognormal:{},{}", mean * 1e3, sd * 1e3),
+            Self::Named { name, .. } => name.to_string(),
             Self::Histogram { path, .. } => path.display().to_string(),
         }
     }
