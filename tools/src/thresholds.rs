@@ -16,6 +16,7 @@ use serde_json::json;
 use tailctl_rt::distribution::{format_duration, parse_duration};
 use tailctl_rt::threshold::{ThresholdParams, ThresholdTable};
 
+use crate::sim::emit;
 use crate::sim::workload::WorkSpec;
 
 /// Arguments of `tailctl thresholds`.
@@ -112,9 +113,9 @@ pub fn run(args: Args) -> Result<()> {
             "thresholds_ms": table.thresholds().iter()
                 .map(|t| t.map(|d| d.as_secs_f64() * 1e3)).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        emit(&format!("{}\n", serde_json::to_string_pretty(&v)?))?;
     } else {
-        print!("{table}{header}");
+        emit(&format!("{table}{header}"))?;
     }
     Ok(())
 }

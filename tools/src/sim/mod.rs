@@ -197,6 +197,15 @@ struct MeanfieldArgs {
     json: bool,
 }
 
+/// Writes a command's output to stdout; a closed pipe (`| head`) is not an error.
+pub(crate) fn emit(text: &str) -> Result<()> {
+    use std::io::Write as _;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}
+
 fn parse_dur(s: &str) -> Result<Duration, String> {
     parse_duration(s)
 }
@@ -594,9 +603,9 @@ fn compare(a: CompareArgs) -> Result<()> {
         std::fs::write(p, cmp.svg()).with_context(|| format!("writing {}", p.display()))?;
     }
     if c.json {
-        println!("{}", serde_json::to_string_pretty(&cmp.json())?);
+        emit(&format!("{}\n", serde_json::to_string_pretty(&cmp.json())?))?;
     } else {
-        print!("{}", cmp.table());
+        emit(&cmp.table())?;
     }
     Ok(())
 }
@@ -680,7 +689,7 @@ fn capacity(a: CapacityArgs) -> Result<()> {
                 "policy": p, "max_rps": r, "latency_at_max_ms": l * 1e3,
             })).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        emit(&format!("{}\n", serde_json::to_string_pretty(&v)?))?;
     } else {
         println!(
             "# capacity: max rps with p{} latency ≤ {:.2} ms ({} cores, work {}, ±{} rps)",
@@ -790,7 +799,7 @@ fn meanfield_cmd(a: MeanfieldArgs) -> Result<()> {
                 "ci95": o.ci95, "relative_error": err, "jobs": o.jobs,
             })).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        emit(&format!("{}\n", serde_json::to_string_pretty(&v)?))?;
     } else {
         println!(
             "# seed 004 Table 3: N={} servers, horizon {} (warmup {}), μ1=1, μ2=2, p=[5,4,3,2,1]/15",
