@@ -721,6 +721,9 @@ mod tests {
         };
         let o = simulate(&c, &trace, None).unwrap();
         assert!((o.latency[0] - 0.005).abs() < 1e-9, "{}", o.latency[0]);
+        // Two loops, each after a 2 ms sequential segment: 2 + 0.5 + 2 + 0.5 ms.
+        let o = simulate(&Config { loops: 2, ..c }, &trace, None).unwrap();
+        assert!((o.latency[0] - 0.005).abs() < 1e-9, "{}", o.latency[0]);
     }
 
     #[test]
@@ -743,20 +746,37 @@ mod tests {
     fn all_policies_conserve_work() {
         let w: WorkSpec = "lognormal:10,13".parse().unwrap();
         let trace = Trace::generate(2000, 300.0, ArrivalSpec::Poisson, &w, 0.1, 5);
-        for p in [
+        let policies = [
             Policy::StealFirst,
             Policy::AdmitFirst,
             Policy::TailControl,
             Policy::Random,
             Policy::Clairvoyant,
-        ] {
+        ];
+        let variants = [
+            (1, false, Chunking::Fixed(1e-4)),
+            (3, true, Chunking::PerPhase(8)),
+        ];
+        for (p, (loops, eager, chunking)) in policies
+            .iter()
+            .flat_map(|&p| variants.iter().map(move |&v| (p, v)))
+        {
             let c = Config {
                 thresholds: vec![f64::INFINITY, 0.02, 0.01],
+                loops,
+                eager,
+                chunking,
                 ..cfg(p)
             };
             let o = simulate(&c, &trace, None).unwrap();
             let total: f64 = trace.work.iter().sum();
-            assert!((o.work_done - total).abs() < 1e-6 * total, "{p:?}");
+            assert!(
+                (o.work_done - total).abs() < 1e-6 * total,
+                "{p:?} {loops} {eager}"
+            );
+            if p.uses_table() {
+                assert!(o.serialized > 0, "{p:?} {loops} {eager}");
+            }
             assert!(o.latency.iter().all(|l| l.is_finite() && *l > 0.0));
             // Latency is at least the request's span on 4 cores.
             for (i, l) in o.latency.iter().enumerate() {
