@@ -212,7 +212,14 @@ impl Report {
             .build_cartesian_2d((xmin - pad)..(xmax + pad), 0.0..ymax.max(0.1))?;
         chart
             .configure_mesh()
-            .x_desc("target latency (ms) = steal-first's 97.5/98.5/99/99.5/99.75th percentile")
+            .x_desc(format!(
+                "target latency (ms) = steal-first's {} percentile",
+                self.percentiles
+                    .iter()
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join("/")
+            ))
             .y_desc("requests over target (%)")
             .draw()?;
         let colors = [RED, BLUE, GREEN, MAGENTA, CYAN, BLACK];

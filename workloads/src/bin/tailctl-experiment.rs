@@ -88,6 +88,10 @@ struct Args {
     /// How tail-control is run.
     #[arg(long, value_enum, default_value = "per-target")]
     tc_runs: TcRuns,
+    /// Steal-first percentiles used as targets (the paper's by default; tail-control
+    /// is run once per target, and `--tc-runs single` uses the middle one).
+    #[arg(long, value_delimiter = ',', default_values_t = TARGET_PERCENTILES)]
+    percentiles: Vec<f64>,
     /// Tail-control's table size (passed to tailctl-server --q-max).
     #[arg(long)]
     q_max: Option<usize>,
@@ -232,6 +236,9 @@ fn run(a: Args) -> Result<()> {
              (tailctl-server cannot register with scx_tailctl; see workloads/src/registration.rs)"
         );
     }
+    if a.percentiles.is_empty() || a.percentiles.iter().any(|p| !(*p > 0.0 && *p <= 100.0)) {
+        bail!("--percentiles must be one or more numbers in (0, 100]");
+    }
     let cfg = resolve(&a)?;
     let policies: Vec<&str> = a
         .policies
@@ -331,7 +338,7 @@ fn run(a: Args) -> Result<()> {
     }
     let mut runs = serde_json::Map::new();
     let sf = run_one(&bins, "steal-first", common("sf"), &trace_path, &a.out)?;
-    let targets = targets_from(&sf, &TARGET_PERCENTILES)?;
+    let targets = targets_from(&sf, &a.percentiles)?;
     eprintln!(
         "targets (steal-first percentiles): {}",
         targets
@@ -385,7 +392,13 @@ fn run(a: Args) -> Result<()> {
                         }
                     }
                     TcRuns::Single => {
-                        let lat = run_one(&bins, p, tc_args(targets[2]), &trace_path, &a.out)?;
+                        let lat = run_one(
+                            &bins,
+                            p,
+                            tc_args(targets[targets.len() / 2]),
+                            &trace_path,
+                            &a.out,
+                        )?;
                         miss = PolicyRow::from_latencies(p, &lat, &targets).miss;
                         runs.insert(p.into(), read_summary(&a.out, p));
                     }
@@ -418,7 +431,7 @@ fn run(a: Args) -> Result<()> {
     let report = Report {
         config: describe,
         targets_ms: targets.iter().map(|t| t.as_secs_f64() * 1e3).collect(),
-        percentiles: TARGET_PERCENTILES.to_vec(),
+        percentiles: a.percentiles.clone(),
         rows,
         runs: serde_json::Value::Object(runs),
     };
