@@ -274,6 +274,15 @@ impl WorkDistribution {
 
     /// Like [`from_bins`](Self::from_bins), but the first element is a
     /// non-negative weight (e.g. a count) normalised to a probability.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tailctl_rt::distribution::WorkDistribution;
+    ///
+    /// let d = WorkDistribution::from_weights(vec![(30.0, Duration::from_millis(1)), (10.0, Duration::from_millis(9))]).unwrap();
+    /// assert_eq!(d.bins()[0].p, 0.75);
+    /// assert_eq!(d.mean(), Duration::from_millis(3));
+    /// ```
     pub fn from_weights(bins: Vec<(f64, Duration)>) -> Result<Self, DistributionError> {
         Self::build(bins, true)
     }
@@ -342,6 +351,18 @@ impl WorkDistribution {
     /// the probability mass above `cap` goes into the last bin (so its work is
     /// under-estimated, which the threshold calculation tolerates: it only makes
     /// serializing look slightly less attractive).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tailctl_rt::distribution::WorkDistribution;
+    ///
+    /// let ms = Duration::from_millis;
+    /// let d = WorkDistribution::lognormal_binned(ms(10), ms(13), ms(5), ms(100)).unwrap();
+    /// assert_eq!(d.bins().len(), 20);
+    /// assert_eq!(d.bins().last().unwrap().w, ms(100));
+    /// let total: f64 = d.bins().iter().map(|b| b.p).sum();
+    /// assert!((total - 1.0).abs() < 1e-12);
+    /// ```
     pub fn lognormal_binned(
         mean: Duration,
         sd: Duration,
@@ -479,6 +500,19 @@ impl WorkDistribution {
     }
 
     /// Reads and parses a distribution file (see [`parse`](Self::parse)).
+    ///
+    /// ```
+    /// use tailctl_rt::distribution::{LoadError, WorkDistribution};
+    ///
+    /// let path = std::env::temp_dir().join(format!("dist-doc-{}.csv", std::process::id()));
+    /// std::fs::write(&path, "work,probability\n2ms,0.5\n4ms,0.5\n").unwrap();
+    /// assert_eq!(WorkDistribution::load(&path).unwrap().bins().len(), 2);
+    /// std::fs::write(&path, "2ms,0.5\n4ms\n").unwrap();
+    /// let err = WorkDistribution::load(&path).unwrap_err();
+    /// assert!(matches!(err, LoadError::Parse { ref error, .. } if error.line == 2));
+    /// assert!(err.to_string().contains("line 2"));
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
     pub fn load(path: impl AsRef<Path>) -> Result<Self, LoadError> {
         load_with(path.as_ref(), Self::parse)
     }
@@ -525,6 +559,15 @@ impl WorkDistribution {
 
     /// The index of the bin at uniform quantile `u` (the first bin whose
     /// cumulative probability exceeds `u`; the last bin for `u ≥ 1`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tailctl_rt::distribution::WorkDistribution;
+    ///
+    /// let ms = Duration::from_millis;
+    /// let d = WorkDistribution::from_bins(vec![(0.25, ms(1)), (0.75, ms(2))]).unwrap();
+    /// assert_eq!((d.bin_index(0.0), d.bin_index(0.25), d.bin_index(1.0)), (0, 1, 1));
+    /// ```
     pub fn bin_index(&self, u: f64) -> usize {
         let i = self.cdf.partition_point(|&c| c <= u);
         i.min(self.bins.len() - 1)
@@ -533,6 +576,14 @@ impl WorkDistribution {
 
 /// The `(μ, σ)` of the underlying normal of a log-normal with this mean and sd
 /// (in any unit; `μ` is in log-units of the same).
+///
+/// ```
+/// use tailctl_rt::distribution::lognormal_params;
+///
+/// let (mu, sigma) = lognormal_params(10.0, 13.0);
+/// // Back to the moments: mean = exp(μ + σ²/2).
+/// assert!(((mu + sigma * sigma / 2.0).exp() - 10.0).abs() < 1e-9);
+/// ```
 pub fn lognormal_params(mean: f64, sd: f64) -> (f64, f64) {
     let s2 = (1.0 + (sd * sd) / (mean * mean)).ln();
     (mean.ln() - s2 / 2.0, s2.sqrt())

@@ -99,6 +99,17 @@ impl ThresholdParams {
 }
 
 /// Why a threshold table cannot be computed.
+///
+/// ```
+/// use std::time::Duration;
+/// use tailctl_rt::{distribution::WorkDistribution, threshold::*};
+///
+/// let d = WorkDistribution::from_bins(vec![(1.0, Duration::from_millis(10))]).unwrap();
+/// let p = ThresholdParams { target: Duration::from_millis(20), rps: 500.0, cores: 4, q_max: 8 };
+/// let err = ThresholdTable::compute(&d, &p).unwrap_err(); // U = 5 cores ≥ 4
+/// assert!(matches!(err, ThresholdError::Overloaded { cores: 4, .. }));
+/// assert!(err.to_string().contains("overloaded"));
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub enum ThresholdError {
     /// The target latency is zero.
@@ -158,6 +169,12 @@ pub struct Misses {
 
 impl Misses {
     /// `miss_l + miss_s`.
+    ///
+    /// ```
+    /// use tailctl_rt::threshold::Misses;
+    ///
+    /// assert_eq!(Misses { pileup: 0.05, large: 1.5, small: 2.0 }.total(), 3.5);
+    /// ```
     pub fn total(&self) -> f64 {
         self.large + self.small
     }
@@ -296,6 +313,15 @@ impl ThresholdTable {
     }
 
     /// The entries, `[i]` for `q = i + 1`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tailctl_rt::threshold::ThresholdTable;
+    ///
+    /// let t = ThresholdTable::from_thresholds(vec![None, Some(Duration::from_millis(7))]);
+    /// assert_eq!(t.thresholds()[1], Some(Duration::from_millis(7)));
+    /// assert_eq!((t.len(), t.is_empty()), (2, false));
+    /// ```
     pub fn thresholds(&self) -> &[Option<Duration>] {
         &self.thresholds
     }
@@ -410,6 +436,18 @@ impl ThresholdTable {
     }
 
     /// Writes the table in the loadable format (the `Display` output).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tailctl_rt::threshold::ThresholdTable;
+    ///
+    /// let t = ThresholdTable::from_thresholds(vec![None, Some(Duration::from_micros(31_500))]);
+    /// let path = std::env::temp_dir().join(format!("table-doc-{}.txt", std::process::id()));
+    /// t.save(&path).unwrap();
+    /// assert!(std::fs::read_to_string(&path).unwrap().contains("2 31.5ms"));
+    /// assert_eq!(ThresholdTable::load(&path).unwrap(), t);
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
     pub fn save(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
         std::fs::write(path, self.to_string())
     }
