@@ -48,6 +48,9 @@ enum tailctl_consts {
 	TAILCTL_WORKER_WORKING = 0,
 	TAILCTL_WORKER_STEALING = 1,
 	TAILCTL_WORKER_PARKED = 2,
+	/* tailctl_header.mode */
+	TAILCTL_MODE_USER = 0,
+	TAILCTL_MODE_KERNEL = 1,
 };
 
 /*
@@ -73,7 +76,9 @@ struct tailctl_header {
 	u32 busy_workers;
 	u32 stealable;
 	/* [kernel] requests the kernel serialized. */
-	u64 kernel_serialized;
+	u32 kernel_serialized;
+	/* TAILCTL_MODE_*: who decides serialization (set by the runtime when registered). */
+	u32 mode;
 };
 
 struct tailctl_worker_slot {
@@ -153,7 +158,11 @@ struct tailctl_request_acct {
 	/* Tasks of this request that waited in the throttle queue (total), and waiting now. */
 	u64 throttled;
 	u32 waiting;
-	u32 reserved;
+	/* The most threads of this request seen running at once, ever. */
+	u32 max_running;
+	/* Threads that reached a CPU without a token and were sent back, and the CPU time they used. */
+	u64 bounces;
+	u64 bounced_ns;
 };
 
 /*

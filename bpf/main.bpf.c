@@ -136,6 +136,8 @@ struct task_ctx {
 	bool bound;
 	bool holds_token;
 	bool counted_running;
+	bool bounced;
+	bool evict;
 	bool throttled;
 	u64 charge_from_ns;
 	u64 throttled_at_ns;
@@ -149,6 +151,57 @@ struct {
 } task_ctxs SEC(".maps");
 
 #define NO_TAG (~0ULL)
+#define MAX_CPUS 1024
+
+/* What each CPU runs now, for registered workers: lets a serialization kick exactly the CPUs running the request. */
+struct cpu_run {
+	u64 tag;
+	u32 acct_idx;
+	u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_CPUS);
+	__type(key, u32);
+	__type(value, struct cpu_run);
+} cpu_runs SEC(".maps");
+
+static __always_inline void set_cpu_run(u64 tag, u32 idx)
+{
+	u32 cpu = bpf_get_smp_processor_id();
+	struct cpu_run *cr = bpf_map_lookup_elem(&cpu_runs, &cpu);
+
+	if (cr) {
+		cr->tag = tag;
+		cr->acct_idx = idx;
+	}
+}
+
+/* Preempt every other CPU running a thread of request @tag (it just got capped). */
+static __always_inline void kick_request_cpus(u64 tag, u32 idx)
+{
+	u32 self = bpf_get_smp_processor_id(), n = scx_bpf_nr_cpu_ids(), cpu;
+
+	if (n > MAX_CPUS)
+		n = MAX_CPUS;
+	bpf_for(cpu, 0, n) {
+		struct cpu_run *cr = bpf_map_lookup_elem(&cpu_runs, &cpu);
+
+		if (cpu != self && cr && cr->tag == tag && cr->acct_idx == idx)
+			scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
+	}
+}
+
+/* Give the CPU back at once: the thread may not run now (its request is at its cap). */
+static __always_inline void bounce(struct task_struct *p, struct task_ctx *tctx)
+{
+	/* ops.dispatch must not hand the CPU straight back with a fresh slice. */
+	tctx->evict = true;
+	p->scx.slice = 0;
+	scx_bpf_kick_cpu(bpf_get_smp_processor_id(), SCX_KICK_PREEMPT);
+	STAT_INC(cap_preemptions);
+}
 
 static __always_inline struct task_ctx *task_ctx(struct task_struct *p)
 {
@@ -225,6 +278,15 @@ static __always_inline u64 current_request(struct task_ctx *tctx, struct tailctl
 	if (widx >= TAILCTL_MAX_WORKERS)
 		return NO_TAG;
 	w = &r->workers[widx];
+	/*
+	 * Only a worker executing a task is on a request. A thief or a parked
+	 * worker keeps its last request in `current` (the paper's bookkeeping
+	 * updates it on switch), but must neither be charged nor hold one of
+	 * that request's tokens: a serialized request's only runnable thread
+	 * would otherwise queue behind idle thieves.
+	 */
+	if (READ_ONCE(w->state) != TAILCTL_WORKER_WORKING)
+		return NO_TAG;
 	cur = READ_ONCE(w->current);
 	if (cur == NO_TAG)
 		return NO_TAG;
@@ -263,6 +325,9 @@ static __always_inline struct tailctl_request_acct *request_acct(u32 idx, u64 ta
 		a->settled_at_ns = 0;
 		a->throttled = 0;
 		a->waiting = 0;
+		a->max_running = 0;
+		a->bounces = 0;
+		a->bounced_ns = 0;
 	}
 	return a;
 }
@@ -327,9 +392,12 @@ static __always_inline void check_threshold(struct task_ctx *tctx, struct tailct
 	if (!thr || a->work_ns < thr)
 		return;
 
-	a->alloc = 1;
+	__sync_lock_test_and_set(&a->alloc, 1);
 	a->serialized_at_ns = now;
-	if (a->running <= 1)
+	/* The thread that saw the crossing keeps running with the one token; the others are preempted now. */
+	claim_token(tctx, a);
+	kick_request_cpus(tctx->tag, tctx->acct_idx);
+	if (__sync_fetch_and_add(&a->running, 0) <= 1)
 		a->settled_at_ns = now;
 	STAT_INC(serializations);
 	__sync_fetch_and_add(&r->header.kernel_serialized, 1);
@@ -343,7 +411,8 @@ static __always_inline void check_threshold(struct task_ctx *tctx, struct tailct
 }
 
 /* Charge CPU time since the last charge point to the task's request. */
-static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl_region *r, u64 now)
+static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl_region *r, u64 now,
+					   u64 cpu_ns)
 {
 	struct tailctl_request_acct *a;
 	u32 idx = tctx->acct_idx, slot = (u32)tctx->tag, widx = tctx->worker;
@@ -351,11 +420,20 @@ static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl
 
 	if (tctx->tag == NO_TAG || !tctx->charge_from_ns)
 		return;
-	delta = now - tctx->charge_from_ns;
-	tctx->charge_from_ns = now;
+	/* Charge the task's own CPU clock (sum_exec_runtime), not wall time. */
+	delta = cpu_ns - tctx->charge_from_ns;
+	tctx->charge_from_ns = cpu_ns;
+	/* A worker looking for work (stealing, parking) is not doing the request's work. */
+	if (widx < TAILCTL_MAX_WORKERS && READ_ONCE(r->workers[widx].state) != TAILCTL_WORKER_WORKING)
+		return;
 	a = bpf_map_lookup_elem(&req_acct, &idx);
 	if (!a || a->tag != tctx->tag)
 		return;
+	/* A thread sent back for lack of a token did no work for the request; its time is tracked apart. */
+	if (tctx->bounced) {
+		__sync_fetch_and_add(&a->bounced_ns, delta);
+		return;
+	}
 	__sync_fetch_and_add(&a->work_ns, delta);
 	if (slot < TAILCTL_MAX_REQUESTS) {
 		r->requests[slot].kernel_work_ns = a->work_ns;
@@ -377,8 +455,10 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 		release_token(tctx);
 	tctx->tag = tag;
 	tctx->acct_idx = idx;
-	tctx->charge_from_ns = now;
+	tctx->charge_from_ns = p->se.sum_exec_runtime;
 	tctx->counted_running = false;
+	tctx->bounced = false;
+	tctx->evict = false;
 	if (tag == NO_TAG)
 		return;
 	a = request_acct(idx, tag);
@@ -386,22 +466,38 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 		tctx->tag = NO_TAG;
 		return;
 	}
+	/*
+	 * Publish "running" before reading the cap, while check_threshold sets
+	 * the cap before reading "running" (both through full-barrier atomics):
+	 * a thread racing with the serialization either is seen and kicked, or
+	 * sees the cap and backs out here.
+	 */
+	set_cpu_run(tag, idx);
 	running = __sync_fetch_and_add(&a->running, 1) + 1;
+	if (READ_ONCE(a->alloc) && !claim_token(tctx, a)) {
+		/* Queued before the cap: back out; it never counts as running. */
+		running = __sync_fetch_and_sub(&a->running, 1) - 1;
+		set_cpu_run(NO_TAG, 0);
+		if (a->serialized_at_ns && !a->settled_at_ns && running <= 1)
+			a->settled_at_ns = now;
+		__sync_fetch_and_add(&a->bounces, 1);
+		tctx->bounced = true;
+		bounce(p, tctx);
+		return;
+	}
 	tctx->counted_running = true;
+	if (running > a->max_running)
+		a->max_running = running;
 	slot = (u32)tag;
 	if (slot < TAILCTL_MAX_REQUESTS)
 		r->requests[slot].kernel_running = running;
-	if (a->alloc && !claim_token(tctx, a)) {
-		/* Queued before the cap or holder moved on: give the CPU back now. */
-		p->scx.slice = 0;
-		STAT_INC(cap_preemptions);
-	}
 	if (a->serialized_at_ns && a->settled_at_ns && running > a->max_running_settled)
 		a->max_running_settled = running;
 }
 
 /* Stop charging @p: account the last interval and drop its running count. */
-static __always_inline void end_request(struct task_ctx *tctx, struct tailctl_region *r, u64 now)
+static __always_inline void end_request(struct task_struct *p, struct task_ctx *tctx,
+					struct tailctl_region *r, u64 now)
 {
 	struct tailctl_request_acct *a;
 	u32 idx = tctx->acct_idx, slot = (u32)tctx->tag, running;
@@ -409,10 +505,11 @@ static __always_inline void end_request(struct task_ctx *tctx, struct tailctl_re
 	if (tctx->tag == NO_TAG)
 		return;
 	if (r)
-		charge_request(tctx, r, now);
+		charge_request(tctx, r, now, p->se.sum_exec_runtime);
 	if (!tctx->counted_running)
 		return;
 	tctx->counted_running = false;
+	set_cpu_run(NO_TAG, 0);
 	a = bpf_map_lookup_elem(&req_acct, &idx);
 	if (!a || a->tag != tctx->tag || !a->running)
 		return;
@@ -608,6 +705,11 @@ void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 	 * slice instead of going through an idle cycle.
 	 */
 	if (prev && (prev->scx.flags & SCX_TASK_QUEUED)) {
+		struct task_ctx *ptctx = task_ctx(prev);
+
+		/* A thread bounced for lack of a token goes back through enqueue. */
+		if (ptctx && ptctx->svc >= 0 && ptctx->evict)
+			return;
 		charge_vtime(prev);
 		prev->scx.slice = slice_ns;
 		STAT_INC(slice_extensions);
@@ -649,18 +751,16 @@ void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 	now = bpf_ktime_get_ns();
 	tag = current_request(tctx, r, &idx);
 	if (tag != tctx->tag) {
-		end_request(tctx, r, now);
+		end_request(p, tctx, r, now);
 		begin_request(p, tctx, r, now);
 		return;
 	}
-	charge_request(tctx, r, now);
+	charge_request(tctx, r, now, p->se.sum_exec_runtime);
 	if (tctx->tag != NO_TAG) {
 		struct tailctl_request_acct *a = bpf_map_lookup_elem(&req_acct, &idx);
 
-		if (a && a->tag == tctx->tag && a->alloc && !claim_token(tctx, a)) {
-			p->scx.slice = 0;
-			STAT_INC(cap_preemptions);
-		}
+		if (a && a->tag == tctx->tag && a->alloc && !claim_token(tctx, a))
+			bounce(p, tctx);
 	}
 }
 
@@ -673,7 +773,7 @@ void BPF_STRUCT_OPS(tailctl_stopping, struct task_struct *p, bool runnable)
 	tctx = task_ctx(p);
 	if (!tctx || tctx->svc < 0)
 		return;
-	end_request(tctx, service_region(tctx->svc), bpf_ktime_get_ns());
+	end_request(p, tctx, service_region(tctx->svc), bpf_ktime_get_ns());
 	/* Rotation: a freed token goes to a waiter; make sure some CPU looks. */
 	if (tctx->holds_token) {
 		release_token(tctx);

@@ -118,6 +118,11 @@ pub(crate) fn check_pileup(wt: &WorkerThread) {
         return;
     };
     let shared = &reg.shared;
+    // Registered with scx_tailctl: the kernel decides on real CPU time and
+    // sets the SERIALIZED bit itself; the wall-clock figure would overcount.
+    if shared.kernel_decides() {
+        return;
+    }
     let active = shared.header().active() as usize;
     let Some(threshold) = table.lookup(active) else {
         return; // never serialize at this load

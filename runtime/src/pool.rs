@@ -295,16 +295,26 @@ impl PoolBuilder {
         self
     }
 
+    /// The number of workers [`PoolBuilder::build`] will start (the default
+    /// is the machine's available parallelism).
+    ///
+    /// ```
+    /// assert_eq!(tailctl_rt::Pool::builder().workers(3).worker_count(), 3);
+    /// ```
+    pub fn worker_count(&self) -> usize {
+        match self.workers {
+            Some(n) => n,
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+
     /// Starts the workers.
     ///
     /// ```
     /// assert!(tailctl_rt::Pool::builder().workers(0).build().is_err());
     /// ```
     pub fn build(self) -> std::io::Result<Pool> {
-        let n = match self.workers {
-            Some(n) => n,
-            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        };
+        let n = self.worker_count();
         if n == 0 || n > MAX_WORKERS {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,

@@ -33,7 +33,10 @@
 //!   @24 u64 next_id          request id allocator
 //!   @32 u64 completed        requests completed so far
 //!   @40 u64 serialized       requests marked serialized so far
-//!   @48 u64[2] reserved
+//!   @48 u32 busy_workers     SAWS desire inputs (reserved for allotment)
+//!   @52 u32 stealable
+//!   @56 u32 kernel_serialized [kernel] requests the scheduler serialized
+//!   @60 u32 mode             MODE_USER / MODE_KERNEL: who decides serialization
 //!
 //! WorkerSlot (64 bytes)
 //!   @0  u64 current          request tag being worked on: (generation << 32) | slot,
@@ -42,7 +45,8 @@
 //!   @16 u32 tid              kernel thread id of the worker
 //!   @20 u32 state            WORKER_WORKING / WORKER_STEALING / WORKER_PARKED
 //!   @24 u64 steals           tasks this worker stole (statistics)
-//!   @32 u64[4] reserved
+//!   @32 u64 kernel_work_ns   [kernel] CPU time charged to this worker's requests
+//!   @40 u64[3] reserved
 //!
 //! RequestSlot (64 bytes)
 //!   @0  u64 id               request id (never reused)
@@ -55,8 +59,13 @@
 //!   @36 u32 steals           tasks of this request executed by thieves
 //!   @40 u32 steals_at_serialize  `steals` when the runtime marked it (u32::MAX: not marked
 //!                            by the runtime)
-//!   @44 u32 reserved
-//!   @48 u64[2] reserved
+//!   @44 u32 kernel_running   [kernel] threads of the request running now
+//!   @48 u64 kernel_work_ns   [kernel] CPU time the scheduler charged to the request
+//!   @56 u32 kernel_alloc     [kernel] cap on running threads (0: none)
+//!   @60 u32 reserved
+//!
+//! This layout is `struct tailctl_region` in `bpf/intf.h`, the one definition;
+//! scx_tailctl's tests compare the two field by field.
 //! ```
 //!
 //! # Protocols
@@ -126,6 +135,22 @@ pub const NO_REQUEST: u64 = u64::MAX;
 /// ```
 pub const FLAG_SERIALIZED: u32 = 1;
 
+/// `Header::mode`: the runtime decides serialization (its own wall-clock figure).
+///
+/// ```
+/// let s = tailctl_rt::shared_state::SharedState::new(1);
+/// assert_eq!(s.header().mode(), tailctl_rt::shared_state::MODE_USER);
+/// ```
+pub const MODE_USER: u32 = 0;
+/// `Header::mode`: registered with scx_tailctl; the kernel decides on CPU time.
+///
+/// ```
+/// let s = tailctl_rt::shared_state::SharedState::new(1);
+/// s.set_kernel_decides(true);
+/// assert_eq!(s.header().mode(), tailctl_rt::shared_state::MODE_KERNEL);
+/// ```
+pub const MODE_KERNEL: u32 = 1;
+
 /// Worker state: executing a task.
 ///
 /// ```
@@ -183,10 +208,33 @@ pub struct Header {
     next_id: AtomicU64,
     completed: AtomicU64,
     serialized: AtomicU64,
-    _reserved: [AtomicU64; 2],
+    busy_workers: AtomicU32,
+    stealable: AtomicU32,
+    kernel_serialized: AtomicU32,
+    mode: AtomicU32,
 }
 
 impl Header {
+    /// Who decides serialization: [`MODE_USER`] or [`MODE_KERNEL`].
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.header().mode(), tailctl_rt::shared_state::MODE_USER);
+    /// ```
+    pub fn mode(&self) -> u32 {
+        self.mode.load(Ordering::Acquire)
+    }
+
+    /// Requests the kernel serialized (written by scx_tailctl).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.header().kernel_serialized(), 0);
+    /// ```
+    pub fn kernel_serialized(&self) -> u32 {
+        self.kernel_serialized.load(Ordering::Relaxed)
+    }
+
     /// The magic number ([`REGION_MAGIC`] once initialised).
     ///
     /// ```
@@ -278,10 +326,21 @@ pub struct WorkerSlot {
     tid: AtomicU32,
     state: AtomicU32,
     steals: AtomicU64,
-    _reserved: [AtomicU64; 4],
+    kernel_work_ns: AtomicU64,
+    _reserved: [AtomicU64; 3],
 }
 
 impl WorkerSlot {
+    /// CPU time the scheduler charged to this worker's requests (0 without scx_tailctl).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.worker(0).kernel_work_ns(), 0);
+    /// ```
+    pub fn kernel_work_ns(&self) -> u64 {
+        self.kernel_work_ns.load(Ordering::Relaxed)
+    }
+
     /// Tag of the request the worker is on, or [`NO_REQUEST`].
     ///
     /// ```
@@ -361,8 +420,10 @@ pub struct RequestSlot {
     state: AtomicU32,
     steals: AtomicU32,
     steals_at_serialize: AtomicU32,
-    _reserved32: AtomicU32,
-    _reserved: [AtomicU64; 2],
+    kernel_running: AtomicU32,
+    kernel_work_ns: AtomicU64,
+    kernel_alloc: AtomicU32,
+    _reserved0: AtomicU32,
 }
 
 /// A request's identity in the table: `(generation << 32) | slot`.
@@ -379,6 +440,37 @@ pub(crate) fn tag_generation(tag: u64) -> u32 {
 }
 
 impl RequestSlot {
+    /// Threads of this request running right now, as the scheduler counts them
+    /// (0 without scx_tailctl).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.request(0).kernel_running(), 0);
+    /// ```
+    pub fn kernel_running(&self) -> u32 {
+        self.kernel_running.load(Ordering::Relaxed)
+    }
+
+    /// CPU time the scheduler charged to this request (0 without scx_tailctl).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.request(0).kernel_work_ns(), 0);
+    /// ```
+    pub fn kernel_work_ns(&self) -> u64 {
+        self.kernel_work_ns.load(Ordering::Relaxed)
+    }
+
+    /// The scheduler's cap on this request's running threads (0: none).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.request(0).kernel_alloc(), 0);
+    /// ```
+    pub fn kernel_alloc(&self) -> u32 {
+        self.kernel_alloc.load(Ordering::Relaxed)
+    }
+
     /// The request id held by the slot.
     ///
     /// ```
@@ -653,6 +745,55 @@ impl SharedState {
         unsafe { self.region.as_ref() }
     }
 
+    /// Hand serialization decisions to the kernel (`true`, while registered
+    /// with scx_tailctl) or take them back (`false`, the daemon is gone).
+    /// While the kernel decides, the runtime's pileup check marks nothing and
+    /// only reads the SERIALIZED bit the scheduler sets.
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// s.set_kernel_decides(true);
+    /// assert!(s.kernel_decides());
+    /// s.set_kernel_decides(false);
+    /// assert!(!s.kernel_decides());
+    /// ```
+    pub fn set_kernel_decides(&self, on: bool) {
+        let mode = if on { MODE_KERNEL } else { MODE_USER };
+        self.region().header.mode.store(mode, Ordering::Release);
+    }
+
+    /// Like [`SharedState::set_kernel_decides`], through a raw region pointer
+    /// (for a thread that only holds the mapping, not the pool).
+    ///
+    /// # Safety
+    /// `region` must point to a live, initialised [`SharedRegion`].
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// let p = std::ptr::NonNull::from(s.region());
+    /// // SAFETY: `s` keeps the region alive.
+    /// unsafe { tailctl_rt::shared_state::SharedState::set_kernel_decides_raw(p, true) };
+    /// assert!(s.kernel_decides());
+    /// ```
+    pub unsafe fn set_kernel_decides_raw(region: NonNull<SharedRegion>, on: bool) {
+        let mode = if on { MODE_KERNEL } else { MODE_USER };
+        // SAFETY: the caller guarantees a live region; the field is atomic.
+        unsafe { region.as_ref() }
+            .header
+            .mode
+            .store(mode, Ordering::Release);
+    }
+
+    /// Whether the kernel decides serialization now.
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert!(!s.kernel_decides());
+    /// ```
+    pub fn kernel_decides(&self) -> bool {
+        self.header().mode() == MODE_KERNEL
+    }
+
     /// The header.
     ///
     /// ```
@@ -837,4 +978,79 @@ mod tests {
         assert!(!q.try_count_steal(tag_generation(t)));
         assert_eq!(q.steals(), 1);
     }
+}
+
+/// One field of the region's C layout: (struct, field, byte offset, size).
+pub type FieldLayout = (&'static str, &'static str, usize, usize);
+
+macro_rules! fields {
+    ($ty:ident, $cname:literal: $($f:ident),* $(,)?) => {
+        [$(($cname, stringify!($f), std::mem::offset_of!($ty, $f), {
+            fn size_of_field<T>(_: impl Fn(&$ty) -> &T) -> usize { std::mem::size_of::<T>() }
+            size_of_field(|s: &$ty| &s.$f)
+        })),*]
+    };
+}
+
+/// The layout of [`SharedRegion`] field by field, named as in `bpf/intf.h`
+/// (`struct tailctl_header`, `tailctl_worker_slot`, `tailctl_request_slot`).
+/// scx_tailctl's tests compare it with the bindgen output of `intf.h`, so the
+/// mirror cannot drift from the one definition unnoticed. Fields the runtime
+/// keeps as one atomic but C names separately are listed under the C names.
+///
+/// ```
+/// let l = tailctl_rt::shared_state::region_layout();
+/// assert!(l.iter().any(|f| f.0 == "tailctl_header" && f.1 == "active"));
+/// ```
+pub fn region_layout() -> Vec<FieldLayout> {
+    let mut v: Vec<FieldLayout> = Vec::new();
+    v.extend(
+        fields!(Header, "tailctl_header": magic, version, worker_count, request_capacity,
+        active, generation, next_id, completed, serialized, busy_workers, stealable,
+        kernel_serialized, mode),
+    );
+    v.extend(
+        fields!(WorkerSlot, "tailctl_worker_slot": current, start_ns, tid, state, steals,
+        kernel_work_ns),
+    );
+    v.extend(
+        fields!(RequestSlot, "tailctl_request_slot": id, work_ns, arrival_ns, state, steals,
+        steals_at_serialize, kernel_running, kernel_work_ns, kernel_alloc),
+    );
+    // gen_flags is C's `u32 flags; u32 generation;` (little-endian: flags low).
+    let gf = std::mem::offset_of!(RequestSlot, gen_flags);
+    v.push(("tailctl_request_slot", "flags", gf, 4));
+    v.push(("tailctl_request_slot", "generation", gf + 4, 4));
+    v.push(("tailctl_header", "<size>", 0, std::mem::size_of::<Header>()));
+    v.push((
+        "tailctl_worker_slot",
+        "<size>",
+        0,
+        std::mem::size_of::<WorkerSlot>(),
+    ));
+    v.push((
+        "tailctl_request_slot",
+        "<size>",
+        0,
+        std::mem::size_of::<RequestSlot>(),
+    ));
+    v.push((
+        "tailctl_region",
+        "workers",
+        std::mem::offset_of!(SharedRegion, workers),
+        std::mem::size_of::<[WorkerSlot; MAX_WORKERS]>(),
+    ));
+    v.push((
+        "tailctl_region",
+        "requests",
+        std::mem::offset_of!(SharedRegion, requests),
+        std::mem::size_of::<[RequestSlot; MAX_REQUESTS]>(),
+    ));
+    v.push((
+        "tailctl_region",
+        "<size>",
+        0,
+        std::mem::size_of::<SharedRegion>(),
+    ));
+    v
 }

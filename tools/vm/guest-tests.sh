@@ -9,9 +9,11 @@
 set -uo pipefail
 
 bin=$(readlink -f "$1"); out=$2; shift 2
-tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=(load stress service)
+ktest=$(dirname "$bin")/tailctl-ktest
+tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=(load stress service serialize account isolation)
 mkdir -p "$out"
 kver=$(uname -r)
+PY=$(command -v /usr/bin/python3 || command -v python3)
 state() { cat /sys/kernel/sched_ext/state 2>/dev/null || echo missing; }
 ops() { cat /sys/kernel/sched_ext/root/ops 2>/dev/null || echo none; }
 passed=0; failed=0; json_items=()
@@ -120,6 +122,74 @@ test_service() {
   [ "$summary" != bad ] || { fail service "redis-benchmark produced no numbers: $d1 / $t1"; return; }
   local ratio; ratio=$(sed -E 's/.*throughput ratio ([0-9.]+).*/\1/' <<<"$summary")
   pass service "$summary" "\"summary\": \"$summary\", \"throughput_ratio\": $ratio"
+}
+
+# jq-free JSON field access for the ktest outputs.
+jget() { $PY -c 'import json,sys; d=json.loads(sys.argv[1]); exec("for k in sys.argv[2].split(\".\"):\n d=d[k] if isinstance(d,dict) else d[int(k)]"); print(json.dumps(d) if isinstance(d,(dict,list)) else d)' "$1" "$2"; }
+
+test_serialize() {
+  local w; w=$(nproc)
+  start_sched || { fail serialize "scheduler did not load"; return; }
+  local k u
+  k=$("$ktest" -w "$w" serialize 2>"$out/ktest.err") || { fail serialize "ktest (kernel) failed: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
+  u=$("$ktest" -w "$w" serialize --user-only 2>>"$out/ktest.err") || { fail serialize "ktest (user) failed: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
+  stop_sched || { fail serialize "scheduler exit non-zero"; return; }
+  echo "$k" >"$out/serialize-kernel.json"; echo "$u" >"$out/serialize-user.json"
+  local ser maxr par klat ulat umax
+  ser=$(jget "$k" kernel.serialized); maxr=$(jget "$k" kernel.max_running_after_settle)
+  par=$(jget "$k" small_requests_parallel); klat=$(jget "$k" kernel.serialization_latency_ms)
+  ulat=$(jget "$u" observed_serialization_latency_ms); umax=$(jget "$u" max_concurrency_before_mark)
+  [ "$ser" = True ] || { fail serialize "the kernel never serialized the huge request: $k"; return; }
+  [ "$maxr" -le 1 ] 2>/dev/null || { fail serialize "huge request ran $maxr threads at once after serialization settled: $k"; return; }
+  [ "$par" -gt 0 ] 2>/dev/null || { fail serialize "no small request ran in parallel: $k"; return; }
+  pass serialize "kernel: max 1 thread after settle, settle latency ${klat} ms, $par small requests parallel | user-space lazy: latency ${ulat} ms" \
+    "\"kernel\": $k, \"user\": $u"
+}
+
+test_account() {
+  start_sched || { fail account "scheduler did not load"; return; }
+  # An unregistered CPU hog competes for the service's CPU: both pinned to CPU 0.
+  taskset -c 0 stress-ng -c 2 -t 120 >/dev/null 2>&1 &
+  local hog=$!
+  sleep 1
+  local a; a=$(taskset -c 0 "$ktest" -w 1 account --ms 300 --count 4 2>"$out/ktest.err"); local rc=$?
+  kill $hog 2>/dev/null; wait $hog 2>/dev/null
+  stop_sched || { fail account "scheduler exit non-zero"; return; }
+  [ $rc = 0 ] || { fail account "ktest account failed: $(tail -c 300 "$out/ktest.err")"; return; }
+  echo "$a" >"$out/account.json"
+  local verdict
+  verdict=$($PY - "$a" <<'PY'
+import json, sys
+rows = json.loads(sys.argv[1])["requests"]
+k = max(abs(r["kernel_error_pct"]) for r in rows)
+w = sum(r["wallclock_error_pct"] for r in rows) / len(rows)
+print(("ok" if k < 5 else "bad"), f"kernel within {k:.2f}% of true CPU time; runtime wall-clock off by {w:+.1f}% on average under a CPU hog")
+PY
+)
+  case "$verdict" in ok*) pass account "${verdict#ok }" "\"requests\": $(jget "$a" requests)";; *) fail account "${verdict#bad }";; esac
+}
+
+test_isolation() {
+  start_sched || { fail isolation "scheduler did not load"; return; }
+  local nr
+  nr=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$ktest" -w 2 serve --secs 3 --require-kernel 2>"$out/ktest.err") \
+    || { fail isolation "unprivileged service could not register: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
+  [ "$(jget "$nr" uid)" = 65534 ] && [ "$(jget "$nr" requests)" -gt 0 ] || { fail isolation "unprivileged run: $nr"; stop_sched; return; }
+  # Throughput beside a benign twin, then beside a rogue scribbling on its own region.
+  "$ktest" -w 2 rogue --secs 14 --benign >"$out/benign.json" 2>&1 &
+  local bp=$!; sleep 2
+  local base; base=$("$ktest" -w 2 serve --secs 10 --require-kernel 2>>"$out/ktest.err")
+  wait $bp
+  timeout 60 "$ktest" -w 2 rogue --secs 30 >"$out/rogue.json" 2>&1 &
+  local rp=$!; sleep 5
+  local with; with=$("$ktest" -w 2 serve --secs 10 --require-kernel 2>>"$out/ktest.err")
+  wait $rp; local rrc=$?
+  if ! kill -0 "$sched_pid" 2>/dev/null || [ "$(state)" != enabled ]; then fail isolation "scheduler exited while the rogue ran: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; return; fi
+  stop_sched || { fail isolation "scheduler exit non-zero after rogue"; return; }
+  [ -n "$base" ] && [ -n "$with" ] || { fail isolation "serve failed: $(tail -c 300 "$out/ktest.err")"; return; }
+  local ratio; ratio=$($PY -c "import json,sys; print(round(json.loads(sys.argv[2])['rps']/json.loads(sys.argv[1])['rps'],3))" "$base" "$with")
+  pass isolation "uid 65534 registered and served; throughput beside a 30 s rogue / beside a benign twin = $ratio (rogue exit $rrc), scheduler alive" \
+    "\"unprivileged\": $nr, \"baseline\": $base, \"beside_rogue\": $with, \"ratio\": $ratio"
 }
 
 [ -e /sys/kernel/sched_ext/state ] || { echo "FAIL setup: kernel $kver has no sched_ext"; echo "guest: 0 passed, 1 failed"; exit 1; }

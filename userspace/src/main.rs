@@ -13,6 +13,8 @@
 
 mod bpf_intf;
 mod bpf_skel;
+#[cfg(test)]
+mod layout_test;
 mod pins;
 mod services;
 mod stats;
@@ -160,7 +162,18 @@ impl<'a> Scheduler<'a> {
 
         // Pin before attaching so an operator never sees a running scheduler
         // without its maps.
-        let pins = pins::Pins::create(&opts.pin_dir, &mut [("stats", &mut skel.maps.stats)])?;
+        let maps = &mut skel.maps;
+        let pins = pins::Pins::create(
+            &opts.pin_dir,
+            &mut [
+                ("stats", &mut maps.stats),
+                ("services", &mut maps.services),
+                ("worker_tids", &mut maps.worker_tids),
+                ("req_acct", &mut maps.req_acct),
+                ("regions", &mut maps.regions),
+                ("registered", &mut maps.registered),
+            ],
+        )?;
 
         let struct_ops = Some(scx_ops_attach!(skel, tailctl_ops)?);
         let registration = Some(services::RegistrationServer::start(

@@ -115,7 +115,12 @@ fn recv_reply(stream: &UnixStream) -> io::Result<(Reply, Option<OwnedFd>)> {
     loop {
         let mut cmsg = nix::cmsg_space!([RawFd; 1]);
         let mut iov = [IoSliceMut::new(&mut buf[len..])];
-        let msg = recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)?;
+        let msg = recvmsg::<()>(
+            stream.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )?;
         let n = msg.bytes;
         for c in msg.cmsgs().map_err(io::Error::from)? {
             if let ControlMessageOwned::ScmRights(fds) = c {
@@ -127,7 +132,10 @@ fn recv_reply(stream: &UnixStream) -> io::Result<(Reply, Option<OwnedFd>)> {
             }
         }
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "daemon closed the connection"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "daemon closed the connection",
+            ));
         }
         len += n;
         if buf[..len].contains(&b'\n') {
@@ -172,7 +180,14 @@ pub fn register(
 
 /// Step 3: bind worker tids.
 pub fn bind(stream: &UnixStream, tids: &[u32]) -> io::Result<()> {
-    send_line(stream, &Bind { workers: tids.to_vec() }.to_line(), None)?;
+    send_line(
+        stream,
+        &Bind {
+            workers: tids.to_vec(),
+        }
+        .to_line(),
+        None,
+    )?;
     match recv_reply(stream)?.0 {
         Reply::Ok { .. } => Ok(()),
         Reply::Err(why) => Err(io::Error::new(
@@ -187,7 +202,10 @@ pub fn kernel_thresholds(table: Option<&ThresholdTable>) -> Vec<u64> {
     match table {
         None => Vec::new(),
         Some(t) => (1..=KERNEL_QMAX)
-            .map(|q| t.lookup(q).map_or(0, |d| d.as_nanos().clamp(1, u64::MAX as u128) as u64))
+            .map(|q| {
+                t.lookup(q)
+                    .map_or(0, |d| d.as_nanos().clamp(1, u64::MAX as u128) as u64)
+            })
             .collect(),
     }
 }
@@ -195,6 +213,7 @@ pub fn kernel_thresholds(table: Option<&ThresholdTable>) -> Vec<u64> {
 /// What the link knows, shared with its watcher thread.
 struct LinkState {
     connected: AtomicBool,
+    service: std::sync::atomic::AtomicU32,
     registrations: AtomicU64,
     stop: AtomicBool,
     stream: std::sync::Mutex<Option<UnixStream>>,
@@ -235,16 +254,24 @@ impl AssistedPool {
     /// Build the pool, kernel-assisted if the daemon at `socket` accepts it.
     /// Failing to reach the daemon is not an error: the pool then runs in
     /// user space (see [`AssistedPool::is_kernel_assisted`]).
-    pub fn start(builder: PoolBuilder, thresholds: Option<&ThresholdTable>, socket: &Path) -> io::Result<Self> {
+    pub fn start(
+        builder: PoolBuilder,
+        thresholds: Option<&ThresholdTable>,
+        socket: &Path,
+    ) -> io::Result<Self> {
         let kthr = kernel_thresholds(thresholds);
         let state = Arc::new(LinkState {
             connected: AtomicBool::new(false),
+            service: std::sync::atomic::AtomicU32::new(u32::MAX),
             registrations: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             stream: std::sync::Mutex::new(None),
         });
         let (stream, region_fd) = match register(socket, &kthr, None) {
-            Ok((stream, _service, Some(fd))) => (stream, fd),
+            Ok((stream, service, Some(fd))) => {
+                state.service.store(service, Ordering::SeqCst);
+                (stream, fd)
+            }
             Ok(_) => unreachable!("register checks that a fresh registration carries an fd"),
             Err(_) => {
                 // No daemon: a complete user-space runtime.
@@ -296,6 +323,12 @@ impl AssistedPool {
         self.state.connected.load(Ordering::SeqCst)
     }
 
+    /// The daemon's slot for this service while registered.
+    pub fn service(&self) -> Option<u32> {
+        let s = self.state.service.load(Ordering::SeqCst);
+        (self.is_kernel_assisted() && s != u32::MAX).then_some(s)
+    }
+
     /// Successful registrations so far (1 + re-registrations after daemon restarts).
     pub fn registrations(&self) -> u64 {
         self.state.registrations.load(Ordering::SeqCst)
@@ -331,12 +364,17 @@ unsafe impl Send for SendPtr {}
 fn wait_for_tids(pool: &Pool, limit: Duration) -> io::Result<Vec<u32>> {
     let start = Instant::now();
     loop {
-        let tids: Vec<u32> = (0..pool.workers()).map(|i| pool.shared_state().worker(i).tid()).collect();
+        let tids: Vec<u32> = (0..pool.workers())
+            .map(|i| pool.shared_state().worker(i).tid())
+            .collect();
         if tids.iter().all(|t| *t != 0) {
             return Ok(tids);
         }
         if start.elapsed() > limit {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "workers did not publish their tids"));
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "workers did not publish their tids",
+            ));
         }
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -376,9 +414,10 @@ fn watch(
                 return;
             }
             std::thread::sleep(Duration::from_millis(200));
-            let Ok((s, _svc, _)) = register(&socket, &kthr, Some(region_fd.as_fd())) else {
+            let Ok((s, svc, _)) = register(&socket, &kthr, Some(region_fd.as_fd())) else {
                 continue;
             };
+            state.service.store(svc, Ordering::SeqCst);
             if bind(&s, &tids).is_err() {
                 continue;
             }

@@ -1,0 +1,502 @@
+//! tailctl-ktest: the experiments behind kernel-assisted tail-control's
+//! claims, run in a sched_ext kernel beside a running `scx_tailctl`
+//! (tools/vm/guest-tests.sh drives them; each prints one JSON object).
+//!
+//! - `serialize`: one huge parallel request and a stream of small ones. Reads
+//!   the scheduler's own per-request counters (the pinned `req_acct` map) to
+//!   show the huge request never runs more than one thread once serialization
+//!   settled, and how long settling took; `--user-only` measures the runtime's
+//!   lazy serialization instead, on the same workload.
+//! - `account`: sequential requests of known CPU time, optionally beside a CPU
+//!   hog; compares the kernel's charge with the true thread CPU time and with
+//!   the runtime's wall-clock figure.
+//! - `serve`: a well-behaved service; reports requests per second.
+//! - `rogue`: registers, then writes random garbage into its own region.
+
+#[path = "../bpf_intf.rs"]
+#[allow(dead_code, clippy::all)]
+mod bpf_intf;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+use serde_json::json;
+use tailctl_rt::kernel::link::{AssistedPool, DEFAULT_SOCKET};
+use tailctl_rt::shared_state::{FLAG_SERIALIZED, MAX_REQUESTS, REQ_FREE, WORKER_WORKING};
+use tailctl_rt::threshold::ThresholdTable;
+use tailctl_rt::{parallel_for, Policy, Pool};
+
+use bpf_intf::tailctl_request_acct;
+
+#[derive(Parser)]
+#[command(about = "kernel-assisted tail-control experiments (run beside scx_tailctl)")]
+struct Cli {
+    /// The daemon's registration socket.
+    #[arg(long, default_value = DEFAULT_SOCKET)]
+    socket: PathBuf,
+    /// Where scx_tailctl pinned its maps.
+    #[arg(long, default_value = "/sys/fs/bpf/tailctl")]
+    pin_dir: PathBuf,
+    /// Workers in the pool.
+    #[arg(short, long, default_value_t = 4)]
+    workers: usize,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    Serialize {
+        /// CPU work of the huge request (ms).
+        #[arg(long, default_value_t = 1200)]
+        huge_ms: u64,
+        /// Serialization threshold (ms of work), the same at every load.
+        #[arg(long, default_value_t = 40)]
+        threshold_ms: u64,
+        /// CPU work of each small request (ms) and the gap between them.
+        #[arg(long, default_value_t = 4)]
+        small_ms: u64,
+        #[arg(long, default_value_t = 15)]
+        small_every_ms: u64,
+        /// Do not register: the runtime's own (lazy, wall-clock) serialization.
+        #[arg(long)]
+        user_only: bool,
+    },
+    Account {
+        /// CPU time of each sequential request (ms), and how many.
+        #[arg(long, default_value_t = 300)]
+        ms: u64,
+        #[arg(long, default_value_t = 4)]
+        count: u32,
+    },
+    Serve {
+        #[arg(long, default_value_t = 10)]
+        secs: u64,
+        /// Require kernel assistance (fail if the daemon does not accept us).
+        #[arg(long)]
+        require_kernel: bool,
+    },
+    Rogue {
+        #[arg(long, default_value_t = 30)]
+        secs: u64,
+        /// Same threads and work, but scribble on a private buffer: the
+        /// baseline neighbour for the rogue's throughput comparison.
+        #[arg(long)]
+        benign: bool,
+    },
+}
+
+/// Burn exactly `d` of this thread's CPU time, however often it is preempted.
+fn burn_cpu(d: Duration) {
+    let start = thread_cpu();
+    while thread_cpu() - start < d {
+        for _ in 0..1000 {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer; CLOCK_THREAD_CPUTIME_ID always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+struct Acct {
+    map: MapHandle,
+}
+
+impl Acct {
+    fn open(pin_dir: &Path) -> Result<Self> {
+        let path = pin_dir.join("req_acct");
+        let map = MapHandle::from_pinned_path(&path).with_context(|| {
+            format!(
+                "opening {} (is scx_tailctl running? are you root?)",
+                path.display()
+            )
+        })?;
+        Ok(Self { map })
+    }
+
+    fn get(&self, svc: u32, slot: u32) -> Result<tailctl_request_acct> {
+        let key = (svc * MAX_REQUESTS as u32 + slot).to_ne_bytes();
+        let v = self
+            .map
+            .lookup(&key, MapFlags::ANY)?
+            .context("req_acct entry missing")?;
+        if v.len() < std::mem::size_of::<tailctl_request_acct>() {
+            bail!("req_acct value is {} bytes", v.len());
+        }
+        // SAFETY: size checked; plain-old-data struct of integers.
+        Ok(unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) })
+    }
+}
+
+fn threshold_table(ms: u64) -> ThresholdTable {
+    ThresholdTable::from_thresholds(vec![Some(Duration::from_millis(ms))])
+}
+
+fn start_pool(cli: &Cli, table: Option<&ThresholdTable>, register: bool) -> Result<AssistedPool> {
+    let mut b = Pool::builder()
+        .workers(cli.workers)
+        .policy(Policy::TailControl);
+    if let Some(t) = table {
+        b = b.thresholds(t.clone());
+    }
+    let socket = if register {
+        cli.socket.clone()
+    } else {
+        PathBuf::from("/nonexistent/tailctl.sock")
+    };
+    Ok(AssistedPool::start(b, table, &socket)?)
+}
+
+/// The request slot running request `id`, found by scanning the region.
+fn find_slot(pool: &Pool, id: u64, limit: Duration) -> Option<u32> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        for i in 0..MAX_REQUESTS {
+            let r = pool.shared_state().request(i);
+            if r.state() != REQ_FREE && r.id() == id {
+                return Some(i as u32);
+            }
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    None
+}
+
+fn serialize(
+    cli: &Cli,
+    huge_ms: u64,
+    threshold_ms: u64,
+    small_ms: u64,
+    every_ms: u64,
+    user_only: bool,
+) -> Result<()> {
+    let table = threshold_table(threshold_ms);
+    let pool = start_pool(cli, Some(&table), !user_only)?;
+    if !user_only && !pool.is_kernel_assisted() {
+        bail!(
+            "scx_tailctl did not accept the registration (is it running? socket {})",
+            cli.socket.display()
+        );
+    }
+    let acct = if user_only {
+        None
+    } else {
+        Some(Acct::open(&cli.pin_dir)?)
+    };
+    let svc = pool.service().unwrap_or(0);
+
+    // The huge request: parallel_for over 1 ms items.
+    let items = huge_ms as usize;
+    let huge =
+        pool.submit(move || parallel_for(0..items, 1, |_| burn_cpu(Duration::from_millis(1))));
+    let slot = find_slot(&pool, huge.id(), Duration::from_secs(5))
+        .context("huge request's slot not found")?;
+    let tag_gen = pool.shared_state().request(slot as usize).generation();
+    let tag = ((tag_gen as u64) << 32) | slot as u64;
+
+    // Small requests beside it.
+    let stop = Arc::new(AtomicBool::new(false));
+    let small_done = Arc::new(AtomicU64::new(0));
+    let small_parallel = Arc::new(AtomicU64::new(0));
+    let smalls = {
+        let stop = stop.clone();
+        let done = small_done.clone();
+        let par = small_parallel.clone();
+        let pool_ref: &Pool = &pool;
+        // SAFETY-free trick: the thread is joined before `pool` is dropped.
+        let pool_ptr = pool_ref as *const Pool as usize;
+        std::thread::spawn(move || {
+            // SAFETY: `pool` outlives this thread (joined below before drop).
+            let pool = unsafe { &*(pool_ptr as *const Pool) };
+            let mut handles = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let par = par.clone();
+                handles.push(pool.submit(move || {
+                    let seen = std::sync::Mutex::new(std::collections::HashSet::new());
+                    parallel_for(0..4usize, 1, |_| {
+                        seen.lock()
+                            .unwrap()
+                            .insert(tailctl_rt::current_worker_index());
+                        burn_cpu(Duration::from_millis(small_ms.div_ceil(4).max(1)));
+                    });
+                    if seen.lock().unwrap().len() > 1 {
+                        par.fetch_add(1, Ordering::Relaxed);
+                    }
+                }));
+                std::thread::sleep(Duration::from_millis(every_ms));
+            }
+            for h in handles {
+                if h.wait().is_ok() {
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+
+    // Watch the huge request until it completes.
+    let t0 = mono_ns();
+    let mut flag_at = None;
+    let mut settle_at = None;
+    let mut max_after_settle_user = 0u32;
+    let mut max_before_flag_user = 0u32;
+    let mut last = None;
+    while !huge.is_finished() {
+        let now = mono_ns();
+        let req = pool.shared_state().request(slot as usize);
+        if req.generation() != tag_gen {
+            break;
+        }
+        let flagged = req.flags() & FLAG_SERIALIZED != 0;
+        // User-visible concurrency: workers on the request and executing.
+        let on = (0..pool.workers())
+            .filter(|&w| {
+                let ws = pool.shared_state().worker(w);
+                ws.current() == tag && ws.state() == WORKER_WORKING
+            })
+            .count() as u32;
+        let running = match &acct {
+            Some(_) => req.kernel_running(),
+            None => on,
+        };
+        if flagged && flag_at.is_none() {
+            flag_at = Some(now);
+        }
+        if !flagged {
+            max_before_flag_user = max_before_flag_user.max(running);
+        }
+        if flag_at.is_some() && settle_at.is_none() && running <= 1 {
+            settle_at = Some(now);
+        }
+        if settle_at.is_some() {
+            max_after_settle_user = max_after_settle_user.max(running);
+        }
+        if let Some(a) = &acct {
+            if let Ok(v) = a.get(svc, slot) {
+                if v.tag == tag {
+                    last = Some(v);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let wall_ms = (mono_ns() - t0) as f64 / 1e6;
+    huge.wait()
+        .map_err(|e| anyhow::anyhow!("huge request failed: {e:?}"))?;
+    stop.store(true, Ordering::Relaxed);
+    smalls.join().unwrap();
+
+    let ms = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (Some(a), Some(b)) if b >= a => Some((b - a) as f64 / 1e6),
+        _ => None,
+    };
+    let mut out = json!({
+        "mode": if user_only { "user-space" } else { "kernel" },
+        "workers": cli.workers,
+        "huge_ms": huge_ms,
+        "threshold_ms": threshold_ms,
+        "huge_wall_ms": wall_ms,
+        "max_concurrency_before_mark": max_before_flag_user,
+        "observed_serialization_latency_ms": ms(flag_at, settle_at),
+        "observed_max_concurrency_after_settle": max_after_settle_user,
+        "small_requests": small_done.load(Ordering::Relaxed),
+        "small_requests_parallel": small_parallel.load(Ordering::Relaxed),
+    });
+    if let Some(v) = last {
+        out["kernel"] = json!({
+            "work_ms": v.work_ns as f64 / 1e6,
+            "serialized": v.serialized_at_ns != 0,
+            "serialization_latency_ms": ms(Some(v.serialized_at_ns).filter(|x| *x != 0), Some(v.settled_at_ns).filter(|x| *x != 0)),
+            "max_running_after_settle": v.max_running_settled,
+            "max_running": v.max_running,
+            "throttled": v.throttled,
+            "bounces": v.bounces,
+            "bounced_ms": v.bounced_ns as f64 / 1e6,
+        });
+    }
+    println!("{}", serde_json::to_string(&out)?);
+    Ok(())
+}
+
+fn account(cli: &Cli, ms: u64, count: u32) -> Result<()> {
+    let pool = start_pool(cli, None, true)?;
+    if !pool.is_kernel_assisted() {
+        bail!("scx_tailctl did not accept the registration");
+    }
+    let acct = Acct::open(&cli.pin_dir)?;
+    let svc = pool.service().unwrap_or(0);
+    let mut rows = Vec::new();
+    for _ in 0..count {
+        let t0 = Instant::now();
+        let h = pool.submit(move || {
+            let c0 = thread_cpu();
+            let w0 = Instant::now();
+            burn_cpu(Duration::from_millis(ms));
+            (
+                (thread_cpu() - c0).as_nanos() as u64,
+                w0.elapsed().as_nanos() as u64,
+                tailctl_rt::kernel::current_request_slot(),
+            )
+        });
+        let (cpu_ns, wall_ns, slot) = h.wait().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let slot = slot.context("request slot unknown")?;
+        // The runtime's own figure: its wall-clock work for the request.
+        let rt_ns = pool.shared_state().request(slot as usize).work_ns();
+        let k = acct.get(svc, slot)?;
+        rows.push(json!({
+            "true_cpu_ms": cpu_ns as f64 / 1e6,
+            "kernel_ms": k.work_ns as f64 / 1e6,
+            "runtime_wallclock_ms": (rt_ns.max(wall_ns)) as f64 / 1e6,
+            "kernel_error_pct": (k.work_ns as f64 - cpu_ns as f64) / cpu_ns as f64 * 100.0,
+            "wallclock_error_pct": (rt_ns.max(wall_ns) as f64 - cpu_ns as f64) / cpu_ns as f64 * 100.0,
+            "elapsed_ms": t0.elapsed().as_secs_f64() * 1e3,
+        }));
+    }
+    println!("{}", serde_json::to_string(&json!({ "requests": rows }))?);
+    Ok(())
+}
+
+fn serve(cli: &Cli, secs: u64, require_kernel: bool) -> Result<()> {
+    let pool = start_pool(cli, Some(&threshold_table(50)), true)?;
+    if require_kernel && !pool.is_kernel_assisted() {
+        bail!("scx_tailctl did not accept the registration");
+    }
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut done = 0u64;
+    let mut failed = 0u64;
+    let t0 = Instant::now();
+    while Instant::now() < deadline {
+        let batch: Vec<_> = (0..8)
+            .map(|_| {
+                pool.submit(|| parallel_for(0..8usize, 1, |_| burn_cpu(Duration::from_micros(500))))
+            })
+            .collect();
+        for h in batch {
+            match h.wait() {
+                Ok(()) => done += 1,
+                Err(_) => failed += 1,
+            }
+        }
+    }
+    let uid = nix::unistd::Uid::current().as_raw();
+    println!(
+        "{}",
+        serde_json::to_string(&json!({
+            "uid": uid,
+            "kernel_assisted": pool.is_kernel_assisted(),
+            "requests": done,
+            "failed": failed,
+            "rps": done as f64 / t0.elapsed().as_secs_f64(),
+        }))?
+    );
+    Ok(())
+}
+
+fn rogue(cli: &Cli, secs: u64, benign: bool) -> Result<()> {
+    let pool = start_pool(cli, Some(&threshold_table(1)), true)?;
+    if !pool.is_kernel_assisted() {
+        bail!("scx_tailctl did not accept the registration");
+    }
+    let len = std::mem::size_of::<tailctl_rt::shared_state::SharedRegion>() / 8;
+    let private: &'static [AtomicU64] = Box::leak((0..len).map(|_| AtomicU64::new(0)).collect());
+    let base = if benign {
+        private.as_ptr() as usize
+    } else {
+        pool.shared_state().region() as *const _ as usize
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    // Writers scribble over the whole region while requests keep the workers busy.
+    let writers: Vec<_> = (0..2u64)
+        .map(|seed| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ seed;
+                let mut writes = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let i = (x as usize) % len;
+                    // SAFETY: in bounds of our own mapped region; every field
+                    // there is an atomic integer, and garbage is the point.
+                    unsafe {
+                        (*((base + i * 8) as *const AtomicU64))
+                            .store(x.rotate_left(29), Ordering::Relaxed)
+                    };
+                    writes += 1;
+                }
+                writes
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut requests = 0u64;
+    while Instant::now() < deadline {
+        // Requests may fail or hang on a corrupted region; bound each wait.
+        let h =
+            pool.submit(|| parallel_for(0..4usize, 1, |_| burn_cpu(Duration::from_micros(500))));
+        let t = Instant::now();
+        while !h.is_finished() && t.elapsed() < Duration::from_secs(1) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        requests += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let writes: u64 = writers.into_iter().map(|w| w.join().unwrap()).sum();
+    println!(
+        "{}",
+        serde_json::to_string(
+            &json!({ "benign": benign, "garbage_writes": writes, "requests_submitted": requests })
+        )?
+    );
+    // The pool's own bookkeeping is garbage now; don't wait for it to drain.
+    std::process::exit(0);
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Serialize {
+            huge_ms,
+            threshold_ms,
+            small_ms,
+            small_every_ms,
+            user_only,
+        } => serialize(
+            &cli,
+            huge_ms,
+            threshold_ms,
+            small_ms,
+            small_every_ms,
+            user_only,
+        ),
+        Cmd::Account { ms, count } => account(&cli, ms, count),
+        Cmd::Serve {
+            secs,
+            require_kernel,
+        } => serve(&cli, secs, require_kernel),
+        Cmd::Rogue { secs, benign } => rogue(&cli, secs, benign),
+    }
+}
