@@ -922,64 +922,6 @@ impl Drop for SharedState {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::mem::{offset_of, size_of};
-
-    /// The layout documented above; the kernel half mirrors it in C.
-    #[test]
-    fn layout_is_stable() {
-        assert_eq!(size_of::<Header>(), 64);
-        assert_eq!(size_of::<WorkerSlot>(), 64);
-        assert_eq!(size_of::<RequestSlot>(), 64);
-        assert_eq!(offset_of!(Header, active), 16);
-        assert_eq!(offset_of!(Header, generation), 20);
-        assert_eq!(offset_of!(Header, next_id), 24);
-        assert_eq!(offset_of!(WorkerSlot, start_ns), 8);
-        assert_eq!(offset_of!(WorkerSlot, tid), 16);
-        assert_eq!(offset_of!(WorkerSlot, state), 20);
-        assert_eq!(offset_of!(RequestSlot, gen_flags), 8);
-        assert_eq!(offset_of!(RequestSlot, work_ns), 16);
-        assert_eq!(offset_of!(RequestSlot, state), 32);
-        assert_eq!(offset_of!(RequestSlot, steals), 36);
-        assert_eq!(offset_of!(SharedRegion, workers), 64);
-        assert_eq!(offset_of!(SharedRegion, requests), 64 + 64 * MAX_WORKERS);
-    }
-
-    #[test]
-    fn stale_tags_do_not_match_reused_slots() {
-        let s = SharedState::new(1);
-        let mut tags = Vec::new();
-        for _ in 0..MAX_REQUESTS {
-            tags.push(s.alloc_request(0).1.unwrap());
-        }
-        assert!(s.alloc_request(0).1.is_none(), "table full");
-        s.complete_untracked();
-        let old = tags[3];
-        s.free_request(old);
-        let new = s.alloc_request(0).1.unwrap();
-        assert_eq!(tag_slot(new), tag_slot(old));
-        assert_ne!(new, old);
-        assert!(!s.runtime_mark(old));
-        assert!(!s.tag_serialized(new));
-        assert!(s.runtime_mark(new));
-        assert!(s.tag_serialized(new));
-    }
-
-    #[test]
-    fn steal_after_mark_is_refused() {
-        let s = SharedState::new(1);
-        let t = s.alloc_request(0).1.unwrap();
-        let q = s.request(tag_slot(t));
-        assert!(q.try_count_steal(tag_generation(t)));
-        assert!(s.runtime_mark(t));
-        assert_eq!(q.steals_at_serialize(), Some(1));
-        assert!(!q.try_count_steal(tag_generation(t)));
-        assert_eq!(q.steals(), 1);
-    }
-}
-
 /// One field of the region's C layout: (struct, field, byte offset, size).
 pub type FieldLayout = (&'static str, &'static str, usize, usize);
 
@@ -1053,4 +995,62 @@ pub fn region_layout() -> Vec<FieldLayout> {
         std::mem::size_of::<SharedRegion>(),
     ));
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// The layout documented above; the kernel half mirrors it in C.
+    #[test]
+    fn layout_is_stable() {
+        assert_eq!(size_of::<Header>(), 64);
+        assert_eq!(size_of::<WorkerSlot>(), 64);
+        assert_eq!(size_of::<RequestSlot>(), 64);
+        assert_eq!(offset_of!(Header, active), 16);
+        assert_eq!(offset_of!(Header, generation), 20);
+        assert_eq!(offset_of!(Header, next_id), 24);
+        assert_eq!(offset_of!(WorkerSlot, start_ns), 8);
+        assert_eq!(offset_of!(WorkerSlot, tid), 16);
+        assert_eq!(offset_of!(WorkerSlot, state), 20);
+        assert_eq!(offset_of!(RequestSlot, gen_flags), 8);
+        assert_eq!(offset_of!(RequestSlot, work_ns), 16);
+        assert_eq!(offset_of!(RequestSlot, state), 32);
+        assert_eq!(offset_of!(RequestSlot, steals), 36);
+        assert_eq!(offset_of!(SharedRegion, workers), 64);
+        assert_eq!(offset_of!(SharedRegion, requests), 64 + 64 * MAX_WORKERS);
+    }
+
+    #[test]
+    fn stale_tags_do_not_match_reused_slots() {
+        let s = SharedState::new(1);
+        let mut tags = Vec::new();
+        for _ in 0..MAX_REQUESTS {
+            tags.push(s.alloc_request(0).1.unwrap());
+        }
+        assert!(s.alloc_request(0).1.is_none(), "table full");
+        s.complete_untracked();
+        let old = tags[3];
+        s.free_request(old);
+        let new = s.alloc_request(0).1.unwrap();
+        assert_eq!(tag_slot(new), tag_slot(old));
+        assert_ne!(new, old);
+        assert!(!s.runtime_mark(old));
+        assert!(!s.tag_serialized(new));
+        assert!(s.runtime_mark(new));
+        assert!(s.tag_serialized(new));
+    }
+
+    #[test]
+    fn steal_after_mark_is_refused() {
+        let s = SharedState::new(1);
+        let t = s.alloc_request(0).1.unwrap();
+        let q = s.request(tag_slot(t));
+        assert!(q.try_count_steal(tag_generation(t)));
+        assert!(s.runtime_mark(t));
+        assert_eq!(q.steals_at_serialize(), Some(1));
+        assert!(!q.try_count_steal(tag_generation(t)));
+        assert_eq!(q.steals(), 1);
+    }
 }
