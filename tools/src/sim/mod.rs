@@ -181,7 +181,7 @@ struct MeanfieldArgs {
     #[arg(long, default_value = "5,4,3,2,1", value_delimiter = ',')]
     children: Vec<f64>,
     /// End of the measurement window (time units).
-    #[arg(long, default_value_t = 5000.0)]
+    #[arg(long, default_value_t = 20000.0)]
     horizon: f64,
     /// Start of the measurement window.
     #[arg(long, default_value_t = 200.0)]
