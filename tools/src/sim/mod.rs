@@ -94,7 +94,7 @@ struct Common {
     /// Seed of the trace and the scheduler's randomness.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Read requests from a `tailctl-trace v1` file instead of generating them.
+    /// Read requests from a `tailctl-trace v1` file instead of generating them (tables then come from the trace's own work histogram unless --work is given).
     #[arg(long)]
     trace: Option<PathBuf>,
     /// Policies: sf, af, tc, tc-clairvoyant, random (comma-separated).
