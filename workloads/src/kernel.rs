@@ -241,6 +241,45 @@ impl Calibration {
         }
     }
 
+    /// Measures both kernels on `threads` threads at once and averages their
+    /// costs. This is the cost that matters when a pool of `threads` workers
+    /// is busy: on cores that share execution units (hyperthread siblings, or
+    /// vCPUs that are) a floating-point kernel runs markedly slower when both
+    /// run it, and a single-threaded calibration would then make every
+    /// request do more work than it asked for. `measure_on(1)` is [`measure`](Self::measure).
+    ///
+    /// ```
+    /// use tailctl_workloads::kernel::Calibration;
+    ///
+    /// let c = Calibration::measure_on(2);
+    /// assert!(c.bs_unit_ns >= 1.0 && c.spin_unit_ns >= 1.0);
+    /// ```
+    pub fn measure_on(threads: usize) -> Self {
+        let threads = threads.max(1);
+        if threads == 1 {
+            return Self::measure();
+        }
+        let barrier = std::sync::Barrier::new(threads);
+        let all: Vec<Calibration> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        Self::measure()
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().expect("calibration thread"))
+                .collect()
+        });
+        let n = all.len() as f64;
+        Calibration {
+            bs_unit_ns: all.iter().map(|c| c.bs_unit_ns).sum::<f64>() / n,
+            spin_unit_ns: all.iter().map(|c| c.spin_unit_ns).sum::<f64>() / n,
+        }
+    }
+
     /// The unit cost of `kernel` in nanoseconds.
     pub fn unit_ns(&self, kernel: Kernel) -> f64 {
         match kernel {

@@ -304,9 +304,10 @@ fn run(a: Args) -> Result<()> {
     }
 
     let load_before = loadavg();
-    // Calibrate once, here, and hand the result to every server so all runs
+    // Calibrate once, here, with as many threads as the pool has workers (the
+    // cost under full load), and hand the result to every server so all runs
     // do identical work per request.
-    let cal = Calibration::measure();
+    let cal = Calibration::measure_on(cfg.workers);
     eprintln!(
         "calibration: Black-Scholes unit {:.1} µs, spin unit {:.1} µs",
         cal.bs_unit_ns / 1e3,

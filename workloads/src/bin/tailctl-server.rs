@@ -54,7 +54,8 @@ struct Args {
     /// Tail-control: read the threshold table from this file instead.
     #[arg(long, conflicts_with_all = ["target", "distribution", "rps"])]
     threshold_table: Option<PathBuf>,
-    /// Calibration: ns per Black-Scholes unit (measured at start-up if absent).
+    /// Calibration: ns per Black-Scholes unit (measured at start-up if absent,
+    /// on as many threads as --workers at once).
     #[arg(long, requires = "spin_unit_ns")]
     bs_unit_ns: Option<f64>,
     /// Calibration: ns per spin unit (measured at start-up if absent).
@@ -111,7 +112,7 @@ fn run(a: Args) -> Result<()> {
             spin_unit_ns: spin,
         },
         (Some(_), Some(_)) => bail!("calibration values must be at least 1 ns"),
-        _ => Calibration::measure(),
+        _ => Calibration::measure_on(a.workers),
     };
     if a.calibrate {
         println!("{}", serde_json::to_string(&cal)?);
