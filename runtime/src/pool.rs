@@ -26,7 +26,7 @@ use crate::time::now_ns;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
@@ -400,6 +400,34 @@ impl std::fmt::Debug for Pool {
 struct RequestShared<T> {
     id: u64,
     completion: Completion<(Result<T, RequestError>, RequestStats)>,
+    /// Address of the pool's registry (identity only, never dereferenced).
+    registry: usize,
+    /// Worker index + 1 of a worker of the same pool waiting for this request
+    /// (0: none). The completer wakes it (see `help_until_done`).
+    waiter: AtomicUsize,
+}
+
+impl<T> RequestShared<T> {
+    /// Called by `wait` on a worker of the same pool: instead of blocking the
+    /// worker (with every worker blocked, nobody would run the awaited
+    /// request), keep serving (top level: it may admit requests, including
+    /// the awaited one) until the request is done. The completer stores the
+    /// result, fences and reads `waiter`; the waiter stores `waiter` before it
+    /// can sleep, and its sleep re-check reads `done` after a fence (Dekker,
+    /// as in `sleep/README.md`), so the wake-up cannot be lost.
+    fn help_until_done(&self) {
+        let wt = WorkerThread::current();
+        if wt.is_null() {
+            return;
+        }
+        // SAFETY: non-null pointers from `current` are live workers.
+        let wt = unsafe { &*wt };
+        if wt.registry() as *const Registry as usize != self.registry {
+            return;
+        }
+        self.waiter.store(wt.index() + 1, Ordering::SeqCst);
+        wt.wait_until(&|| self.completion.is_done(), true);
+    }
 }
 
 /// The pending result of a submitted request: [`wait`](Self::wait) for it, or
@@ -427,14 +455,17 @@ impl<T> std::fmt::Debug for RequestHandle<T> {
 impl<T> RequestHandle<T> {
     /// Blocks until the request completes and returns its result.
     ///
-    /// Do not call it from inside a request on the same pool: the worker
-    /// blocks instead of working.
+    /// Called from inside a request of the same pool, the worker keeps
+    /// serving (tasks and requests, the awaited one included) until the
+    /// result is ready, so requests can wait for sub-requests even on a
+    /// one-worker pool.
     ///
     /// ```
     /// let pool = tailctl_rt::Pool::builder().workers(1).build().unwrap();
     /// assert_eq!(pool.submit(|| 6 * 7).wait().unwrap(), 42);
     /// ```
     pub fn wait(self) -> Result<T, RequestError> {
+        self.shared.help_until_done();
         self.shared.completion.wait().0
     }
 
@@ -447,6 +478,7 @@ impl<T> RequestHandle<T> {
     /// assert_eq!(s.steals, 0);
     /// ```
     pub fn wait_with_stats(self) -> (Result<T, RequestError>, RequestStats) {
+        self.shared.help_until_done();
         self.shared.completion.wait()
     }
 
@@ -541,6 +573,8 @@ impl Pool {
         let shared = Arc::new(RequestShared {
             id,
             completion: Completion::new(),
+            registry: &*self.registry as *const Registry as usize,
+            waiter: AtomicUsize::new(0),
         });
         if reg.is_shutdown() {
             match tag {
@@ -783,4 +817,11 @@ where
     reg.counters.completed.fetch_add(1, Ordering::Relaxed);
     reg.request_finished();
     shared.completion.complete((result, stats));
+    // A worker of this pool may be serving while it waits for us. The fence
+    // orders the `done` store above before the `waiter` load (Dekker).
+    std::sync::atomic::fence(Ordering::SeqCst);
+    match shared.waiter.load(Ordering::SeqCst) {
+        0 => {}
+        w => reg.sleep.notify_worker(w - 1),
+    }
 }

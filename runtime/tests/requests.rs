@@ -322,3 +322,24 @@ fn join_and_scope_work_outside_a_pool() {
     });
     assert_eq!(v, [0, 1, 2]);
 }
+
+#[test]
+fn requests_can_wait_for_sub_requests_on_the_same_pool() {
+    for policy in Policy::ALL {
+        // One worker: a blocking wait would deadlock; the worker must serve.
+        let pool = Arc::new(pool(policy, 1));
+        let p2 = Arc::clone(&pool);
+        let r = pool
+            .submit(move || {
+                let subs: Vec<_> = (0..4u64).map(|i| p2.submit(move || fib(10) + i)).collect();
+                let inner = p2.submit(|| fib(12));
+                let mut sum: u64 = subs.into_iter().map(|h| h.wait().unwrap()).sum();
+                sum += inner.wait_with_stats().0.unwrap();
+                sum
+            })
+            .wait()
+            .unwrap();
+        assert_eq!(r, 4 * 55 + 6 + 144, "{policy}");
+        assert_eq!(pool.active_requests(), 0);
+    }
+}

@@ -245,4 +245,33 @@ mod loom_tests {
             in_join.join().unwrap();
         });
     }
+
+    /// A worker waiting (and serving) for a request of its own pool is woken
+    /// when another worker completes it (`RequestHandle::wait` on a worker).
+    #[test]
+    fn nested_wait_is_woken_by_completion() {
+        use crate::completion::Completion;
+        use loom::sync::atomic::AtomicUsize;
+        loom::model(|| {
+            let sleep = Arc::new(Sleep::new(2));
+            let done = Arc::new(Completion::new());
+            let waiter = Arc::new(AtomicUsize::new(0));
+            let (s2, d2, w2) = (sleep.clone(), done.clone(), waiter.clone());
+            let completer = loom::thread::spawn(move || {
+                d2.complete(1u8);
+                fence(SeqCst);
+                if let w @ 1.. = w2.load(SeqCst) {
+                    s2.notify_worker(w - 1);
+                }
+            });
+            waiter.store(1, SeqCst);
+            sleep.start_searching();
+            while !done.is_done() {
+                sleep.sleep(0, true, || done.is_done());
+            }
+            sleep.stop_searching();
+            assert_eq!(done.wait(), 1);
+            completer.join().unwrap();
+        });
+    }
 }
