@@ -76,6 +76,7 @@ fn runtime_mirror_matches_intf_h() {
 }
 
 #[test]
+#[allow(clippy::unnecessary_cast)] // bindgen picks the enum's integer type
 fn constants_match_intf_h() {
     use tailctl_rt::shared_state as rt;
     assert_eq!(tailctl_consts_TAILCTL_MAX_WORKERS as usize, rt::MAX_WORKERS);

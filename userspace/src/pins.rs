@@ -32,7 +32,14 @@ fn is_bpffs(path: &Path) -> bool {
     // memory large enough for a statfs; it is read only when the call succeeds.
     let rc = unsafe { libc::statfs(c.as_ptr(), st.as_mut_ptr()) };
     // SAFETY: statfs returned 0, so it filled `st`.
-    rc == 0 && unsafe { st.assume_init() }.f_type as i64 == BPF_FS_MAGIC
+    // f_type's integer type differs between architectures, hence the cast.
+    #[allow(clippy::unnecessary_cast)]
+    let fs_type = if rc == 0 {
+        unsafe { st.assume_init() }.f_type as i64
+    } else {
+        0
+    };
+    fs_type == BPF_FS_MAGIC
 }
 
 /// Make sure bpffs is mounted at /sys/fs/bpf (minimal VMs and containers
