@@ -123,6 +123,29 @@ fn a_small_experiment_runs_every_policy_and_writes_its_report() {
 }
 
 #[test]
+fn the_paper_preset_is_the_papers_configuration() {
+    let out = tmp("paper");
+    let o = Command::new(bin("tailctl-experiment"))
+        .args(["--preset", "paper", "--dry-run", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let line = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        line.contains("bing work, poisson:1200 arrivals, 16 workers, 100000 requests"),
+        "{line}"
+    );
+    assert!(line.contains("kernel bs"), "{line}");
+    let trace = std::fs::read_to_string(out.join("trace.txt")).unwrap();
+    assert_eq!(
+        trace.lines().filter(|l| !l.starts_with('#')).count(),
+        100_000
+    );
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
 fn bad_arguments_and_missing_servers_are_clear_errors() {
     let (code, err) = stderr_of(Command::new(bin("tailctl-loadgen")).args([
         "--requests",

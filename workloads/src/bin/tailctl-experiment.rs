@@ -105,6 +105,10 @@ struct Args {
     /// Also print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// Only resolve the configuration, write the trace and print the
+    /// configuration line; start nothing.
+    #[arg(long)]
+    dry_run: bool,
     /// Run tail-control with kernel assistance (scx_tailctl) as well.
     #[arg(long)]
     kernel_assisted: bool,
@@ -301,6 +305,11 @@ fn run(a: Args) -> Result<()> {
             trace.offered_load(),
             cfg.workers
         );
+    }
+    if a.dry_run {
+        println!("{describe}");
+        eprintln!("dry run: wrote {}; no server started", trace_path.display());
+        return Ok(());
     }
 
     let load_before = loadavg();
