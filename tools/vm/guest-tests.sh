@@ -10,7 +10,8 @@ set -uo pipefail
 
 bin=$(readlink -f "$1"); out=$2; shift 2
 ktest=$(dirname "$bin")/tailctl-ktest
-tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=(load stress service serialize account isolation)
+wl=$(dirname "$bin")
+tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=(load stress service serialize account isolation fault)
 mkdir -p "$out"
 kver=$(uname -r)
 PY=$(command -v /usr/bin/python3 || command -v python3)
@@ -190,6 +191,51 @@ test_isolation() {
   local ratio; ratio=$($PY -c "import json,sys; print(round(json.loads(sys.argv[2])['rps']/json.loads(sys.argv[1])['rps'],3))" "$base" "$with")
   pass isolation "uid 65534 registered and served; throughput beside a 30 s rogue / beside a benign twin = $ratio (rogue exit $rrc), scheduler alive" \
     "\"unprivileged\": $nr, \"baseline\": $base, \"beside_rogue\": $with, \"ratio\": $ratio"
+}
+
+# kill -9 the daemon in the middle of an open-loop load on a registered
+# tailctl-server; restart it. Every request must get exactly one response, the
+# server must fall back and re-register.
+test_fault() {
+  start_sched || { fail fault "scheduler did not load"; return; }
+  "$wl/tailctl-server" --addr 127.0.0.1:7979 --workers 2 --policy tc --target 40ms \
+    --distribution lognormal --rps 40 >"$out/server.out" 2>"$out/server.err" &
+  local spid=$!
+  for _ in $(seq 1 300); do grep -q listening "$out/server.out" 2>/dev/null && break; sleep 0.1; done
+  grep -q "registered with scx_tailctl" "$out/server.err" || { fail fault "server did not register: $(tail -c 300 "$out/server.err")"; kill $spid; stop_sched; return; }
+  "$wl/tailctl-loadgen" --addr 127.0.0.1:7979 --requests 600 --arrival poisson:30 --distribution lognormal:4:4 \
+    --kernel spin --seed 7 --json --no-progress --drain-timeout 60s >"$out/loadgen.json" 2>"$out/loadgen.err" &
+  local lpid=$!
+  sleep 6
+  kill -9 "$sched_pid"; wait "$sched_pid" 2>/dev/null; sched_pid=""
+  for _ in $(seq 1 100); do [ "$(state)" = disabled ] && break; sleep 0.1; done
+  log "daemon killed (state $(state)); restarting in 3 s"
+  sleep 3
+  start_sched || { fail fault "scheduler did not restart"; kill $spid $lpid; return; }
+  wait $lpid; local lrc=$?
+  local rereg=no
+  for _ in $(seq 1 50); do grep -q "re-registration" "$out/sched.log" && { rereg=yes; break; }; sleep 0.2; done
+  kill $spid 2>/dev/null; wait $spid 2>/dev/null
+  stop_sched || { fail fault "restarted scheduler exit non-zero"; return; }
+  [ $lrc = 0 ] || { fail fault "loadgen failed ($lrc): $(tail -c 300 "$out/loadgen.err")"; return; }
+  local verdict
+  verdict=$($PY - "$out/loadgen.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s = s.get("summary", s)
+def g(*keys):
+    for k in keys:
+        if k in s: return s[k]
+    return None
+sent, ok, lost, errs = g("requests"), g("completed"), g("lost"), g("errors")
+print("ok" if sent and ok == sent and not lost and not errs else "bad", f"sent {sent}, answered {ok}, lost {lost}, errors {errs}")
+PY
+)
+  case "$verdict" in
+    ok*) [ $rereg = yes ] || { fail fault "no re-registration after the restart (${verdict#ok })"; return; }
+         pass fault "kill -9 mid-load: ${verdict#ok }; server fell back and re-registered" "\"loadgen\": $(cat "$out/loadgen.json")";;
+    *) fail fault "${verdict#bad }";;
+  esac
 }
 
 [ -e /sys/kernel/sched_ext/state ] || { echo "FAIL setup: kernel $kver has no sched_ext"; echo "guest: 0 passed, 1 failed"; exit 1; }
