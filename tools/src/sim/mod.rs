@@ -700,11 +700,20 @@ fn capacity(a: CapacityArgs) -> Result<()> {
             a.resolution
         );
         for (p, r, l) in out {
-            println!(
-                "{p:<16} {r:>9.1} rps   (p{} = {:.2} ms there)",
-                a.percentile,
-                l * 1e3
-            );
+            if r == 0.0 {
+                println!(
+                    "{p:<16} target missed even at --rps-min {} (p{} = {:.2} ms there)",
+                    a.rps_min,
+                    a.percentile,
+                    l * 1e3
+                );
+            } else {
+                println!(
+                    "{p:<16} {r:>9.1} rps   (p{} = {:.2} ms there)",
+                    a.percentile,
+                    l * 1e3
+                );
+            }
         }
     }
     Ok(())
