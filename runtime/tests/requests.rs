@@ -343,3 +343,40 @@ fn requests_can_wait_for_sub_requests_on_the_same_pool() {
         assert_eq!(pool.active_requests(), 0);
     }
 }
+
+#[test]
+fn a_panicking_scope_body_still_waits_for_its_spawns() {
+    let pool = pool(Policy::StealFirst, 2);
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r2 = Arc::clone(&ran);
+    let r = pool.submit(move || {
+        let local = AtomicUsize::new(0); // borrowed by the spawns
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            scope(|s| {
+                for _ in 0..scale(64, 4) {
+                    s.spawn(|_| {
+                        fib(12);
+                        local.fetch_add(1, Ordering::Relaxed);
+                    });
+                }
+                panic!("body")
+            })
+        }));
+        assert!(out.is_err());
+        r2.store(local.load(Ordering::Relaxed), Ordering::Relaxed);
+    });
+    r.wait().unwrap();
+    assert_eq!(ran.load(Ordering::Relaxed), scale(64, 4));
+}
+
+#[test]
+fn last_pool_handle_dropped_inside_a_request() {
+    let pool = Arc::new(pool(Policy::TailControl, 2));
+    let p2 = Arc::clone(&pool);
+    let h = pool.submit(move || {
+        let _keep = p2; // dropped on the worker, possibly the last handle
+        fib(10)
+    });
+    drop(pool);
+    assert_eq!(h.wait().unwrap(), 55);
+}
