@@ -380,3 +380,37 @@ fn last_pool_handle_dropped_inside_a_request() {
     drop(pool);
     assert_eq!(h.wait().unwrap(), 55);
 }
+
+#[test]
+fn parallel_for_chunks_cover_the_range_exactly_once() {
+    let n = scale(100_000, 300);
+    for policy in Policy::ALL {
+        for grain in [1, 7, 1024] {
+            let pool = pool(policy, 3);
+            let hits: Arc<Vec<AtomicUsize>> =
+                Arc::new((0..n).map(|_| AtomicUsize::new(0)).collect());
+            let h2 = Arc::clone(&hits);
+            let max_chunk = pool
+                .submit(move || {
+                    let max = AtomicUsize::new(0);
+                    tailctl_rt::parallel_for_chunks(5..n, grain, |r| {
+                        max.fetch_max(r.len(), Ordering::Relaxed);
+                        for i in r {
+                            h2[i].fetch_add(1, Ordering::Relaxed);
+                        }
+                    });
+                    max.into_inner()
+                })
+                .wait()
+                .unwrap();
+            assert!(max_chunk <= grain);
+            for (i, c) in hits.iter().enumerate() {
+                assert_eq!(
+                    c.load(Ordering::Relaxed),
+                    usize::from(i >= 5),
+                    "{policy} grain {grain} index {i}"
+                );
+            }
+        }
+    }
+}
