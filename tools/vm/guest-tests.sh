@@ -203,7 +203,7 @@ test_fault() {
   local spid=$!
   for _ in $(seq 1 300); do grep -q listening "$out/server.out" 2>/dev/null && break; sleep 0.1; done
   grep -q "registered with scx_tailctl" "$out/server.err" || { fail fault "server did not register: $(tail -c 300 "$out/server.err")"; kill $spid; stop_sched; return; }
-  "$wl/tailctl-loadgen" --addr 127.0.0.1:7979 --requests 600 --arrival poisson:30 --distribution lognormal:4:4 \
+  "$wl/tailctl-loadgen" --addr 127.0.0.1:7979 --requests 600 --arrival poisson:30 --distribution lognormal:4ms:4ms \
     --kernel spin --seed 7 --json --no-progress --drain-timeout 60s >"$out/loadgen.json" 2>"$out/loadgen.err" &
   local lpid=$!
   sleep 6

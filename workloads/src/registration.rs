@@ -1,19 +1,18 @@
-//! Where `tailctl-server` will register with the `scx_tailctl` daemon.
+//! Registration of `tailctl-server` with the `scx_tailctl` daemon.
 //!
-//! Design: with the kernel half loaded, a service registers its workers with
-//! the daemon over a unix socket (SO_PEERCRED), receives its region map fd
-//! (SCM_RIGHTS) and publishes request progress there, so the kernel enforces
-//! tail-control's serialization on exact CPU time (see `DESIGN.md`, "Data
-//! flow"). Neither the daemon's socket protocol nor the runtime's registration
-//! call exist yet (a later issue), so this module is only the seam: the
-//! server calls [`register_with_scx_tailctl`] at start-up and logs the
-//! result, and kernel-assisted experiments refuse to run until it returns
-//! [`Registration::Registered`]. It deliberately does not pretend: it never
-//! reports success.
+//! Design: with the kernel half loaded, the server's pool registers over the
+//! daemon's unix socket (SO_PEERCRED), receives its region map fd (SCM_RIGHTS)
+//! and is built on the mapped region, so the kernel charges CPU time per
+//! request and serializes large requests on it (see
+//! `tailctl_rt::kernel::link`). Without the daemon the pool is a complete
+//! user-space tail-control runtime. This module only turns the pool's state
+//! into what the server reports.
 
 use std::fmt;
 
-/// The outcome of trying to register with `scx_tailctl`.
+use crate::server::rt::RtExecutor;
+
+/// Whether the server's pool is kernel-assisted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Registration {
     /// Registered; the kernel enforces this service's allocations.
@@ -31,22 +30,26 @@ impl fmt::Display for Registration {
     }
 }
 
-/// The hook: registers this process's pool with the `scx_tailctl` daemon.
-///
-/// Not implemented yet — it needs the daemon's registration socket and the
-/// runtime's publication region, which do not exist yet. Until then it
-/// always returns [`Registration::Unavailable`] and the runtime runs its own
-/// user-space tail-control, which is complete without kernel help.
+/// The registration state of `exec`'s pool.
 ///
 /// ```
-/// use tailctl_workloads::registration::{register_with_scx_tailctl, Registration};
+/// use tailctl_rt::Policy;
+/// use tailctl_workloads::registration::{registration_of, Registration};
+/// use tailctl_workloads::server::rt::RtExecutor;
 ///
-/// assert!(matches!(register_with_scx_tailctl(), Registration::Unavailable(_)));
+/// let exec = RtExecutor::new(1, Policy::StealFirst, None, None).unwrap();
+/// assert!(matches!(registration_of(&exec, None), Registration::Unavailable(_)));
 /// ```
-pub fn register_with_scx_tailctl() -> Registration {
-    Registration::Unavailable(
-        "registration with scx_tailctl is not available yet: the daemon's registration \
-         interface has not been built"
-            .into(),
-    )
+pub fn registration_of(exec: &RtExecutor, socket: Option<&std::path::Path>) -> Registration {
+    if exec.is_kernel_assisted() {
+        Registration::Registered
+    } else {
+        Registration::Unavailable(match socket {
+            Some(s) => format!(
+                "no scx_tailctl accepted the registration at {}",
+                s.display()
+            ),
+            None => "kernel assistance not requested".into(),
+        })
+    }
 }

@@ -311,6 +311,7 @@ pub mod rt {
     use std::ops::Range;
     use std::time::Duration;
 
+    use tailctl_rt::kernel::link::AssistedPool;
     use tailctl_rt::threshold::ThresholdTable;
     use tailctl_rt::{Policy, Pool};
 
@@ -327,7 +328,7 @@ pub mod rt {
     /// assert_eq!(exec.pool().workers(), 2);
     /// ```
     pub struct RtExecutor {
-        pool: Pool,
+        pool: AssistedPool,
     }
 
     impl RtExecutor {
@@ -346,7 +347,52 @@ pub mod rt {
             if let Some(t) = target {
                 b = b.target_latency(t);
             }
-            Ok(RtExecutor { pool: b.build()? })
+            Ok(RtExecutor {
+                pool: AssistedPool::without_kernel(b)?,
+            })
+        }
+
+        /// Like [`RtExecutor::new`], but registered with the `scx_tailctl`
+        /// daemon at `socket` when it runs there (kernel-assisted tail-control:
+        /// the kernel charges CPU time per request and serializes on it), and a
+        /// plain user-space pool otherwise. The pool re-registers by itself
+        /// after a daemon restart.
+        ///
+        /// ```
+        /// use tailctl_rt::Policy;
+        /// use tailctl_workloads::server::rt::RtExecutor;
+        ///
+        /// let exec = RtExecutor::with_kernel(2, Policy::TailControl, None, None, "/nonexistent.sock".as_ref()).unwrap();
+        /// assert!(!exec.is_kernel_assisted());
+        /// ```
+        pub fn with_kernel(
+            workers: usize,
+            policy: Policy,
+            thresholds: Option<ThresholdTable>,
+            target: Option<Duration>,
+            socket: &std::path::Path,
+        ) -> std::io::Result<Self> {
+            let mut b = Pool::builder().workers(workers).policy(policy);
+            if let Some(t) = &thresholds {
+                b = b.thresholds(t.clone());
+            }
+            if let Some(t) = target {
+                b = b.target_latency(t);
+            }
+            Ok(RtExecutor {
+                pool: AssistedPool::start(b, thresholds.as_ref(), socket)?,
+            })
+        }
+
+        /// Whether `scx_tailctl` serves this pool right now.
+        pub fn is_kernel_assisted(&self) -> bool {
+            self.pool.is_kernel_assisted()
+        }
+
+        /// Registrations with `scx_tailctl` so far (re-registrations after a
+        /// daemon restart included).
+        pub fn registrations(&self) -> u64 {
+            self.pool.registrations()
         }
 
         /// The pool.

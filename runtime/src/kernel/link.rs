@@ -318,6 +318,30 @@ impl AssistedPool {
         })
     }
 
+    /// A plain user-space pool that never talks to a daemon.
+    ///
+    /// ```
+    /// use tailctl_rt::kernel::link::AssistedPool;
+    /// let pool = AssistedPool::without_kernel(tailctl_rt::Pool::builder().workers(1)).unwrap();
+    /// assert!(!pool.is_kernel_assisted());
+    /// assert_eq!(pool.submit(|| 1).wait().unwrap(), 1);
+    /// ```
+    pub fn without_kernel(builder: PoolBuilder) -> io::Result<Self> {
+        Ok(Self {
+            pool: Some(builder.build()?),
+            state: Arc::new(LinkState {
+                connected: AtomicBool::new(false),
+                service: std::sync::atomic::AtomicU32::new(u32::MAX),
+                registrations: AtomicU64::new(0),
+                stop: AtomicBool::new(false),
+                stream: std::sync::Mutex::new(None),
+            }),
+            watcher: None,
+            _region_fd: None,
+            _region: None,
+        })
+    }
+
     /// Whether the daemon is serving this pool right now.
     pub fn is_kernel_assisted(&self) -> bool {
         self.state.connected.load(Ordering::SeqCst)

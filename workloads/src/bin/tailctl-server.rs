@@ -21,7 +21,7 @@ use tailctl_rt::threshold::{ThresholdParams, ThresholdTable};
 use tailctl_rt::Policy;
 use tailctl_workloads::distributions::DistributionSpec;
 use tailctl_workloads::kernel::Calibration;
-use tailctl_workloads::registration::register_with_scx_tailctl;
+use tailctl_workloads::registration::registration_of;
 use tailctl_workloads::server::{rt::RtExecutor, Server};
 
 /// TCP service running each request on a tailctl-rt pool.
@@ -67,6 +67,13 @@ struct Args {
     /// Log connections and the threshold table to stderr.
     #[arg(long, short)]
     verbose: bool,
+    /// scx_tailctl's registration socket: when the daemon runs, the pool
+    /// registers there and the kernel serializes on exact CPU time.
+    #[arg(long, default_value = tailctl_rt::kernel::link::DEFAULT_SOCKET)]
+    scx_socket: std::path::PathBuf,
+    /// Never register with scx_tailctl (pure user-space tail-control).
+    #[arg(long)]
+    no_kernel: bool,
 }
 
 fn threshold_table(a: &Args) -> Result<Option<ThresholdTable>> {
@@ -127,8 +134,12 @@ fn run(a: Args) -> Result<()> {
             eprintln!("tailctl-server: threshold table\n{t}");
         }
     }
-    let exec = RtExecutor::new(a.workers, a.policy, table, a.target)?;
-    let registration = register_with_scx_tailctl();
+    let socket = (!a.no_kernel).then_some(a.scx_socket.as_path());
+    let exec = match socket {
+        Some(sock) => RtExecutor::with_kernel(a.workers, a.policy, table, a.target, sock)?,
+        None => RtExecutor::new(a.workers, a.policy, table, a.target)?,
+    };
+    let registration = registration_of(&exec, socket);
     eprintln!(
         "tailctl-server: {} workers, policy {}, {registration}",
         a.workers,
