@@ -238,6 +238,11 @@ PY
   esac
 }
 
+# Operator-facing tests (bpftool on the pins, tailctl maps / top) live beside this file.
+ops_tests="$(dirname "$(readlink -f "$0")")/guest-tests-ops.sh"
+# shellcheck source=/dev/null
+[ -f "$ops_tests" ] && . "$ops_tests"
+
 [ -e /sys/kernel/sched_ext/state ] || { echo "FAIL setup: kernel $kver has no sched_ext"; echo "guest: 0 passed, 1 failed"; exit 1; }
 log "$(nproc) CPUs; running: ${tests[*]}"
 for t in "${tests[@]}"; do "test_$t"; done
