@@ -123,6 +123,13 @@ pub struct Config {
     /// of lazily (the paper's runtime-only mechanism): when a request is
     /// marked, its queued tasks on every deque move to one of its workers.
     pub eager: bool,
+    /// Join-blocking workers, as in `tailctl-rt` and rayon: a worker whose
+    /// stolen halves are still running waits in its `join`; while it waits it
+    /// may steal tasks but never admits a request, and the next loop of a
+    /// request starts on the worker that started the request, once it gets
+    /// back to that join. `false`: continuation passing (TBB, Cilk), where
+    /// whoever finishes a loop's last chunk continues and nobody blocks.
+    pub blocking_joins: bool,
     /// Thresholds in seconds, `[q-1]`, `INFINITY` for "never"; empty = never.
     pub thresholds: Vec<f64>,
     /// Seed of the scheduler's own randomness (victims, wake-up phases).
@@ -147,6 +154,12 @@ impl Config {
         }
         if self.loops == 0 {
             return Err("loops per request must be ≥ 1".into());
+        }
+        if self.blocking_joins && self.policy == Policy::Random {
+            return Err("blocking joins are not modelled for random admission".into());
+        }
+        if self.blocking_joins && self.eager {
+            return Err("blocking joins and eager serialization cannot be combined".into());
         }
         Ok(())
     }
@@ -200,6 +213,20 @@ impl Outcome {
 struct Task {
     req: u32,
     n: u32,
+    /// Blocking joins: the frame that pushed this task (it joins on it).
+    frame: u32,
+}
+
+const NO_FRAME: u32 = u32::MAX;
+
+/// Blocking joins: a task a worker took at top level, by stealing or as a
+/// loop's root, with the stolen halves it still waits for.
+#[derive(Clone, Copy, Debug)]
+struct Frame {
+    req: u32,
+    parent: u32,
+    pending: u32,
+    worker: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -218,6 +245,8 @@ struct Worker {
     /// The paper's `curr_request` / `start_time` bookkeeping.
     cur: Option<u32>,
     start: f64,
+    /// Blocking joins: frames on this worker's stack, innermost last.
+    stack: Vec<u32>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -243,6 +272,8 @@ struct Sim<'a> {
     fifo: VecDeque<u32>,
     active: usize,
     parked: usize,
+    frames: Vec<Frame>,
+    free_frames: Vec<u32>,
     out: Outcome,
 }
 
@@ -278,7 +309,11 @@ impl<'a> Sim<'a> {
         q.phase = i;
         q.outstanding = n;
         q.chunk_len = pw / n as f64;
-        Task { req: r, n }
+        Task {
+            req: r,
+            n,
+            frame: NO_FRAME,
+        }
     }
 
     fn set_current(&mut self, w: usize, new: Option<u32>, now: f64) {
@@ -433,8 +468,38 @@ impl<'a> Sim<'a> {
         self.out.steal_attempts += 1;
     }
 
-    fn start_task(&mut self, w: usize, task: Task, now: f64) {
+    /// Starts `task` on `w`. With blocking joins, a task that was stolen or is
+    /// a loop's root (`new_frame`) opens a frame; one popped from the worker's
+    /// own deque runs inside the current frame.
+    fn start_task(&mut self, w: usize, task: Task, now: f64, new_frame: bool) {
         self.set_current(w, Some(task.req), now);
+        let frame = if !self.cfg.blocking_joins {
+            NO_FRAME
+        } else if new_frame {
+            let f = Frame {
+                req: task.req,
+                parent: task.frame,
+                pending: 0,
+                worker: w as u32,
+            };
+            let id = match self.free_frames.pop() {
+                Some(id) => {
+                    self.frames[id as usize] = f;
+                    id
+                }
+                None => {
+                    self.frames.push(f);
+                    (self.frames.len() - 1) as u32
+                }
+            };
+            self.workers[w].stack.push(id);
+            id
+        } else {
+            *self.workers[w]
+                .stack
+                .last()
+                .expect("own task outside a frame")
+        };
         let stealable = self.reqs[task.req as usize].stealable;
         let chunk = self.reqs[task.req as usize].chunk_len;
         let wk = &mut self.workers[w];
@@ -445,6 +510,7 @@ impl<'a> Sim<'a> {
             wk.deque.push_back(Task {
                 req: task.req,
                 n: half,
+                frame,
             });
             n -= half;
         }
@@ -464,13 +530,14 @@ impl<'a> Sim<'a> {
         {
             self.mark(r, now);
         }
-        self.start_task(w, task, now);
+        self.start_task(w, task, now, true);
     }
 
     /// The scheduling loop once local work is exhausted (`cur` is already None).
     fn find_work(&mut self, w: usize, now: f64) {
         if let Some(task) = self.workers[w].deque.pop_back() {
-            self.start_task(w, task, now);
+            // Random admission's pushed requests (continuation mode only).
+            self.start_task(w, task, now, true);
             return;
         }
         match self.cfg.policy {
@@ -506,6 +573,15 @@ impl<'a> Sim<'a> {
     }
 
     fn attempt_done(&mut self, w: usize, now: f64) {
+        if self.cfg.blocking_joins {
+            if let Some(&f) = self.workers[w].stack.last() {
+                if self.frames[f as usize].pending == 0 {
+                    // The join it was waiting in is complete: resume.
+                    self.unwind(w, now);
+                    return;
+                }
+            }
+        }
         let m = self.workers.len();
         if m > 1 {
             let mut v = self.rng.below(m - 1);
@@ -517,7 +593,10 @@ impl<'a> Sim<'a> {
                 if self.reqs[t.req as usize].stealable {
                     self.workers[v].deque.pop_front();
                     self.out.steals += 1;
-                    self.start_task(w, t, now);
+                    if t.frame != NO_FRAME {
+                        self.frames[t.frame as usize].pending += 1;
+                    }
+                    self.start_task(w, t, now, true);
                     return;
                 }
             }
@@ -525,6 +604,8 @@ impl<'a> Sim<'a> {
         // try_random_steal keeps going while some victim is stealable.
         if self.has_stealable(w) {
             self.begin_attempt(w, now);
+        } else if !self.workers[w].stack.is_empty() {
+            self.park(w); // blocked in a join: may steal, never admits
         } else if self.cfg.policy != Policy::Random && !self.fifo.is_empty() {
             self.admit(w, now);
         } else {
@@ -538,28 +619,98 @@ impl<'a> Sim<'a> {
         q.outstanding -= 1;
         q.done_work += q.chunk_len;
         self.out.work_done += q.chunk_len;
+        if self.cfg.blocking_joins {
+            // Loops end and requests complete when their root frame unwinds.
+            if let Some(task) = self.workers[w].deque.pop_back() {
+                self.start_task(w, task, now, false);
+            } else {
+                self.unwind(w, now);
+            }
+            return;
+        }
         if q.outstanding == 0 {
             let next = q.phase + 1;
             let (_, _, phases) = self.phase(r as usize, 0);
             if next < phases {
                 let task = self.setup_phase(r, next);
-                self.start_task(w, task, now);
+                self.start_task(w, task, now, true);
                 return;
             }
-            self.out.latency[r as usize] = now - self.trace.arrival[r as usize];
-            let q = &self.reqs[r as usize];
-            if !q.stealable {
-                self.out.post_mark_work += q.left_at_mark;
-                self.out.post_mark_time += now - q.marked_at;
-            }
-            self.out.end_time = now;
-            self.active -= 1;
+            self.complete(r, now);
         }
         if let Some(task) = self.workers[w].deque.pop_back() {
-            self.start_task(w, task, now);
+            self.start_task(w, task, now, false);
         } else {
             self.set_current(w, None, now);
             self.find_work(w, now);
+        }
+    }
+
+    fn complete(&mut self, r: u32, now: f64) {
+        self.out.latency[r as usize] = now - self.trace.arrival[r as usize];
+        let q = &self.reqs[r as usize];
+        if !q.stealable {
+            self.out.post_mark_work += q.left_at_mark;
+            self.out.post_mark_time += now - q.marked_at;
+        }
+        self.out.end_time = now;
+        self.active -= 1;
+    }
+
+    /// Blocking joins: `w`'s deque is empty. Completes finished frames from
+    /// the top of its stack (notifying the frames that joined on them), starts
+    /// a request's next loop when its root frame completes, and otherwise
+    /// waits in the innermost join (stealing) or goes back to the top level.
+    fn unwind(&mut self, w: usize, now: f64) {
+        loop {
+            let Some(&f) = self.workers[w].stack.last() else {
+                self.set_current(w, None, now);
+                self.find_work(w, now);
+                return;
+            };
+            let fr = self.frames[f as usize];
+            if fr.pending > 0 {
+                // Waiting in a join: steal (never admit) until it completes.
+                self.set_current(w, None, now);
+                if self.cfg.policy.uses_table() {
+                    self.check_pileup(now);
+                }
+                if self.has_stealable(w) {
+                    self.begin_attempt(w, now);
+                } else {
+                    self.park(w);
+                }
+                return;
+            }
+            self.workers[w].stack.pop();
+            self.free_frames.push(f);
+            if fr.parent != NO_FRAME {
+                let p = fr.parent as usize;
+                self.frames[p].pending -= 1;
+                let v = self.frames[p].worker as usize;
+                if self.frames[p].pending == 0
+                    && v != w
+                    && self.workers[v].state == State::Parked
+                    && self.workers[v].stack.last() == Some(&fr.parent)
+                {
+                    // Wake the joiner; it resumes at its next (immediate) event.
+                    self.parked -= 1;
+                    let vk = &mut self.workers[v];
+                    vk.state = State::Steal;
+                    vk.next = now;
+                }
+                continue;
+            }
+            // A loop's root frame: the loop is done.
+            let r = fr.req;
+            let next = self.reqs[r as usize].phase + 1;
+            let (_, _, phases) = self.phase(r as usize, 0);
+            if next < phases {
+                let task = self.setup_phase(r, next);
+                self.start_task(w, task, now, true);
+                return;
+            }
+            self.complete(r, now);
         }
     }
 
@@ -580,13 +731,19 @@ impl<'a> Sim<'a> {
             return;
         }
         self.fifo.push_back(r);
-        if self.parked > 0 {
-            // One spinning worker admits it (in SF it finds nothing to steal first).
-            let k = self.rng.below(self.parked);
+        // One spinning top-level worker admits it (in SF it finds nothing to
+        // steal first); workers blocked in a join never admit.
+        let idle = (0..self.workers.len())
+            .filter(|&w| self.workers[w].state == State::Parked && self.workers[w].stack.is_empty())
+            .count();
+        if idle > 0 {
+            let k = self.rng.below(idle);
             let w = (0..self.workers.len())
-                .filter(|&w| self.workers[w].state == State::Parked)
+                .filter(|&w| {
+                    self.workers[w].state == State::Parked && self.workers[w].stack.is_empty()
+                })
                 .nth(k)
-                .expect("parked count");
+                .expect("idle count");
             self.workers[w].state = State::Exec;
             self.parked -= 1;
             self.find_work(w, now);
@@ -618,6 +775,7 @@ pub fn simulate(
                 exec: 0,
                 cur: None,
                 start: 0.0,
+                stack: Vec::new(),
             })
             .collect(),
         reqs: vec![
@@ -630,6 +788,8 @@ pub fn simulate(
         fifo: VecDeque::new(),
         active: 0,
         parked: cfg.cores,
+        frames: Vec::new(),
+        free_frames: Vec::new(),
         out: Outcome {
             latency: vec![f64::NAN; n],
             ..Outcome::default()
@@ -694,6 +854,7 @@ mod tests {
             chunking: Chunking::Fixed(1e-4),
             loops: 1,
             eager: false,
+            blocking_joins: false,
             thresholds: vec![],
             seed: 1,
         }
@@ -722,8 +883,58 @@ mod tests {
         let o = simulate(&c, &trace, None).unwrap();
         assert!((o.latency[0] - 0.005).abs() < 1e-9, "{}", o.latency[0]);
         // Two loops, each after a 2 ms sequential segment: 2 + 0.5 + 2 + 0.5 ms.
-        let o = simulate(&Config { loops: 2, ..c }, &trace, None).unwrap();
+        let o = simulate(
+            &Config {
+                loops: 2,
+                ..c.clone()
+            },
+            &trace,
+            None,
+        )
+        .unwrap();
         assert!((o.latency[0] - 0.005).abs() < 1e-9, "{}", o.latency[0]);
+        // Blocking joins change nothing for a request alone.
+        let blocking = Config {
+            loops: 2,
+            blocking_joins: true,
+            ..c
+        };
+        let o = simulate(&blocking, &trace, None).unwrap();
+        assert!((o.latency[0] - 0.005).abs() < 1e-9, "{}", o.latency[0]);
+    }
+
+    #[test]
+    fn a_worker_blocked_in_a_join_does_not_admit() {
+        // Two workers, no steal cost. Request 0 = 3 chunks of 10 ms, admitted
+        // at 0 by one worker (R), which keeps two chunks; the other (T) steals
+        // one. At 10 ms both finish a chunk; T, first in the tie, finds R's last
+        // chunk still queued and steals it. Request 1 (1 ms, 3 chunks) has been
+        // waiting in the FIFO since 1 ms.
+        // * Continuation: R has nothing left and admits request 1 at 10 ms
+        //   (T is busy until 20 ms, so R runs it alone: done at 11 ms).
+        // * Blocking joins: R's root frame waits for the stolen chunk, so R may
+        //   steal but not admit; request 1 starts only at 20 ms.
+        let trace = Trace {
+            arrival: vec![0.0, 0.001],
+            work: vec![0.03, 0.001],
+            seq_fraction: vec![0.0; 2],
+        };
+        let run = |blocking_joins| {
+            let c = Config {
+                cores: 2,
+                steal_cost: 0.0,
+                chunking: Chunking::PerPhase(3),
+                blocking_joins,
+                ..cfg(Policy::StealFirst)
+            };
+            simulate(&c, &trace, None).unwrap().latency
+        };
+        let cont = run(false);
+        assert!((cont[0] - 0.020).abs() < 1e-9, "{cont:?}");
+        assert!((cont[1] - 0.010).abs() < 1e-9, "{cont:?}");
+        let block = run(true);
+        assert!((block[0] - 0.020).abs() < 1e-9, "{block:?}");
+        assert!(block[1] > 0.019, "{block:?}");
     }
 
     #[test]
@@ -754,17 +965,21 @@ mod tests {
             Policy::Clairvoyant,
         ];
         let variants = [
-            (1, false, Chunking::Fixed(1e-4)),
-            (3, true, Chunking::PerPhase(8)),
+            (1, false, false, Chunking::Fixed(1e-4)),
+            (3, true, false, Chunking::PerPhase(8)),
+            (1, false, true, Chunking::Fixed(1e-4)),
+            (3, false, true, Chunking::PerPhase(8)),
         ];
-        for (p, (loops, eager, chunking)) in policies
+        for (p, (loops, eager, blocking_joins, chunking)) in policies
             .iter()
             .flat_map(|&p| variants.iter().map(move |&v| (p, v)))
+            .filter(|(p, v)| !(v.2 && *p == Policy::Random))
         {
             let c = Config {
                 thresholds: vec![f64::INFINITY, 0.02, 0.01],
                 loops,
                 eager,
+                blocking_joins,
                 chunking,
                 ..cfg(p)
             };

@@ -85,6 +85,9 @@ struct Common {
     /// Serialize marked requests at once (the kernel-enforced cap of tailctl) instead of lazily (the paper's runtime).
     #[arg(long)]
     eager: bool,
+    /// Joins: `continuation` (TBB/Cilk: whoever finishes a loop continues; nobody blocks) or `blocking` (tailctl-rt/rayon: a worker waits in its join, stealing but never admitting, and a request's next loop starts on its first worker).
+    #[arg(long, default_value = "continuation", value_parser = ["continuation", "blocking"])]
+    joins: String,
     /// Threshold-table length (default: the runtime's heuristic from load).
     #[arg(long)]
     q_max: Option<usize>,
@@ -309,6 +312,12 @@ fn setup(common: Common) -> Result<Setup> {
     if policies.is_empty() {
         bail!("no policies given");
     }
+    if common.joins == "blocking" && policies.contains(&Policy::Random) {
+        bail!("--joins blocking is not modelled for the random policy; drop it from --policies");
+    }
+    if common.joins == "blocking" && common.eager {
+        bail!("--joins blocking and --eager cannot be combined");
+    }
     if common.cores == 0 {
         bail!("--cores must be ≥ 1");
     }
@@ -426,6 +435,7 @@ impl Setup {
             chunking: self.common.chunk,
             loops: self.common.loops,
             eager: self.common.eager,
+            blocking_joins: self.common.joins == "blocking",
             thresholds,
             seed: self.common.seed,
         }
@@ -578,6 +588,7 @@ fn compare(a: CompareArgs) -> Result<()> {
             "seq_fraction".to_string(),
             format!("{} ({} loop(s) per request)", c.seq_fraction, c.loops),
         ),
+        ("joins".to_string(), c.joins.clone()),
         (
             "serialization".to_string(),
             if c.eager {
