@@ -172,6 +172,7 @@ impl<'a> Scheduler<'a> {
                 ("req_acct", &mut maps.req_acct),
                 ("regions", &mut maps.regions),
                 ("registered", &mut maps.registered),
+                ("cpu_runs", &mut maps.cpu_runs),
             ],
         )?;
 

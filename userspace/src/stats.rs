@@ -34,7 +34,27 @@ pub struct Metrics {
     pub kthread_dispatches: u64,
     #[stat(desc = "Slices extended because nothing else was waiting")]
     pub slice_extensions: u64,
+    #[stat(desc = "Requests the kernel serialized (crossed their threshold)")]
+    pub serializations: u64,
+    #[stat(desc = "Registered threads that waited in a throttle queue (request at its cap)")]
+    pub throttled: u64,
+    #[stat(desc = "Throttled threads dispatched when their request's cap freed up")]
+    pub rotations: u64,
+    #[stat(desc = "Running threads preempted because their request was serialized")]
+    pub cap_preemptions: u64,
+    #[stat(desc = "Region reads rejected by validation")]
+    pub invalid_hints: u64,
+    #[stat(desc = "Longest throttle wait so far, ns (a maximum since load, not a delta)")]
+    pub max_throttle_wait_ns: u64,
+    #[stat(
+        desc = "Watchdog timeout minus the longest throttle wait, ms (how close a throttled thread came to ejecting the scheduler)"
+    )]
+    pub watchdog_margin_ms: i64,
 }
+
+/// sched_ext's watchdog timeout when ops.timeout_ms is 0 (ours is): a runnable
+/// task not run for this long ejects the scheduler.
+pub const WATCHDOG_TIMEOUT_MS: i64 = 30_000;
 
 impl Metrics {
     /// Add one CPU's counters.
@@ -46,6 +66,14 @@ impl Metrics {
         self.idle_kicks += s.idle_kicks;
         self.kthread_dispatches += s.kthread_dispatches;
         self.slice_extensions += s.slice_extensions;
+        self.serializations += s.serializations;
+        self.throttled += s.throttled;
+        self.rotations += s.rotations;
+        self.cap_preemptions += s.cap_preemptions;
+        self.invalid_hints += s.invalid_hints;
+        self.max_throttle_wait_ns = self.max_throttle_wait_ns.max(s.max_throttle_wait_ns);
+        self.watchdog_margin_ms =
+            WATCHDOG_TIMEOUT_MS - (self.max_throttle_wait_ns / 1_000_000) as i64;
     }
 
     /// Counters accumulated since `prev` (counters only grow while loaded; a
@@ -66,6 +94,14 @@ impl Metrics {
                 .kthread_dispatches
                 .saturating_sub(prev.kthread_dispatches),
             slice_extensions: self.slice_extensions.saturating_sub(prev.slice_extensions),
+            serializations: self.serializations.saturating_sub(prev.serializations),
+            throttled: self.throttled.saturating_sub(prev.throttled),
+            rotations: self.rotations.saturating_sub(prev.rotations),
+            cap_preemptions: self.cap_preemptions.saturating_sub(prev.cap_preemptions),
+            invalid_hints: self.invalid_hints.saturating_sub(prev.invalid_hints),
+            // Maxima, not counters: report the current value.
+            max_throttle_wait_ns: self.max_throttle_wait_ns,
+            watchdog_margin_ms: self.watchdog_margin_ms,
         }
     }
 
@@ -82,6 +118,18 @@ impl Metrics {
             self.idle_kicks,
             self.kthread_dispatches,
             self.slice_extensions,
+        )?;
+        writeln!(
+            w,
+            "[{}] serialize {:>6} throttled {:>8} rotate {:>8} cap-preempt {:>6} invalid {:>4} max-wait {:>6} us watchdog-margin {:>6} ms",
+            crate::SCHEDULER_NAME,
+            self.serializations,
+            self.throttled,
+            self.rotations,
+            self.cap_preemptions,
+            self.invalid_hints,
+            self.max_throttle_wait_ns / 1000,
+            self.watchdog_margin_ms,
         )?;
         Ok(())
     }
