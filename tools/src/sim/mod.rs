@@ -88,6 +88,9 @@ struct Common {
     /// Joins: `continuation` (TBB/Cilk: whoever finishes a loop continues; nobody blocks) or `blocking` (tailctl-rt/rayon: a worker waits in its join, stealing but never admitting, and a request's next loop starts on its first worker).
     #[arg(long, default_value = "continuation", value_parser = ["continuation", "blocking"])]
     joins: String,
+    /// Multiply every request's work by this (e.g. 2/1.8 to mimic a machine that gives the server 1.8 of 2 cores); tables still use the nominal distribution.
+    #[arg(long, default_value_t = 1.0)]
+    work_scale: f64,
     /// Threshold-table length (default: the runtime's heuristic from load).
     #[arg(long)]
     q_max: Option<usize>,
@@ -330,6 +333,9 @@ fn setup(common: Common) -> Result<Setup> {
     if common.loops == 0 {
         bail!("--loops must be ≥ 1");
     }
+    if !(common.work_scale.is_finite() && common.work_scale > 0.0) {
+        bail!("--work-scale must be a number > 0");
+    }
     if !(0.0..=1.0).contains(&common.seq_fraction) {
         bail!("--seq-fraction must be in [0, 1]");
     }
@@ -373,17 +379,21 @@ fn empirical(work: &[f64]) -> Result<WorkDistribution> {
 
 impl Setup {
     fn trace(&self, rps: f64) -> Result<Trace> {
-        match &self.common.trace {
-            Some(p) => Trace::load(p),
-            None => Ok(Trace::generate(
+        let mut t = match &self.common.trace {
+            Some(p) => Trace::load(p)?,
+            None => Trace::generate(
                 self.common.requests,
                 rps,
                 self.arrivals,
                 self.work.as_ref().expect("work spec without a trace"),
                 self.common.seq_fraction,
                 self.common.seed,
-            )),
+            ),
+        };
+        for w in &mut t.work {
+            *w *= self.common.work_scale;
         }
+        Ok(t)
     }
 
     fn table_dist(&self, trace: &Trace) -> Result<WorkDistribution> {
@@ -568,6 +578,7 @@ fn compare(a: CompareArgs) -> Result<()> {
             format!("{} at {rps:.1} rps", c.arrivals),
         ),
         ("cores".to_string(), c.cores.to_string()),
+        ("work_scale".to_string(), c.work_scale.to_string()),
         (
             "requests".to_string(),
             format!("{} (warmup {})", trace.len(), c.warmup),
