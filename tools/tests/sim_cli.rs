@@ -227,7 +227,7 @@ fn meanfield_matches_table3_at_moderate_n() {
 
 #[test]
 fn malformed_input_names_the_problem() {
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 11] = [
         (
             &["sim", "compare", "--policies", "sf,fifo"],
             "unknown policy `fifo`",
@@ -242,6 +242,9 @@ fn malformed_input_names_the_problem() {
         (&["sim", "compare", "--percentiles", "101"], "percentile"),
         (&["sim", "meanfield", "--strategy", "sibling"], "child"),
         (&["sim", "meanfield", "--rho", "1.2"], "load"),
+        (&["sim", "compare", "--joins", "blocking"], "random"),
+        (&["sim", "compare", "--joins", "sometimes"], "continuation"),
+        (&["sim", "compare", "--work-scale", "0"], "work-scale"),
     ];
     for (args, needle) in cases {
         let (ok, _, err) = tailctl(args);
