@@ -4,8 +4,10 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod maps;
 mod sim;
 mod thresholds;
+mod top;
 mod vm;
 
 #[derive(Parser)]
@@ -23,6 +25,10 @@ enum Command {
     Sim(sim::Args),
     /// Provision and run commands in a sched_ext VM (or directly on a sched_ext host).
     Vm(vm::Args),
+    /// Inspect scx_tailctl's pinned BPF maps, bpftool-style, with our structs decoded.
+    Maps(maps::Args),
+    /// Live terminal view of services, their requests and the CPUs.
+    Top(top::Args),
 }
 
 fn main() -> Result<()> {
@@ -31,5 +37,7 @@ fn main() -> Result<()> {
         Command::Thresholds(args) => thresholds::run(args),
         Command::Sim(args) => sim::run(args),
         Command::Vm(args) => vm::run(args),
+        Command::Maps(args) => maps::run(args),
+        Command::Top(args) => top::run(args),
     }
 }

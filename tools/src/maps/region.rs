@@ -1,0 +1,659 @@
+//! One consistent-enough reading of everything tailctl publishes, joined into
+//! services -> requests/workers, for `tailctl maps dump` and `tailctl top`.
+//!
+//! The regions are maps the daemon creates for each service without BTF, so
+//! they are decoded with tailctl-rt's field table (`region_layout()`, which a
+//! test keeps equal to intf.h) rather than by hand-written offsets here. The
+//! pinned maps (services, req_acct, cpu_runs, stats) go through their BTF.
+//! Reads are not atomic across maps (the runtime and kernel keep writing), so
+//! joins are validated: an accounting entry counts for a request only if its
+//! tag (generation << 32 | slot) matches, a CPU's entry only if it names a
+//! live request.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+use serde_json::{json, Value};
+use tailctl_rt::shared_state as ss;
+
+use super::{btf, dump_json, open, sum_stats};
+
+pub const MAX_REQUESTS: usize = ss::MAX_REQUESTS;
+pub const MAX_WORKERS: usize = ss::MAX_WORKERS;
+const NO_TAG: u64 = u64::MAX;
+
+/// Named u64 fields of one struct instance.
+pub type Fields = BTreeMap<&'static str, u64>;
+
+/// A service's region, decoded.
+#[derive(Clone, Debug, Default)]
+pub struct Region {
+    pub header: Fields,
+    pub workers: Vec<Fields>,
+    /// Request slots that are not free, with their slot index.
+    pub requests: Vec<(usize, Fields)>,
+}
+
+/// Decode `struct_name` at `base` in `bytes` with the layout table.
+fn decode_struct(layout: &[ss::FieldLayout], name: &str, bytes: &[u8], base: usize) -> Fields {
+    let mut f = Fields::new();
+    for &(s, field, off, size) in layout {
+        if s != name || field.starts_with('<') {
+            continue;
+        }
+        let v = bytes
+            .get(base + off..base + off + size)
+            .map(|b| btf::le(b, size).unwrap_or(0))
+            .unwrap_or(0);
+        f.insert(field, v);
+    }
+    f
+}
+
+fn layout_of(layout: &[ss::FieldLayout], s: &str, f: &str) -> (usize, usize) {
+    layout
+        .iter()
+        .find(|l| l.0 == s && l.1 == f)
+        .map(|l| (l.2, l.3))
+        .unwrap_or((0, 0))
+}
+
+/// Decode a region's bytes (one `struct tailctl_region`).
+pub fn decode_region(bytes: &[u8]) -> Result<Region> {
+    let layout = ss::region_layout();
+    let (_, total) = layout_of(&layout, "tailctl_region", "<size>");
+    if bytes.len() < total {
+        bail!("region is {} bytes, expected {total}", bytes.len());
+    }
+    let header = decode_struct(&layout, "tailctl_header", bytes, 0);
+    if header.get("magic") != Some(&(ss::REGION_MAGIC as u64)) {
+        bail!(
+            "region magic is 0x{:x}, expected 0x{:x} (not initialised by tailctl-rt)",
+            header.get("magic").unwrap_or(&0),
+            ss::REGION_MAGIC
+        );
+    }
+    let (woff, _) = layout_of(&layout, "tailctl_region", "workers");
+    let (wsize, _) = (layout_of(&layout, "tailctl_worker_slot", "<size>").1, 0);
+    let (roff, _) = layout_of(&layout, "tailctl_region", "requests");
+    let rsize = layout_of(&layout, "tailctl_request_slot", "<size>").1;
+    let nworkers = (header["worker_count"] as usize).min(MAX_WORKERS);
+    let workers = (0..nworkers)
+        .map(|i| decode_struct(&layout, "tailctl_worker_slot", bytes, woff + i * wsize))
+        .collect();
+    let requests = (0..MAX_REQUESTS)
+        .map(|i| {
+            (
+                i,
+                decode_struct(&layout, "tailctl_request_slot", bytes, roff + i * rsize),
+            )
+        })
+        .filter(|(_, r)| r["state"] != ss::REQ_FREE as u64)
+        .collect();
+    Ok(Region {
+        header,
+        workers,
+        requests,
+    })
+}
+
+/// A request of a service with the kernel's view joined in.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub service: usize,
+    pub slot: usize,
+    pub id: u64,
+    pub state: &'static str,
+    pub serialized: bool,
+    /// CPU time the kernel charged (req_acct when its tag matches, else the region's copy).
+    pub work_ns: u64,
+    /// The threshold at the service's current active count (0: never serialize).
+    pub threshold_ns: u64,
+    pub running: u64,
+    pub alloc: u64,
+    pub waiting: u64,
+    pub throttled: u64,
+}
+
+impl Request {
+    /// Work as a fraction of the threshold (None when there is no threshold).
+    pub fn progress(&self) -> Option<f64> {
+        (self.threshold_ns > 0).then(|| self.work_ns as f64 / self.threshold_ns as f64)
+    }
+}
+
+/// A registered service.
+#[derive(Clone, Debug, Default)]
+pub struct Service {
+    pub slot: usize,
+    pub pid: u64,
+    pub uid: u64,
+    pub allot: u64,
+    pub comm: String,
+    pub thresholds: Vec<u64>,
+    pub inner_map_id: u32,
+    pub region: Option<Region>,
+    pub region_error: Option<String>,
+}
+
+impl Service {
+    pub fn active(&self) -> u64 {
+        self.region.as_ref().map_or(0, |r| r.header["active"])
+    }
+    /// Threshold for q active requests (q clamped to the table).
+    pub fn threshold_at(&self, q: u64) -> u64 {
+        if self.thresholds.is_empty() {
+            return 0;
+        }
+        let i = (q.max(1) as usize).min(self.thresholds.len()) - 1;
+        self.thresholds[i]
+    }
+}
+
+/// What one CPU runs, when it is a registered worker on a request.
+#[derive(Clone, Debug)]
+pub struct CpuRun {
+    pub cpu: usize,
+    /// (service slot, request slot) when the entry names a live request.
+    pub request: Option<(usize, usize)>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub services: Vec<Service>,
+    pub requests: Vec<Request>,
+    pub cpus: Vec<CpuRun>,
+    pub stats: BTreeMap<String, u64>,
+}
+
+fn state_name(s: u64) -> &'static str {
+    match s as u32 {
+        ss::REQ_QUEUED => "queued",
+        ss::REQ_RUNNING => "running",
+        ss::REQ_FREE => "free",
+        _ => "?",
+    }
+}
+
+fn worker_state(s: u64) -> &'static str {
+    match s as u32 {
+        ss::WORKER_WORKING => "working",
+        ss::WORKER_STEALING => "stealing",
+        ss::WORKER_PARKED => "parked",
+        _ => "?",
+    }
+}
+
+fn comm(pid: u64) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+impl Snapshot {
+    /// Read every pinned map under `pin_dir` and the services' regions.
+    pub fn read(pin_dir: &Path) -> Result<Self> {
+        let services_map = open(pin_dir, "services")?;
+        let regions_map = open(pin_dir, "regions")?;
+        let acct_map = open(pin_dir, "req_acct")?;
+        let acct_btf = btf::Btf::from_kernel_id(acct_map.info.btf_id)?;
+        let mut snap = Snapshot::default();
+        for e in dump_json(&services_map)? {
+            let v = &e["value"];
+            let pid = v["pid"].as_u64().unwrap_or(0);
+            if pid == 0 {
+                continue;
+            }
+            let slot = e["key"].as_u64().unwrap_or(0) as usize;
+            let nr = v["nr_thresholds"].as_u64().unwrap_or(0) as usize;
+            let thresholds: Vec<u64> = v["threshold_ns"]
+                .as_array()
+                .map(|a| a.iter().take(nr).map(|x| x.as_u64().unwrap_or(0)).collect())
+                .unwrap_or_default();
+            let mut svc = Service {
+                slot,
+                pid,
+                uid: v["uid"].as_u64().unwrap_or(0),
+                allot: v["allot"].as_u64().unwrap_or(0),
+                comm: comm(pid),
+                thresholds,
+                ..Default::default()
+            };
+            match read_region(&regions_map.handle, slot) {
+                Ok((id, r)) => {
+                    svc.inner_map_id = id;
+                    svc.region = Some(r);
+                }
+                Err(e) => svc.region_error = Some(format!("{e:#}")),
+            }
+            if let Some(r) = &svc.region {
+                let thr = svc.threshold_at(r.header["active"]);
+                for (rs, f) in &r.requests {
+                    let tag = (f["generation"] << 32) | *rs as u64;
+                    let idx = (slot * MAX_REQUESTS + rs) as u32;
+                    let acct = acct_map
+                        .handle
+                        .lookup(&idx.to_ne_bytes(), MapFlags::ANY)
+                        .ok()
+                        .flatten()
+                        .and_then(|b| acct_btf.decode(acct_map.info.btf_value_type_id, &b).ok())
+                        .filter(|a| a["tag"].as_u64() == Some(tag));
+                    let a = |k: &str| acct.as_ref().and_then(|a| a[k].as_u64());
+                    snap.requests.push(Request {
+                        service: slot,
+                        slot: *rs,
+                        id: f["id"],
+                        state: state_name(f["state"]),
+                        serialized: f["flags"] & ss::FLAG_SERIALIZED as u64 != 0,
+                        work_ns: a("work_ns").unwrap_or(f["kernel_work_ns"]),
+                        threshold_ns: thr,
+                        running: a("running").unwrap_or(f["kernel_running"]),
+                        alloc: a("alloc").unwrap_or(f["kernel_alloc"]),
+                        waiting: a("waiting").unwrap_or(0),
+                        throttled: a("throttled").unwrap_or(0),
+                    });
+                }
+            }
+            snap.services.push(svc);
+        }
+        // cpu_runs is pinned by newer schedulers only; without it there is no per-CPU view.
+        if let Ok(cpu_map) = open(pin_dir, "cpu_runs") {
+            let ncpu = libbpf_rs::num_possible_cpus().unwrap_or(0);
+            let b = btf::Btf::from_kernel_id(cpu_map.info.btf_id)?;
+            for cpu in 0..ncpu {
+                let Some(bytes) = cpu_map
+                    .handle
+                    .lookup(&(cpu as u32).to_ne_bytes(), MapFlags::ANY)?
+                else {
+                    continue;
+                };
+                let v = b.decode(cpu_map.info.btf_value_type_id, &bytes)?;
+                let tag = v["tag"].as_u64().unwrap_or(NO_TAG);
+                let idx = v["acct_idx"].as_u64().unwrap_or(0) as usize;
+                let (s, rs) = (idx / MAX_REQUESTS, idx % MAX_REQUESTS);
+                // Only a tag naming a live request of a registered service counts
+                // (the array starts zeroed, and entries go stale between reads).
+                let live = tag != NO_TAG
+                    && tag & 0xffff_ffff == rs as u64
+                    && snap.services.iter().any(|svc| {
+                        svc.slot == s
+                            && svc.region.as_ref().is_some_and(|r| {
+                                r.requests
+                                    .iter()
+                                    .any(|(i, f)| *i == rs && f["generation"] == tag >> 32)
+                            })
+                    });
+                snap.cpus.push(CpuRun {
+                    cpu,
+                    request: live.then_some((s, rs)),
+                });
+            }
+        }
+        if let Ok(stats) = open(pin_dir, "stats") {
+            snap.stats = sum_stats(&dump_json(&stats)?);
+        }
+        Ok(snap)
+    }
+
+    pub fn service(&self, slot: usize) -> Option<&Service> {
+        self.services.iter().find(|s| s.slot == slot)
+    }
+
+    pub fn request(&self, service: usize, slot: usize) -> Option<&Request> {
+        self.requests
+            .iter()
+            .find(|r| r.service == service && r.slot == slot)
+    }
+
+    /// `dump regions --json`: one entry per registered service, bpftool-like keys.
+    pub fn regions_json(&self) -> Value {
+        Value::Array(
+            self.services
+                .iter()
+                .map(|s| {
+                    let r = s.region.clone().unwrap_or_default();
+                    json!({
+                        "key": s.slot,
+                        "inner_map_id": s.inner_map_id,
+                        "value": {
+                            "header": r.header,
+                            "workers": r.workers,
+                            "requests": r.requests.iter().map(|(i, f)| {
+                                let mut o = json!(f);
+                                o["slot"] = json!(i);
+                                o
+                            }).collect::<Vec<_>>(),
+                        },
+                        "error": s.region_error,
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    pub fn render_services(&self, all: bool) -> String {
+        let mut s = String::from("SERVICES\n");
+        let _ = writeln!(
+            s,
+            "{:>4} {:>7} {:<15} {:>5} {:>5} {:>6} {:>5} {:>5} {:>9} {:>6} {:>6} {:<6} thresholds (q=1..)",
+            "slot", "pid", "comm", "uid", "allot", "active", "busy", "steal", "completed", "ser", "kser", "mode"
+        );
+        for svc in &self.services {
+            let h = svc
+                .region
+                .as_ref()
+                .map(|r| r.header.clone())
+                .unwrap_or_default();
+            let g = |k: &str| h.get(k).copied().unwrap_or(0);
+            let n = if all { svc.thresholds.len() } else { 6 };
+            let thr: Vec<String> = svc
+                .thresholds
+                .iter()
+                .take(n)
+                .map(|t| format!("{:.2}ms", *t as f64 / 1e6))
+                .collect();
+            let more = if svc.thresholds.len() > n {
+                format!(" ... ({} entries)", svc.thresholds.len())
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                s,
+                "{:>4} {:>7} {:<15} {:>5} {:>5} {:>6} {:>5} {:>5} {:>9} {:>6} {:>6} {:<6} {}{}",
+                svc.slot,
+                svc.pid,
+                svc.comm,
+                svc.uid,
+                if svc.allot == 0 {
+                    "all".into()
+                } else {
+                    svc.allot.to_string()
+                },
+                g("active"),
+                g("busy_workers"),
+                g("stealable"),
+                g("completed"),
+                g("serialized"),
+                g("kernel_serialized"),
+                if g("mode") == ss::MODE_KERNEL as u64 {
+                    "kernel"
+                } else {
+                    "user"
+                },
+                thr.join(" "),
+                more
+            );
+            if let Some(e) = &svc.region_error {
+                let _ = writeln!(s, "     region: {e}");
+            }
+        }
+        s
+    }
+
+    pub fn render_requests(&self, _all: bool) -> String {
+        let mut s = String::from("REQUESTS\n");
+        let _ = writeln!(
+            s,
+            "{:>4} {:>5} {:>10} {:<8} {:<10} {:>11} {:>11} {:>8} {:>4} {:>5} {:>4} {:>8}",
+            "svc",
+            "slot",
+            "id",
+            "state",
+            "serialized",
+            "kwork_ms",
+            "thresh_ms",
+            "progress",
+            "run",
+            "alloc",
+            "wait",
+            "throttled"
+        );
+        for r in &self.requests {
+            let _ =
+                writeln!(
+                s,
+                "{:>4} {:>5} {:>10} {:<8} {:<10} {:>11.3} {:>11.3} {:>8} {:>4} {:>5} {:>4} {:>8}",
+                r.service,
+                r.slot,
+                r.id,
+                r.state,
+                if r.serialized { "SERIALIZED" } else { "-" },
+                r.work_ns as f64 / 1e6,
+                r.threshold_ns as f64 / 1e6,
+                r.progress()
+                    .map(|p| format!("{:.0}%", p * 100.0))
+                    .unwrap_or_else(|| "-".into()),
+                r.running,
+                if r.alloc == 0 { "-".into() } else { r.alloc.to_string() },
+                r.waiting,
+                r.throttled
+            );
+        }
+        s
+    }
+
+    pub fn render_workers(&self) -> String {
+        let mut s = String::from("WORKERS\n");
+        let _ = writeln!(
+            s,
+            "{:>4} {:>6} {:>8} {:<8} {:>16} {:>8} {:>11}",
+            "svc", "worker", "tid", "state", "request(slot:id)", "steals", "kwork_ms"
+        );
+        for svc in &self.services {
+            let Some(r) = &svc.region else { continue };
+            for (i, w) in r.workers.iter().enumerate() {
+                let cur = w["current"];
+                let req = if cur == ss::NO_REQUEST {
+                    "-".to_string()
+                } else {
+                    let rs = (cur & 0xffff_ffff) as usize;
+                    match self.request(svc.slot, rs) {
+                        Some(q) => format!("{rs}:{}", q.id),
+                        None => format!("{rs}:?"),
+                    }
+                };
+                let _ = writeln!(
+                    s,
+                    "{:>4} {:>6} {:>8} {:<8} {:>16} {:>8} {:>11.3}",
+                    svc.slot,
+                    i,
+                    w["tid"],
+                    worker_state(w["state"]),
+                    req,
+                    w["steals"],
+                    w["kernel_work_ns"] as f64 / 1e6
+                );
+            }
+        }
+        s
+    }
+
+    pub fn render_cpus(&self) -> String {
+        let mut s = String::from("CPUS\n");
+        for c in &self.cpus {
+            let _ = writeln!(s, "cpu {:>3}  {}", c.cpu, self.who(c));
+        }
+        s
+    }
+
+    /// "svc 0 (pid 123 comm) request 5:42" or "-" for a CPU.
+    pub fn who(&self, c: &CpuRun) -> String {
+        match c.request {
+            Some((sv, rs)) => {
+                let svc = self.service(sv);
+                format!(
+                    "svc {sv} (pid {} {}) request {rs}:{}",
+                    svc.map_or(0, |s| s.pid),
+                    svc.map_or("?", |s| s.comm.as_str()),
+                    self.request(sv, rs).map_or(0, |r| r.id)
+                )
+            }
+            None => "-".into(),
+        }
+    }
+}
+
+/// The region map of service `slot`: its inner map id, then its one element.
+fn read_region(regions: &MapHandle, slot: usize) -> Result<(u32, Region)> {
+    let id_bytes = regions
+        .lookup(&(slot as u32).to_ne_bytes(), MapFlags::ANY)
+        .context("reading the regions map")?
+        .context("no region map for this service")?;
+    let id = u32::from_ne_bytes(id_bytes[..4].try_into()?);
+    let inner =
+        MapHandle::from_map_id(id).with_context(|| format!("opening region map id {id}"))?;
+    let bytes = inner
+        .lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?
+        .context("region map has no element 0")?;
+    Ok((id, decode_region(&bytes)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(bytes: &mut [u8], off: usize, size: usize, v: u64) {
+        bytes[off..off + size].copy_from_slice(&v.to_le_bytes()[..size]);
+    }
+
+    /// Region bytes with one worker on request slot 5 (generation 2, serialized).
+    fn sample() -> Vec<u8> {
+        let l = ss::region_layout();
+        let f = |s: &str, n: &str| layout_of(&l, s, n);
+        let mut b = vec![0u8; f("tailctl_region", "<size>").1];
+        let set = |b: &mut Vec<u8>, base: usize, s: &str, n: &str, v: u64| {
+            let (o, z) = f(s, n);
+            put(b, base + o, z, v)
+        };
+        set(
+            &mut b,
+            0,
+            "tailctl_header",
+            "magic",
+            ss::REGION_MAGIC as u64,
+        );
+        set(&mut b, 0, "tailctl_header", "worker_count", 2);
+        set(&mut b, 0, "tailctl_header", "active", 3);
+        let (woff, _) = f("tailctl_region", "workers");
+        let wsz = f("tailctl_worker_slot", "<size>").1;
+        set(
+            &mut b,
+            woff + wsz,
+            "tailctl_worker_slot",
+            "current",
+            (2 << 32) | 5,
+        );
+        set(&mut b, woff + wsz, "tailctl_worker_slot", "tid", 4242);
+        set(
+            &mut b,
+            woff,
+            "tailctl_worker_slot",
+            "current",
+            ss::NO_REQUEST,
+        );
+        let (roff, _) = f("tailctl_region", "requests");
+        let rsz = f("tailctl_request_slot", "<size>").1;
+        let r = roff + 5 * rsz;
+        set(&mut b, r, "tailctl_request_slot", "id", 99);
+        set(&mut b, r, "tailctl_request_slot", "generation", 2);
+        set(
+            &mut b,
+            r,
+            "tailctl_request_slot",
+            "flags",
+            ss::FLAG_SERIALIZED as u64,
+        );
+        set(
+            &mut b,
+            r,
+            "tailctl_request_slot",
+            "state",
+            ss::REQ_RUNNING as u64,
+        );
+        set(
+            &mut b,
+            r,
+            "tailctl_request_slot",
+            "kernel_work_ns",
+            7_000_000,
+        );
+        set(&mut b, r, "tailctl_request_slot", "kernel_running", 1);
+        b
+    }
+
+    #[test]
+    fn decodes_header_workers_and_live_requests() {
+        let r = decode_region(&sample()).unwrap();
+        assert_eq!(r.header["active"], 3);
+        assert_eq!(r.workers.len(), 2);
+        assert_eq!(r.workers[1]["tid"], 4242);
+        assert_eq!(r.workers[1]["current"], (2 << 32) | 5);
+        assert_eq!(r.requests.len(), 1, "free slots are skipped");
+        let (slot, q) = &r.requests[0];
+        assert_eq!(*slot, 5);
+        assert_eq!(q["id"], 99);
+        assert_eq!(q["generation"], 2);
+        assert_eq!(q["flags"], 1);
+        assert_eq!(q["kernel_work_ns"], 7_000_000);
+    }
+
+    #[test]
+    fn rejects_bad_magic_and_short_regions() {
+        let mut b = sample();
+        b[0] = 0;
+        assert!(decode_region(&b).unwrap_err().to_string().contains("magic"));
+        assert!(decode_region(&b[..100])
+            .unwrap_err()
+            .to_string()
+            .contains("bytes"));
+    }
+
+    #[test]
+    fn renders_progress_against_threshold_at_active_count() {
+        let region = decode_region(&sample()).unwrap();
+        let svc = Service {
+            slot: 0,
+            pid: 1,
+            comm: "svc".into(),
+            thresholds: vec![1_000_000, 2_000_000, 14_000_000],
+            region: Some(region),
+            ..Default::default()
+        };
+        assert_eq!(svc.threshold_at(3), 14_000_000);
+        assert_eq!(svc.threshold_at(50), 14_000_000, "q past the table clamps");
+        let req = Request {
+            service: 0,
+            slot: 5,
+            id: 99,
+            state: "running",
+            serialized: true,
+            work_ns: 7_000_000,
+            threshold_ns: svc.threshold_at(svc.active()),
+            running: 1,
+            alloc: 1,
+            waiting: 2,
+            throttled: 3,
+        };
+        assert_eq!(req.progress(), Some(0.5));
+        let snap = Snapshot {
+            services: vec![svc],
+            requests: vec![req],
+            cpus: vec![CpuRun {
+                cpu: 1,
+                request: Some((0, 5)),
+            }],
+            stats: Default::default(),
+        };
+        let text = snap.render_requests(false);
+        assert!(
+            text.contains("SERIALIZED") && text.contains("50%"),
+            "{text}"
+        );
+        let w = snap.render_workers();
+        assert!(w.contains("4242") && w.contains("5:99"), "{w}");
+        assert!(snap.render_cpus().contains("request 5:99"));
+    }
+}
