@@ -629,6 +629,13 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 		return;
 	}
 
+	/* Nothing else wants this CPU (ENQ_LAST): keep running, no queue round trip. */
+	if (enq_flags & SCX_ENQ_LAST) {
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
+		STAT_INC(slice_extensions);
+		return;
+	}
+
 	scx_bpf_dsq_insert_vtime(p, TAILCTL_SHARED_DSQ, slice_ns, task_vtime(p), enq_flags);
 	STAT_INC(shared_enqueues);
 

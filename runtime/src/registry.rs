@@ -281,23 +281,36 @@ impl WorkerThread {
         }
     }
 
-    fn run_found(&self, found: Found) {
+    /// Checks a stolen task against its request's SERIALIZED bit: a task of a
+    /// serialized request goes back to its owner, untouched, and the thief
+    /// found nothing. Counting a refusal as "nothing found" matters: a worker
+    /// waiting in a join must then go on to search and park, not spin while
+    /// still published as working on the request (under scx_tailctl it would
+    /// hold the request's only CPU token while the owner waits for it).
+    fn accept(&self, found: Found) -> Option<Found> {
         let reg = &*self.registry;
         match found {
-            Found::Local(job) | Found::Admitted(job) => self.execute(job),
-            Found::Stolen(job, victim) => {
+            Found::Stolen(job, victim)
                 if job.tag != NO_REQUEST
                     && !reg
                         .shared
                         .request(tag_slot(job.tag))
-                        .try_count_steal(tag_generation(job.tag))
-                {
-                    // Serialized: hand the task back to its owner, untouched.
-                    reg.counters.refused_steals.fetch_add(1, Ordering::Relaxed);
-                    reg.bounce[victim].push(job);
-                    reg.sleep.notify_worker(victim);
-                    return;
-                }
+                        .try_count_steal(tag_generation(job.tag)) =>
+            {
+                reg.counters.refused_steals.fetch_add(1, Ordering::Relaxed);
+                reg.bounce[victim].push(job);
+                reg.sleep.notify_worker(victim);
+                None
+            }
+            other => Some(other),
+        }
+    }
+
+    fn run_found(&self, found: Found) {
+        let reg = &*self.registry;
+        match found {
+            Found::Local(job) | Found::Admitted(job) => self.execute(job),
+            Found::Stolen(job, _) => {
                 reg.counters.steals.fetch_add(1, Ordering::Relaxed);
                 reg.shared.worker(self.index).count_steal();
                 self.execute(job);
@@ -437,7 +450,7 @@ impl WorkerThread {
         let mut searching = false;
         let mut rounds = 0u32;
         while !done() {
-            if let Some(found) = self.find_work(top_level) {
+            if let Some(found) = self.find_work(top_level).and_then(|f| self.accept(f)) {
                 if searching {
                     reg.sleep.stop_searching();
                     slot.set_state(WORKER_WORKING);

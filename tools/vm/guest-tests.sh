@@ -11,7 +11,7 @@ set -uo pipefail
 bin=$(readlink -f "$1"); out=$2; shift 2
 ktest=$(dirname "$bin")/tailctl-ktest
 wl=$(dirname "$bin")
-tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=(load stress service serialize account isolation fault)
+tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=(load stress service serialize account isolation fault nosyscall)
 mkdir -p "$out"
 kver=$(uname -r)
 PY=$(command -v /usr/bin/python3 || command -v python3)
@@ -132,8 +132,8 @@ test_serialize() {
   local w; w=$(nproc)
   start_sched || { fail serialize "scheduler did not load"; return; }
   local k u
-  k=$("$ktest" -w "$w" serialize 2>"$out/ktest.err") || { fail serialize "ktest (kernel) failed: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
-  u=$("$ktest" -w "$w" serialize --user-only 2>>"$out/ktest.err") || { fail serialize "ktest (user) failed: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
+  k=$("$ktest" -w "$w" serialize --threshold-ms 200 --small-every-ms 40 2>"$out/ktest.err") || { fail serialize "ktest (kernel) failed: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
+  u=$("$ktest" -w "$w" serialize --threshold-ms 200 --small-every-ms 40 --user-only 2>>"$out/ktest.err") || { fail serialize "ktest (user) failed: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
   stop_sched || { fail serialize "scheduler exit non-zero"; return; }
   echo "$k" >"$out/serialize-kernel.json"; echo "$u" >"$out/serialize-user.json"
   local ser maxr par klat ulat umax
@@ -236,6 +236,22 @@ PY
          pass fault "kill -9 mid-load: ${verdict#ok }; server fell back and re-registered" "\"loadgen\": $(cat "$out/loadgen.json")";;
     *) fail fault "${verdict#bad }";;
   esac
+}
+
+# Publication is plain stores into the mmapped region: a registered service
+# serving requests makes no bpf() system call at all (registration included:
+# the daemon creates the map, the service only mmaps the fd it is sent).
+test_nosyscall() {
+  start_sched || { fail nosyscall "scheduler did not load"; return; }
+  local r
+  r=$(strace -f -qq -e trace=bpf -o "$out/strace.txt" "$ktest" -w 2 serve --secs 4 --require-kernel 2>"$out/ktest.err") \
+    || { fail nosyscall "ktest serve failed: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
+  stop_sched || { fail nosyscall "scheduler exit non-zero"; return; }
+  local calls; calls=$(grep -c 'bpf(' "$out/strace.txt")
+  local n; n=$(jget "$r" requests)
+  [ "$n" -gt 0 ] 2>/dev/null || { fail nosyscall "no requests served: $r"; return; }
+  [ "$calls" = 0 ] || { fail nosyscall "$calls bpf() calls while serving $n requests: $(head -c 300 "$out/strace.txt")"; return; }
+  pass nosyscall "$n requests served kernel-assisted with 0 bpf() system calls" "\"requests\": $n, \"bpf_calls\": 0"
 }
 
 # Operator-facing tests (bpftool on the pins, tailctl maps / top) live beside this file.

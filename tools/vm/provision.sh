@@ -31,7 +31,7 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 # ---- host packages -------------------------------------------------------
 pkgs=(qemu-system-x86 kmod udev busybox-static clang-19 llvm-19 libelf-dev zlib1g-dev
       pkg-config libseccomp-dev libcap-ng-dev stress-ng redis-server redis-tools bpftool
-      python3-venv tmux)
+      python3-venv tmux strace util-linux)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -149,11 +149,15 @@ impl<'a> Scheduler<'a> {
 
         let ops = skel.struct_ops.tailctl_ops_mut();
         ops.exit_dump_len = opts.exit_dump_len;
-        ops.flags = if opts.partial {
-            *compat::SCX_OPS_SWITCH_PARTIAL
-        } else {
-            0
-        };
+        // ENQ_LAST: a CPU's last runnable task comes back through ops.enqueue
+        // instead of being kept running by the kernel, so a thread whose
+        // request is at its cap is really taken off the CPU.
+        ops.flags = *compat::SCX_OPS_ENQ_LAST
+            | if opts.partial {
+                *compat::SCX_OPS_SWITCH_PARTIAL
+            } else {
+                0
+            };
 
         let rodata = skel.maps.rodata_data.as_mut().unwrap();
         rodata.slice_ns = opts.slice_us * 1000;
