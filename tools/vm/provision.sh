@@ -94,9 +94,8 @@ for s in "${series[@]}"; do
   ver=${pkg#linux-image-}; ver=${ver#linux-binary-}
   for extra in "linux-binary-$ver" "linux-modules-$ver" "linux-base-$ver"; do
     [ "$extra" = "$pkg" ] && continue
-    if apt-cache "${aptopts[@]}" show "$extra" >/dev/null 2>&1; then
-      (cd "$cache/vm/debs" && apt-get "${aptopts[@]}" download -qq 2>/dev/null "$extra" >/dev/null)
-    fi
+    # Only the 7.x packages are split; a missing (or virtual) one is fine.
+    (cd "$cache/vm/debs" && apt-get "${aptopts[@]}" download -qq "$extra" >/dev/null 2>&1) || true
   done
   for deb in "$cache/vm/debs"/*"$ver"*.deb; do dpkg-deb -x "$deb" "$dest/tree"; done
   vmlinuz=$(find "$dest/tree" -name "vmlinuz*" -type f | head -n 1)
