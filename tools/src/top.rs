@@ -250,7 +250,7 @@ impl App {
             .requests
             .iter()
             .filter(|q| self.service_visible(q.service))
-            .filter(|q| !self.serialized_only || q.serialized)
+            .filter(|q| !self.serialized_only || q.serialized || q.kernel_serialized)
             .collect();
         reqs_v.sort_by(|a, b| {
             let o = match self.sort {
@@ -294,7 +294,7 @@ impl App {
                     },
                     q.waiting.to_string(),
                 ]);
-                if q.serialized {
+                if q.serialized || q.kernel_serialized {
                     row.style(bold)
                 } else {
                     row
@@ -304,7 +304,7 @@ impl App {
         f.render_widget(
             Table::new(
                 req_rows,
-                [3, 5, 10, 8, 11, 12, 12, 9, 4, 6, 5].map(Constraint::Length),
+                [3, 5, 10, 8, 12, 12, 12, 9, 4, 6, 5].map(Constraint::Length),
             )
             .header(
                 Row::new([

@@ -108,6 +108,8 @@ pub struct Request {
     pub id: u64,
     pub state: &'static str,
     pub serialized: bool,
+    /// The kernel's own record says it serialized the request (req_acct.serialized_at_ns).
+    pub kernel_serialized: bool,
     /// CPU time the kernel charged (req_acct when its tag matches, else the region's copy).
     pub work_ns: u64,
     /// The threshold at the service's current active count (0: never serialize).
@@ -119,6 +121,17 @@ pub struct Request {
 }
 
 impl Request {
+    /// SERIALIZED when the region's flag is set (what the runtime obeys);
+    /// "kernel-only" when only the kernel's accounting says so (the flag was
+    /// not set yet, or was cleared); "-" otherwise.
+    pub fn serialized_label(&self) -> &'static str {
+        match (self.serialized, self.kernel_serialized) {
+            (true, _) => "SERIALIZED",
+            (false, true) => "kernel-only",
+            _ => "-",
+        }
+    }
+
     /// Work as a fraction of the threshold (None when there is no threshold).
     pub fn progress(&self) -> Option<f64> {
         (self.threshold_ns > 0).then(|| self.work_ns as f64 / self.threshold_ns as f64)
@@ -248,6 +261,7 @@ impl Snapshot {
                         id: f["id"],
                         state: state_name(f["state"]),
                         serialized: f["flags"] & ss::FLAG_SERIALIZED as u64 != 0,
+                        kernel_serialized: a("serialized_at_ns").unwrap_or(0) != 0,
                         work_ns: a("work_ns").unwrap_or(f["kernel_work_ns"]),
                         threshold_ns: thr,
                         running: a("running").unwrap_or(f["kernel_running"]),
@@ -420,7 +434,7 @@ impl Snapshot {
                 r.slot,
                 r.id,
                 r.state,
-                if r.serialized { "SERIALIZED" } else { "-" },
+                r.serialized_label(),
                 r.work_ns as f64 / 1e6,
                 r.threshold_ns as f64 / 1e6,
                 r.progress()
@@ -630,6 +644,7 @@ mod tests {
             id: 99,
             state: "running",
             serialized: true,
+            kernel_serialized: true,
             work_ns: 7_000_000,
             threshold_ns: svc.threshold_at(svc.active()),
             running: 1,
