@@ -11,7 +11,7 @@ set -uo pipefail
 bin=$(readlink -f "$1"); out=$2; shift 2
 ktest=$(dirname "$bin")/tailctl-ktest
 wl=$(dirname "$bin")
-tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=(load stress service serialize account isolation fault nosyscall)
+tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=(load stress service serialize account isolation fault nosyscall maps top)
 mkdir -p "$out"
 kver=$(uname -r)
 PY=$(command -v /usr/bin/python3 || command -v python3)
