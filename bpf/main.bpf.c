@@ -423,9 +423,11 @@ static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl
 	/* Charge the task's own CPU clock (sum_exec_runtime), not wall time. */
 	delta = cpu_ns - tctx->charge_from_ns;
 	tctx->charge_from_ns = cpu_ns;
-	/* A worker looking for work (stealing, parking) is not doing the request's work. */
-	if (widx < TAILCTL_MAX_WORKERS && READ_ONCE(r->workers[widx].state) != TAILCTL_WORKER_WORKING)
-		return;
+	/*
+	 * No state check here: current_request() only starts an interval for a
+	 * WORKING worker, and the interval that ends because the worker left the
+	 * request (its state already changed) is still the request's time.
+	 */
 	a = bpf_map_lookup_elem(&req_acct, &idx);
 	if (!a || a->tag != tctx->tag)
 		return;

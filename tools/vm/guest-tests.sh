@@ -150,7 +150,7 @@ test_serialize() {
 test_account() {
   start_sched || { fail account "scheduler did not load"; return; }
   # An unregistered CPU hog competes for the service's CPU: both pinned to CPU 0.
-  taskset -c 0 stress-ng -c 2 -t 120 >/dev/null 2>&1 &
+  taskset -c 0 stress-ng -c 2 -t 120 --temp-path "$out" >"$out/hog.log" 2>&1 &
   local hog=$!
   sleep 1
   local a; a=$(taskset -c 0 "$ktest" -w 1 account --ms 300 --count 4 2>"$out/ktest.err"); local rc=$?

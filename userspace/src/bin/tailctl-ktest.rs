@@ -362,6 +362,9 @@ fn account(cli: &Cli, ms: u64, count: u32) -> Result<()> {
         });
         let (cpu_ns, wall_ns, slot) = h.wait().map_err(|e| anyhow::anyhow!("{e:?}"))?;
         let slot = slot.context("request slot unknown")?;
+        // The worker's last interval on the request is charged when it next
+        // ticks or stops (parks): give that a moment before reading.
+        std::thread::sleep(Duration::from_millis(50));
         // The runtime's own figure: its wall-clock work for the request.
         let rt_ns = pool.shared_state().request(slot as usize).work_ns();
         let k = acct.get(svc, slot)?;
