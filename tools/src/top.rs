@@ -162,11 +162,16 @@ impl App {
         ])
         .areas(f.area());
 
-        let r = |k: &str| self.rates.get(k).copied().unwrap_or(0.0);
+        // Rates need two readings: "-" until the first refresh.
+        let r = |k: &str| {
+            self.rates
+                .get(k)
+                .map_or_else(|| "-".to_string(), |v| format!("{v:.1}"))
+        };
         let st = |k: &str| self.snap.stats.get(k).copied().unwrap_or(0);
         let head_text = vec![
             Line::from(format!(
-                "enq/s {:.0}  direct/s {:.0}  shared/s {:.0}  kicks/s {:.0}   serializations {} ({:.1}/s)  throttled/s {:.0}  rotations/s {:.0}  cap-preempt {}  invalid {}",
+                "enq/s {}  direct/s {}  shared/s {}  kicks/s {}   serializations {} ({}/s)  throttled/s {}  rotations/s {}  cap-preempt {}  invalid {}",
                 r("enqueues"), r("direct_dispatches"), r("shared_dispatches"), r("idle_kicks"),
                 st("serializations"), r("serializations"), r("throttled"), r("rotations"),
                 st("cap_preemptions"), st("invalid_hints"),

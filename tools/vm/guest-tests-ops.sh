@@ -99,8 +99,15 @@ test_maps() {
     || { fail maps "dump regions lacks the service ($((SECONDS - t0)) s in, service alive: $(kill -0 "$svc_pid" 2>&1 && echo yes)): $(head -c 300 "$out/maps-regions.txt" | tr '\n"' ' ') serve: $(tail -c 200 "$out/serve.err")"; stop_sched; return; }
   "$tailctl_bin" maps dump services >"$out/maps-services.txt" 2>&1
 
+  # A non-root caller is told it needs root (the scheduler is running).
+  local nerr; nerr=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$tailctl_bin" maps dump services 2>&1)
+  grep -q "needs CAP_BPF\|run it as root" <<<"$nerr" || { fail maps "non-root error unclear: $nerr"; stop_sched; return; }
+  checked+="non-root-error "
+
   # (2) JSON agreement. services/worker_tids/registered do not change while the
-  # service stays registered; stats and cpu_runs... only stats are monotonic.
+  # service stays registered: equal. stats keep counting: sandwiched (counters
+  # and maxima only grow). cpu_runs changes every context switch and is
+  # neither, so it is only checked for field names above.
   local m r
   for m in services worker_tids registered; do
     $bt -j map dump pinned "$pins/$m" >"$out/bt-$m.json" 2>"$out/bt.err"

@@ -28,6 +28,38 @@ const NO_TAG: u64 = u64::MAX;
 /// Named u64 fields of one struct instance.
 pub type Fields = BTreeMap<&'static str, u64>;
 
+/// A threshold table as runs of equal entries, "q1-4 2.00ms q5-256 1.50ms",
+/// at most `max_runs` runs (tables are mostly long flat stretches).
+pub fn threshold_ranges(t: &[u64], max_runs: usize) -> String {
+    let mut runs: Vec<(usize, usize, u64)> = Vec::new();
+    for (i, v) in t.iter().enumerate() {
+        match runs.last_mut() {
+            Some(r) if r.2 == *v => r.1 = i + 1,
+            _ => runs.push((i + 1, i + 1, *v)),
+        }
+    }
+    let mut out: Vec<String> = runs
+        .iter()
+        .take(max_runs)
+        .map(|&(a, b, v)| {
+            let q = if a == b {
+                format!("q{a}")
+            } else {
+                format!("q{a}-{b}")
+            };
+            if v == 0 {
+                format!("{q} never")
+            } else {
+                format!("{q} {:.2}ms", v as f64 / 1e6)
+            }
+        })
+        .collect();
+    if runs.len() > max_runs {
+        out.push(format!("... ({} runs, -a for all)", runs.len()));
+    }
+    out.join(" ")
+}
+
 /// A service's region, decoded.
 #[derive(Clone, Debug, Default)]
 pub struct Region {
@@ -362,18 +394,7 @@ impl Snapshot {
                 .map(|r| r.header.clone())
                 .unwrap_or_default();
             let g = |k: &str| h.get(k).copied().unwrap_or(0);
-            let n = if all { svc.thresholds.len() } else { 6 };
-            let thr: Vec<String> = svc
-                .thresholds
-                .iter()
-                .take(n)
-                .map(|t| format!("{:.2}ms", *t as f64 / 1e6))
-                .collect();
-            let more = if svc.thresholds.len() > n {
-                format!(" ... ({} entries)", svc.thresholds.len())
-            } else {
-                String::new()
-            };
+            let thr = threshold_ranges(&svc.thresholds, if all { usize::MAX } else { 6 });
             let _ = writeln!(
                 s,
                 "{:>4} {:>7} {:<15} {:>5} {:>5} {:>6} {:>5} {:>5} {:>9} {:>6} {:>6} {:<6} {}{}",
@@ -397,8 +418,8 @@ impl Snapshot {
                 } else {
                     "user"
                 },
-                thr.join(" "),
-                more
+                thr,
+                ""
             );
             if let Some(e) = &svc.region_error {
                 let _ = writeln!(s, "     region: {e}");
@@ -612,6 +633,13 @@ mod tests {
         assert_eq!(q["generation"], 2);
         assert_eq!(q["flags"], 1);
         assert_eq!(q["kernel_work_ns"], 7_000_000);
+    }
+
+    #[test]
+    fn threshold_tables_print_as_runs() {
+        let t = [2_000_000, 2_000_000, 1_500_000, 0];
+        assert_eq!(threshold_ranges(&t, 6), "q1-2 2.00ms q3 1.50ms q4 never");
+        assert!(threshold_ranges(&t, 1).contains("3 runs"));
     }
 
     #[test]
