@@ -397,7 +397,7 @@ impl Snapshot {
             let thr = threshold_ranges(&svc.thresholds, if all { usize::MAX } else { 6 });
             let _ = writeln!(
                 s,
-                "{:>4} {:>7} {:<15} {:>5} {:>5} {:>6} {:>5} {:>5} {:>9} {:>6} {:>6} {:<6} {}{}",
+                "{:>4} {:>7} {:<15} {:>5} {:>5} {:>6} {:>5} {:>5} {:>9} {:>6} {:>6} {:<6} {}",
                 svc.slot,
                 svc.pid,
                 svc.comm,
@@ -418,8 +418,7 @@ impl Snapshot {
                 } else {
                     "user"
                 },
-                thr,
-                ""
+                thr
             );
             if let Some(e) = &svc.region_error {
                 let _ = writeln!(s, "     region: {e}");
