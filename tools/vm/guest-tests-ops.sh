@@ -99,6 +99,13 @@ test_maps() {
     || { fail maps "dump regions lacks the service ($((SECONDS - t0)) s in, service alive: $(kill -0 "$svc_pid" 2>&1 && echo yes)): $(head -c 300 "$out/maps-regions.txt" | tr '\n"' ' ') serve: $(tail -c 200 "$out/serve.err")"; stop_sched; return; }
   "$tailctl_bin" maps dump services >"$out/maps-services.txt" 2>&1
 
+  # scx_tailctl --monitor reports the request-level counters and the watchdog margin.
+  "$bin" --monitor 1 --json >"$out/monitor.json" 2>&1
+  for f in serializations throttled rotations max_throttle_wait_ns watchdog_margin_ms; do
+    grep -q "\"$f\"" "$out/monitor.json" || { fail maps "--monitor --json lacks $f: $(head -c 300 "$out/monitor.json" | tr '\n"' ' ')"; stop_sched; return; }
+  done
+  checked+="monitor "
+
   # A non-root caller is told it needs root (the scheduler is running).
   local nerr; nerr=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$tailctl_bin" maps dump services 2>&1)
   grep -q "needs CAP_BPF\|run it as root" <<<"$nerr" || { fail maps "non-root error unclear: $nerr"; stop_sched; return; }
@@ -134,6 +141,18 @@ test_maps() {
   checked+="req_acct=json($r)"
   local nz; nz=$("$PY" -c 'import json,sys; print(sum(1 for e in json.load(open(sys.argv[1])) if e["value"]["work_ns"]))' "$out/tc-req_acct.json")
   [ "${nz:-0}" -gt 0 ] || { fail maps "req_acct has no charged request after serving"; stop_sched; return; }
+  # A huge request the kernel serializes must show as SERIALIZED, capped at one running thread.
+  "$ktest" -w 4 serialize --huge-ms 5000 >"$out/serialize.json" 2>"$out/serialize.err" &
+  local ser_pid=$! seen=""
+  for _ in $(seq 1 60); do
+    "$tailctl_bin" maps dump regions >"$out/maps-serialized.txt" 2>&1
+    grep -q "SERIALIZED" "$out/maps-serialized.txt" && { seen=1; break; }
+    kill -0 "$ser_pid" 2>/dev/null || break
+    sleep 0.3
+  done
+  wait "$ser_pid" 2>/dev/null
+  [ -n "$seen" ] || { fail maps "no SERIALIZED request seen in dump regions: $(grep -A4 REQUESTS "$out/maps-serialized.txt" | tr '\n"' '| ')"; stop_sched; return; }
+  checked+=" SERIALIZED-seen"
   stop_sched || { fail maps "scheduler exit non-zero"; return; }
   # Without the scheduler the tools must say so.
   local err; err=$("$tailctl_bin" maps list 2>&1)
