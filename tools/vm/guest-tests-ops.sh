@@ -180,13 +180,24 @@ test_top() {
        && grep -Eq '^ *0 +[0-9]+ +[0-9]+ +(running|queued) ' "$out/top-screen.txt"; then ok=1; break; fi
   done
   [ -n "$ok" ] || { fail top "screen lacks the service or its requests: $(head -c 600 "$out/top-screen.txt" | tr '\n"' '| ')"; tmux kill-server; stop_sched; return; }
+  # A second service with a huge request: top shows it SERIALIZED.
+  "$ktest" -w 2 serialize --huge-ms 5000 >"$out/top-serialize.json" 2>"$out/top-serialize.err" &
+  local ser_pid=$! seen=""
+  for i in $(seq 1 40); do
+    sleep 0.5
+    tmux capture-pane -p -t top >"$out/top-serialized.txt" 2>/dev/null
+    grep -q "SERIALIZED" "$out/top-serialized.txt" && { seen=1; break; }
+    kill -0 "$ser_pid" 2>/dev/null || break
+  done
+  wait "$ser_pid" 2>/dev/null
+  [ -n "$seen" ] || { fail top "no SERIALIZED request on screen: $(grep -A6 'requests (' "$out/top-serialized.txt" | tr '\n"' '| ')"; tmux kill-server; stop_sched; return; }
   # Keys: sort cycles, the filter hides a non-matching service, q quits cleanly.
   tmux send-keys -t top s; sleep 1
   tmux capture-pane -p -t top >"$out/top-sort.txt"
   grep -q "sort: work" "$out/top-sort.txt" || { fail top "s did not change the sort: $(grep requests "$out/top-sort.txt")"; tmux kill-server; stop_sched; return; }
   tmux send-keys -t top / n o m a t c h Enter; sleep 1.5
   tmux capture-pane -p -t top >"$out/top-filter.txt"
-  grep -q "services (1)" "$out/top-filter.txt" && ! grep -q "tailctl-ktest" "$out/top-filter.txt" \
+  grep -q "requests (0)" "$out/top-filter.txt" && ! grep -q "tailctl-ktest" "$out/top-filter.txt" \
     || { fail top "filter did not hide the service: $(head -c 400 "$out/top-filter.txt" | tr '\n"' '| ')"; tmux kill-server; stop_sched; return; }
   tmux send-keys -t top q
   for i in $(seq 1 20); do tmux has-session -t top 2>/dev/null || break; sleep 0.25; done
@@ -196,5 +207,5 @@ test_top() {
   local nreq; nreq=$(grep -Ec '^ *0 +[0-9]+ +[0-9]+ +(running|queued) ' "$out/top-screen.txt")
   kill "$svc_pid" 2>/dev/null; wait "$svc_pid" 2>/dev/null
   stop_sched || { fail top "scheduler exit non-zero"; return; }
-  pass top "tmux screen shows service pid $svc_pid (tailctl-ktest) and $nreq requests; sort, filter keys; q exits 0" "\"requests_on_screen\": $nreq"
+  pass top "tmux screen shows service pid $svc_pid (tailctl-ktest) and $nreq requests, then a SERIALIZED one; sort, filter keys; q exits 0" "\"requests_on_screen\": $nreq"
 }
