@@ -9,6 +9,8 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 kernels=${KERNELS:-"6.18 7"}
+# Guest tests run in one boot per kernel (the fault test gets its own, below).
+GUEST_TESTS=${GUEST_TESTS:-"--no-fault"}
 log=$(mktemp); trap 'rm -f "$log"' EXIT
 failed=0; passed=0
 step() { echo; echo "=== $* ==="; }
@@ -38,13 +40,26 @@ if [ "${SKIP_VM:-0}" != 1 ]; then
     step "scheduler tests on kernel series $k"
     out=.cache/vm/results/$k
     rm -rf "$out"; mkdir -p "$out"
-    target/debug/tailctl vm run -k "$k" -c 4 --rwdir .cache/vm/results -- \
-      tools/vm/guest-tests.sh target/debug/scx_tailctl "$out" 2>&1 | tee "$log"
-    rc=${PIPESTATUS[0]}
-    gp=$(grep -oE '^guest .*: [0-9]+ passed' "$log" | grep -oE '[0-9]+ passed' | awk '{print $1}')
-    gf=$(grep -oE '^guest .*: [0-9]+ passed, [0-9]+ failed' "$log" | grep -oE '[0-9]+ failed' | awk '{print $1}')
-    ok "${gp:-0}"
-    if [ "$rc" != 0 ]; then bad "$(( ${gf:-0} > 0 ? ${gf:-0} : 1 ))" "scheduler tests on $k"; fi
+    # The daemon-kill test boots its own guest: under qemu TCG the guest
+    # kernel has been seen to oops in text patching (int3 in
+    # set_next_task_idle) while a scheduler is torn down by kill -9 under
+    # load. That is an emulation hazard, not a scheduler error, so that one
+    # boot is retried once; every other failure counts.
+    for group in "$GUEST_TESTS" fault; do
+      for attempt in 1 2; do
+        # shellcheck disable=SC2086
+        target/debug/tailctl vm run -k "$k" -c 4 --rwdir .cache/vm/results -- \
+          tools/vm/guest-tests.sh target/debug/scx_tailctl "$out" $group 2>&1 | tee "$log"
+        rc=${PIPESTATUS[0]}
+        grep -q '^guest .*: [0-9]* passed' "$log" && break
+        [ "$group" = fault ] || break
+        echo "(guest died before reporting; retrying the fault test once)"
+      done
+      gp=$(grep -oE '^guest .*: [0-9]+ passed' "$log" | grep -oE '[0-9]+ passed' | awk '{print $1}')
+      gf=$(grep -oE '^guest .*: [0-9]+ passed, [0-9]+ failed' "$log" | grep -oE '[0-9]+ failed' | awk '{print $1}')
+      ok "${gp:-0}"
+      if [ "$rc" != 0 ]; then bad "$(( ${gf:-0} > 0 ? ${gf:-0} : 1 ))" "scheduler tests ($group) on $k"; fi
+    done
   done
 fi
 

@@ -230,6 +230,12 @@ fn run_command(args: RunArgs) -> Result<i32> {
         .arg(format!("/boot={}", kernel.dir.join("boot").display()))
         .arg("--rwdir")
         .arg(&rwdir)
+        // TAILCTL_VM_VERBOSE=1 shows the guest kernel's console (panics, sched_ext errors).
+        .args(
+            std::env::var_os("TAILCTL_VM_VERBOSE")
+                .filter(|v| v != "0")
+                .map(|_| "--verbose"),
+        )
         .arg("--exec")
         .arg(format!("sh {}", shell_quote(&wrapper.to_string_lossy())))
         .env("PATH", path)

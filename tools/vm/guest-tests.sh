@@ -11,7 +11,12 @@ set -uo pipefail
 bin=$(readlink -f "$1"); out=$2; shift 2
 ktest=$(dirname "$bin")/tailctl-ktest
 wl=$(dirname "$bin")
-tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=(load stress service serialize account isolation fault nosyscall maps top)
+all_tests=(load stress service serialize account isolation fault nosyscall maps top)
+tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=("${all_tests[@]}")
+# --no-fault: every test but the daemon-kill one (tools/test.sh boots that one apart).
+if [ "${tests[0]}" = --no-fault ]; then
+  tests=(); for t in "${all_tests[@]}"; do [ "$t" = fault ] || tests+=("$t"); done
+fi
 mkdir -p "$out"
 kver=$(uname -r)
 PY=$(command -v /usr/bin/python3 || command -v python3)
