@@ -92,6 +92,7 @@ test_maps() {
   $bt map lookup pinned $pins/req_acct key 0 0 0 0 >"$out/bt-req_acct.txt" 2>&1
   grep -q '"max_running_settled"' "$out/bt-req_acct.txt" || { fail maps "bpftool req_acct lookup: $(head -c 200 "$out/bt-req_acct.txt" | tr '\n"' ' ')"; stop_sched; return; }
 
+  log "maps: $((SECONDS - t0)) s"
   # Our decoded views must show the service, its requests and workers.
   "$tailctl_bin" maps list >"$out/maps-list.txt" 2>&1 || { fail maps "tailctl maps list: $(tail -c 300 "$out/maps-list.txt")"; stop_sched; return; }
   "$tailctl_bin" maps dump regions >"$out/maps-regions.txt" 2>&1 || { fail maps "tailctl maps dump regions: $(tail -c 300 "$out/maps-regions.txt")"; stop_sched; return; }
@@ -111,6 +112,7 @@ test_maps() {
   grep -q "needs CAP_BPF\|run it as root" <<<"$nerr" || { fail maps "non-root error unclear: $nerr"; stop_sched; return; }
   checked+="non-root-error "
 
+  log "maps: $((SECONDS - t0)) s"
   # (2) JSON agreement. services/worker_tids/registered do not change while the
   # service stays registered: equal. stats keep counting: sandwiched (counters
   # and maxima only grow). cpu_runs changes every context switch and is
@@ -132,6 +134,7 @@ test_maps() {
   "$tailctl_bin" maps dump "$sid" --json >"$out/tc-services-id.json"
   r=$(compare_json exact "$out/bt-services.json" "$out/tc-services-id.json") || { fail maps "services by id $sid: $r"; stop_sched; return; }
 
+  log "maps: $((SECONDS - t0)) s"
   # req_acct (16384 entries) once the service is gone: nothing writes it then.
   kill -0 "$svc_pid" || { fail maps "ktest serve died: $(tail -c 300 "$out/serve.err")"; stop_sched; return; }
   kill "$svc_pid"; wait "$svc_pid" 2>/dev/null
@@ -141,6 +144,7 @@ test_maps() {
   checked+="req_acct=json($r)"
   local nz; nz=$("$PY" -c 'import json,sys; print(sum(1 for e in json.load(open(sys.argv[1])) if e["value"]["work_ns"]))' "$out/tc-req_acct.json")
   [ "${nz:-0}" -gt 0 ] || { fail maps "req_acct has no charged request after serving"; stop_sched; return; }
+  log "maps: $((SECONDS - t0)) s"
   # A huge request the kernel serializes must show as SERIALIZED, capped at one running thread.
   "$ktest" -w 4 serialize --huge-ms 5000 >"$out/serialize.json" 2>"$out/serialize.err" &
   local ser_pid=$! seen=""
