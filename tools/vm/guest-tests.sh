@@ -13,18 +13,18 @@ ktest=$(dirname "$bin")/tailctl-ktest
 wl=$(dirname "$bin")
 all_tests=(load stress service serialize account isolation fault nosyscall maps top)
 tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=("${all_tests[@]}")
-# --no-fault: every test but the daemon-kill one (tools/test.sh boots that one apart).
-if [ "${tests[0]}" = --no-fault ]; then
-  tests=(); for t in "${all_tests[@]}"; do [ "$t" = fault ] || tests+=("$t"); done
-fi
+# --list: print the default tests (tools/test.sh resumes from them).
+if [ "${tests[0]}" = --list ]; then echo "${all_tests[*]}"; exit 0; fi
 mkdir -p "$out"
 kver=$(uname -r)
 PY=$(command -v /usr/bin/python3 || command -v python3)
 state() { cat /sys/kernel/sched_ext/state 2>/dev/null || echo missing; }
 ops() { cat /sys/kernel/sched_ext/root/ops 2>/dev/null || echo none; }
 passed=0; failed=0; json_items=()
-pass() { echo "PASS $1${2:+: $2}"; passed=$((passed + 1)); json_items+=("\"$1\": {\"ok\": true${3:+, $3}}"); }
-fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); json_items+=("\"$1\": {\"ok\": false, \"why\": \"$2\"}"); }
+# Each result is also appended to $out/progress, so a harness whose guest died
+# (see tools/test.sh) can resume with the tests not yet run.
+pass() { echo "PASS $1${2:+: $2}"; echo "PASS $1" >>"$out/progress"; passed=$((passed + 1)); json_items+=("\"$1\": {\"ok\": true${3:+, $3}}"); }
+fail() { echo "FAIL $1: $2"; echo "FAIL $1" >>"$out/progress"; failed=$((failed + 1)); json_items+=("\"$1\": {\"ok\": false, \"why\": \"$2\"}"); }
 log() { echo "[guest $kver] $*"; }
 
 sched_pid=""

@@ -18,8 +18,8 @@
 //! are released. Each connection is served by its own thread with its own map
 //! handles (file descriptors), so the scheduler's main loop is never involved.
 
-use std::io::{IoSlice, IoSliceMut, Read};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -30,11 +30,9 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapInfo, MapType};
 use log::{info, warn};
-use nix::sys::socket::{
-    getsockopt, recvmsg, sendmsg, sockopt::PeerCredentials, ControlMessage, ControlMessageOwned,
-    MsgFlags,
-};
+use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use tailctl_rt::kernel::protocol::{Bind, Register, Reply, MAX_LINE};
+use tailctl_rt::kernel::wire::{recv_line, send_line};
 
 use crate::bpf_intf::{tailctl_region, tailctl_service, tailctl_worker_ref};
 
@@ -173,60 +171,12 @@ fn accept_loop(
     }
 }
 
-/// Read the request line and an optional passed fd.
 fn recv_request(stream: &UnixStream) -> Result<(String, Option<OwnedFd>)> {
-    let mut buf = vec![0u8; MAX_LINE];
-    let mut len = 0;
-    let mut fd = None;
-    while !buf[..len].contains(&b'\n') {
-        if len == buf.len() {
-            bail!("request longer than {MAX_LINE} bytes");
-        }
-        let mut cmsg = nix::cmsg_space!([RawFd; 1]);
-        let mut iov = [IoSliceMut::new(&mut buf[len..])];
-        let msg = recvmsg::<()>(
-            stream.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )
-        .context("reading the request")?;
-        let n = msg.bytes;
-        for c in msg.cmsgs().context("reading control messages")? {
-            if let ControlMessageOwned::ScmRights(fds) = c {
-                for raw in fds {
-                    // SAFETY: the kernel just installed `raw` in our table for
-                    // us (SCM_RIGHTS); nothing else owns it.
-                    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
-                    if fd.is_none() {
-                        fd = Some(owned);
-                    }
-                }
-            }
-        }
-        if n == 0 {
-            bail!("peer closed before sending a request");
-        }
-        len += n;
-    }
-    let line = std::str::from_utf8(&buf[..len]).context("request is not UTF-8")?;
-    Ok((line.lines().next().unwrap_or("").to_string(), fd))
+    recv_line(stream, MAX_LINE).context("reading the request")
 }
 
 fn send_reply(stream: &UnixStream, reply: &Reply, fd: Option<RawFd>) -> Result<()> {
-    let line = reply.to_line();
-    let iov = [IoSlice::new(line.as_bytes())];
-    let fds;
-    let cmsgs: Vec<ControlMessage<'_>> = match fd {
-        Some(f) => {
-            fds = [f];
-            vec![ControlMessage::ScmRights(&fds)]
-        }
-        None => vec![],
-    };
-    sendmsg::<()>(stream.as_raw_fd(), &iov, &cmsgs, MsgFlags::empty(), None)
-        .context("sending the reply")?;
-    Ok(())
+    send_line(stream, &reply.to_line(), fd).context("sending the reply")
 }
 
 /// The thread group of `tid`, from /proc.

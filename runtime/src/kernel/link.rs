@@ -16,8 +16,8 @@
 //!    region map back (`region=1`), so a restarted daemon adopts the region
 //!    the pool already uses.
 
-use std::io::{self, IoSlice, IoSliceMut, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
@@ -25,9 +25,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
-
 use super::protocol::{Bind, Register, Reply};
+use super::wire::{recv_line, send_line};
 use crate::shared_state::{SharedRegion, SharedState};
 use crate::threshold::ThresholdTable;
 use crate::{Pool, PoolBuilder};
@@ -93,60 +92,10 @@ impl Drop for MappedRegion {
     }
 }
 
-fn send_line(stream: &UnixStream, line: &str, fd: Option<RawFd>) -> io::Result<()> {
-    let iov = [IoSlice::new(line.as_bytes())];
-    let fds;
-    let cmsgs: Vec<ControlMessage<'_>> = match fd {
-        Some(f) => {
-            fds = [f];
-            vec![ControlMessage::ScmRights(&fds)]
-        }
-        None => Vec::new(),
-    };
-    sendmsg::<()>(stream.as_raw_fd(), &iov, &cmsgs, MsgFlags::empty(), None)?;
-    Ok(())
-}
-
 /// Read one reply line (and an fd, if one rides along).
 fn recv_reply(stream: &UnixStream) -> io::Result<(Reply, Option<OwnedFd>)> {
-    let mut buf = [0u8; 1024];
-    let mut len = 0;
-    let mut fd = None;
-    loop {
-        let mut cmsg = nix::cmsg_space!([RawFd; 1]);
-        let mut iov = [IoSliceMut::new(&mut buf[len..])];
-        let msg = recvmsg::<()>(
-            stream.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )?;
-        let n = msg.bytes;
-        for c in msg.cmsgs().map_err(io::Error::from)? {
-            if let ControlMessageOwned::ScmRights(fds) = c {
-                for raw in fds {
-                    // SAFETY: installed for us by the kernel (SCM_RIGHTS); we own it.
-                    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
-                    fd.get_or_insert(owned);
-                }
-            }
-        }
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "daemon closed the connection",
-            ));
-        }
-        len += n;
-        if buf[..len].contains(&b'\n') {
-            break;
-        }
-        if len == buf.len() {
-            return Err(proto_err("reply too long"));
-        }
-    }
-    let line = std::str::from_utf8(&buf[..len]).map_err(proto_err)?;
-    Ok((Reply::parse(line).map_err(proto_err)?, fd))
+    let (line, fd) = recv_line(stream, 1024)?;
+    Ok((Reply::parse(&line).map_err(proto_err)?, fd))
 }
 
 /// Step 1: register and receive the region fd. With `existing`, hand that

@@ -5,6 +5,7 @@
 
 pub mod link;
 pub mod protocol;
+pub mod wire;
 
 use crate::registry::WorkerThread;
 use crate::shared_state::{tag_slot, NO_REQUEST};

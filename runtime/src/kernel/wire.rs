@@ -1,0 +1,79 @@
+//! Lines over a unix stream socket, with at most one file descriptor riding
+//! along in SCM_RIGHTS: the transport of the registration protocol, shared by
+//! the runtime (`link`) and the `scx_tailctl` daemon.
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+
+/// Send `line` (which should end in a newline), with `fd` attached if given.
+pub fn send_line(stream: &UnixStream, line: &str, fd: Option<RawFd>) -> io::Result<()> {
+    let iov = [IoSlice::new(line.as_bytes())];
+    let fds;
+    let cmsgs: Vec<ControlMessage<'_>> = match fd {
+        Some(f) => {
+            fds = [f];
+            vec![ControlMessage::ScmRights(&fds)]
+        }
+        None => Vec::new(),
+    };
+    sendmsg::<()>(stream.as_raw_fd(), &iov, &cmsgs, MsgFlags::empty(), None)?;
+    Ok(())
+}
+
+/// Read up to the first newline (at most `max` bytes) and the first fd that
+/// came with it; further fds are closed. EOF before a newline is an error.
+///
+/// ```
+/// use std::os::unix::net::UnixStream;
+/// use tailctl_rt::kernel::wire::{recv_line, send_line};
+/// let (a, b) = UnixStream::pair().unwrap();
+/// send_line(&a, "HELLO 1\n", None).unwrap();
+/// let (line, fd) = recv_line(&b, 64).unwrap();
+/// assert_eq!(line, "HELLO 1");
+/// assert!(fd.is_none());
+/// ```
+pub fn recv_line(stream: &UnixStream, max: usize) -> io::Result<(String, Option<OwnedFd>)> {
+    let mut buf = vec![0u8; max];
+    let mut len = 0;
+    let mut fd = None;
+    while !buf[..len].contains(&b'\n') {
+        if len == buf.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("line longer than {max} bytes"),
+            ));
+        }
+        let mut cmsg = nix::cmsg_space!([RawFd; 1]);
+        let mut iov = [IoSliceMut::new(&mut buf[len..])];
+        let msg = recvmsg::<()>(
+            stream.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )?;
+        let n = msg.bytes;
+        for c in msg.cmsgs().map_err(io::Error::from)? {
+            if let ControlMessageOwned::ScmRights(fds) = c {
+                for raw in fds {
+                    // SAFETY: the kernel just installed `raw` in our table for
+                    // us (SCM_RIGHTS); nothing else owns it.
+                    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                    fd.get_or_insert(owned);
+                }
+            }
+        }
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the peer closed the connection before a full line",
+            ));
+        }
+        len += n;
+    }
+    let text = std::str::from_utf8(&buf[..len])
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "line is not UTF-8"))?;
+    Ok((text.lines().next().unwrap_or("").to_string(), fd))
+}
