@@ -30,3 +30,30 @@ pub(crate) fn wait<'a, T>(c: &Condvar, g: MutexGuard<'a, T>) -> MutexGuard<'a, T
         Err(p) => p.into_inner(),
     }
 }
+
+/// `wait` bounded by `limit`; returns the guard and whether the wait timed
+/// out. Under loom (no time) it is a plain wait that never times out.
+#[cfg(not(loom))]
+pub(crate) fn wait_timeout<'a, T>(
+    c: &Condvar,
+    g: MutexGuard<'a, T>,
+    limit: std::time::Duration,
+) -> (MutexGuard<'a, T>, bool) {
+    match c.wait_timeout(g, limit) {
+        Ok((g, r)) => (g, r.timed_out()),
+        Err(p) => {
+            let (g, r) = p.into_inner();
+            (g, r.timed_out())
+        }
+    }
+}
+
+/// Loom variant: see the `not(loom)` one.
+#[cfg(loom)]
+pub(crate) fn wait_timeout<'a, T>(
+    c: &Condvar,
+    g: MutexGuard<'a, T>,
+    _limit: std::time::Duration,
+) -> (MutexGuard<'a, T>, bool) {
+    (wait(c, g), false)
+}

@@ -3,7 +3,10 @@
 //! The protocol (and why it cannot lose a wake-up that matters) is explained in
 //! `sleep/README.md` next to this file; the comments here point at its steps.
 
-use crate::sync::{fence, lock, wait, AtomicBool, AtomicU64, Condvar, Mutex};
+use crate::sync::{fence, lock, wait_timeout, AtomicBool, AtomicU64, Condvar, Mutex};
+
+/// Longest a parked worker sleeps before it looks for work by itself.
+const MAX_SLEEP: std::time::Duration = std::time::Duration::from_millis(50);
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
@@ -82,9 +85,20 @@ impl Sleep {
                 .fetch_add(SEARCHING_ONE.wrapping_sub(SLEEPING_ONE), SeqCst);
             return false;
         }
-        // Step 4: the waker clears `blocked` and fixes the counters.
+        // Step 4: the waker clears `blocked` and fixes the counters. The
+        // wait is bounded: should a wake-up ever be lost, the worker wakes
+        // itself within MAX_SLEEP and looks for work again, so a request can
+        // be delayed but never stranded (20 wake-ups a second cost well under
+        // 0.1% of a core per idle worker).
         while *blocked {
-            blocked = wait(&w.cond, blocked);
+            let (g, timed_out) = wait_timeout(&w.cond, blocked, MAX_SLEEP);
+            blocked = g;
+            if timed_out && *blocked {
+                *blocked = false;
+                w.hint.store(false, SeqCst);
+                self.counters
+                    .fetch_add(SEARCHING_ONE.wrapping_sub(SLEEPING_ONE), SeqCst);
+            }
         }
         true
     }
