@@ -26,7 +26,8 @@ if cargo fmt --all -- --check; then ok 1; else bad 1 "cargo fmt --check"; fi
 if cargo clippy --workspace --all-targets -q -- -D warnings; then ok 1; else bad 1 "cargo clippy -D warnings"; fi
 
 step "host tests (cargo test --workspace)"
-cargo test --workspace 2>&1 | tee "$log"
+# Bounded, so a hang fails the run instead of eating CI's time.
+timeout 1800 cargo test --workspace 2>&1 | tee "$log"
 host_rc=${PIPESTATUS[0]}
 hp=$(grep -oE 'test result: .* ([0-9]+) passed' "$log" | grep -oE '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 hf=$(grep -oE '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')
@@ -51,7 +52,7 @@ if [ "${SKIP_VM:-0}" != 1 ]; then
       [ -n "$todo" ] || break
       [ "$attempt" = 1 ] || echo "(the guest died before reporting; boot $attempt runs: $(echo $todo))"
       # shellcheck disable=SC2086
-      target/debug/tailctl vm run -k "$k" -c 4 --rwdir .cache/vm/results -- \
+      timeout 1500 target/debug/tailctl vm run -k "$k" -c 4 --rwdir .cache/vm/results -- \
         tools/vm/guest-tests.sh target/debug/scx_tailctl "$out" $todo 2>&1 | tee "$log"
     done
     gp=$(grep -c '^PASS' "$out/progress" 2>/dev/null); gf=$(grep -c '^FAIL' "$out/progress" 2>/dev/null)
