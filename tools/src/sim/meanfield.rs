@@ -176,6 +176,16 @@ struct Server {
     parents: VecDeque<u32>,
 }
 
+impl Server {
+    /// Start serving parent `id`, whose `children` now wait here.
+    fn start_parent(&mut self, id: u32, children: u32) {
+        self.serving = Serving::Parent;
+        self.job = id;
+        self.children_job = id;
+        self.children = children;
+    }
+}
+
 struct Job {
     arrival: f64,
     remaining: u32,
@@ -270,11 +280,7 @@ pub fn simulate(cfg: &MfConfig) -> Result<MfOutcome, String> {
                 idle.remove(s);
                 let i = sample_children(&mut rng);
                 jobs[id as usize].remaining += i;
-                let sv = &mut servers[s];
-                sv.serving = Serving::Parent;
-                sv.job = id;
-                sv.children_job = id;
-                sv.children = i;
+                servers[s].start_parent(id, i);
                 par.insert(s);
             } else {
                 servers[s].parents.push_back(id);
@@ -318,11 +324,7 @@ pub fn simulate(cfg: &MfConfig) -> Result<MfOutcome, String> {
                                 idle.remove(s);
                                 let i = sample_children(&mut rng);
                                 jobs[id as usize].remaining += i;
-                                let sv = &mut servers[s];
-                                sv.serving = Serving::Parent;
-                                sv.job = id;
-                                sv.children_job = id;
-                                sv.children = i;
+                                servers[s].start_parent(id, i);
                                 par.insert(s);
                             }
                         }
@@ -355,11 +357,7 @@ pub fn simulate(cfg: &MfConfig) -> Result<MfOutcome, String> {
         } else if let Some(next) = sv.parents.pop_front() {
             let i = sample_children(&mut rng);
             jobs[next as usize].remaining += i;
-            let sv = &mut servers[s];
-            sv.serving = Serving::Parent;
-            sv.job = next;
-            sv.children_job = next;
-            sv.children = i;
+            servers[s].start_parent(next, i);
         } else {
             sv.serving = Serving::Idle;
             sv.job = NONE;
