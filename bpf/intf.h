@@ -163,6 +163,13 @@ struct tailctl_request_acct {
 	/* Threads that reached a CPU without a token and were sent back, and the CPU time they used. */
 	u64 bounces;
 	u64 bounced_ns;
+	/*
+	 * Threads between "I may be running this request" and the cap check in
+	 * ops.running (see begin_request). Kept apart from `running` so that a
+	 * thread about to back out never shows up as a second runner.
+	 */
+	u32 arriving;
+	u32 pad;
 };
 
 /*

@@ -328,6 +328,7 @@ static __always_inline struct tailctl_request_acct *request_acct(u32 idx, u64 ta
 		a->max_running = 0;
 		a->bounces = 0;
 		a->bounced_ns = 0;
+		a->arriving = 0;
 	}
 	return a;
 }
@@ -361,6 +362,15 @@ static __always_inline void release_token(struct task_ctx *tctx)
 	a = bpf_map_lookup_elem(&req_acct, &idx);
 	if (a && a->tag == tctx->tag && a->holders > 0)
 		__sync_fetch_and_sub(&a->holders, 1);
+}
+
+/*
+ * Threads that may be running the request: counted runners plus those still
+ * in begin_request's cap check. Serialization has settled once this is <= 1.
+ */
+static __always_inline u32 maybe_running(struct tailctl_request_acct *a)
+{
+	return __sync_fetch_and_add(&a->running, 0) + __sync_fetch_and_add(&a->arriving, 0);
 }
 
 /* Serialize the request if its work crossed the threshold at the current load. */
@@ -397,7 +407,7 @@ static __always_inline void check_threshold(struct task_ctx *tctx, struct tailct
 	/* The thread that saw the crossing keeps running with the one token; the others are preempted now. */
 	claim_token(tctx, a);
 	kick_request_cpus(tctx->tag, tctx->acct_idx);
-	if (__sync_fetch_and_add(&a->running, 0) <= 1)
+	if (maybe_running(a) <= 1)
 		a->settled_at_ns = now;
 	STAT_INC(serializations);
 	__sync_fetch_and_add(&r->header.kernel_serialized, 1);
@@ -469,24 +479,28 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 		return;
 	}
 	/*
-	 * Publish "running" before reading the cap, while check_threshold sets
-	 * the cap before reading "running" (both through full-barrier atomics):
-	 * a thread racing with the serialization either is seen and kicked, or
-	 * sees the cap and backs out here.
+	 * Announce "arriving" before reading the cap, while check_threshold sets
+	 * the cap before reading running + arriving (both through full-barrier
+	 * atomics): a thread racing with the serialization either is seen (and
+	 * kicked through cpu_runs) or sees the cap and backs out here. Only a
+	 * thread past the check counts in `running`, so one that backs out never
+	 * appears as a second runner.
 	 */
 	set_cpu_run(tag, idx);
-	running = __sync_fetch_and_add(&a->running, 1) + 1;
+	__sync_fetch_and_add(&a->arriving, 1);
 	if (READ_ONCE(a->alloc) && !claim_token(tctx, a)) {
 		/* Queued before the cap: back out; it never counts as running. */
-		running = __sync_fetch_and_sub(&a->running, 1) - 1;
+		__sync_fetch_and_sub(&a->arriving, 1);
 		set_cpu_run(NO_TAG, 0);
-		if (a->serialized_at_ns && !a->settled_at_ns && running <= 1)
+		if (a->serialized_at_ns && !a->settled_at_ns && maybe_running(a) <= 1)
 			a->settled_at_ns = now;
 		__sync_fetch_and_add(&a->bounces, 1);
 		tctx->bounced = true;
 		bounce(p, tctx);
 		return;
 	}
+	running = __sync_fetch_and_add(&a->running, 1) + 1;
+	__sync_fetch_and_sub(&a->arriving, 1);
 	tctx->counted_running = true;
 	if (running > a->max_running)
 		a->max_running = running;
@@ -518,7 +532,7 @@ static __always_inline void end_request(struct task_struct *p, struct task_ctx *
 	running = __sync_fetch_and_sub(&a->running, 1) - 1;
 	if (r && slot < TAILCTL_MAX_REQUESTS)
 		r->requests[slot].kernel_running = running;
-	if (a->serialized_at_ns && !a->settled_at_ns && running <= 1)
+	if (a->serialized_at_ns && !a->settled_at_ns && maybe_running(a) <= 1)
 		a->settled_at_ns = now;
 }
 
