@@ -31,8 +31,15 @@ enum Command {
     Top(top::Args),
 }
 
-fn main() -> Result<()> {
-    let cli = Cli::parse();
+fn main() {
+    // One line per cause, no backtrace: these errors are for operators.
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Thresholds(args) => thresholds::run(args),
         Command::Sim(args) => sim::run(args),

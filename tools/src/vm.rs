@@ -67,9 +67,64 @@ struct RunArgs {
     /// Boot a VM even if the host kernel has sched_ext.
     #[arg(long)]
     force_vm: bool,
+    /// Save the guest kernel's console (oopses, sched_ext errors) to this
+    /// file; its last lines are printed when the guest dies. The command's
+    /// own output still goes to stdout.
+    #[arg(long)]
+    console: Option<PathBuf>,
+    /// qemu TCG threading: `multi` runs one host thread per vCPU; `single`
+    /// runs all vCPUs on one host thread, which is slower but immune to the
+    /// cross-vCPU code-patching race (an int3 oops while sched_ext flips its
+    /// static keys) that multi-threaded TCG has shown.
+    #[arg(long, value_enum, default_value = "multi")]
+    tcg_threads: TcgThreads,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum TcgThreads {
+    Single,
+    Multi,
+}
+
+/// Copies vng's stderr (with --verbose, the guest console: kernel log and
+/// the guest's stderr interleaved) to `console`, and the lines that are not
+/// kernel log lines to our stderr. Returns the last lines of the console.
+fn split_console(out: impl std::io::Read, console: &Path) -> Result<Vec<String>> {
+    use std::io::{BufRead, Write};
+    let mut file = std::fs::File::create(console)
+        .with_context(|| format!("creating the console log {}", console.display()))?;
+    let mut tail = std::collections::VecDeque::new();
+    let stderr = std::io::stderr();
+    for line in std::io::BufReader::new(out).split(b'\n') {
+        let line = String::from_utf8_lossy(&line?).into_owned();
+        writeln!(file, "{line}")?;
+        if !is_kernel_log_line(&line) {
+            let mut o = stderr.lock();
+            writeln!(o, "{line}")?;
+            o.flush()?;
+        }
+        tail.push_back(line);
+        if tail.len() > 60 {
+            tail.pop_front();
+        }
+    }
+    Ok(tail.into())
+}
+
+/// `[   12.345678] ...`: a line of the guest kernel's log.
+fn is_kernel_log_line(line: &str) -> bool {
+    let l = line.trim_start_matches(|c: char| c.is_control() && c != '\t');
+    let Some(rest) = l.strip_prefix('[') else {
+        return false;
+    };
+    let Some((stamp, _)) = rest.split_once(']') else {
+        return false;
+    };
+    let stamp = stamp.trim();
+    !stamp.is_empty() && stamp.chars().all(|c| c.is_ascii_digit() || c == '.')
 }
 
 /// A provisioned kernel: the unpacked package tree and its release string.
@@ -221,8 +276,8 @@ fn run_command(args: RunArgs) -> Result<i32> {
         "[tailctl vm] booting {} ({} vCPUs, {}) under qemu TCG",
         kernel.release, args.cpus, args.memory
     );
-    let status = Command::new(&vng)
-        .arg("--run")
+    let mut cmd = Command::new(&vng);
+    cmd.arg("--run")
         .arg(&kernel.vmlinuz)
         .args(["--disable-kvm", "--cpus", &args.cpus.to_string()])
         .args(["--memory", &args.memory])
@@ -230,18 +285,37 @@ fn run_command(args: RunArgs) -> Result<i32> {
         .arg(format!("/boot={}", kernel.dir.join("boot").display()))
         .arg("--rwdir")
         .arg(&rwdir)
-        // TAILCTL_VM_VERBOSE=1 shows the guest kernel's console (panics, sched_ext errors).
+        // The console is needed when it is shown (TAILCTL_VM_VERBOSE=1) or saved (--console).
         .args(
-            std::env::var_os("TAILCTL_VM_VERBOSE")
-                .filter(|v| v != "0")
-                .map(|_| "--verbose"),
+            (std::env::var_os("TAILCTL_VM_VERBOSE").is_some_and(|v| v != "0")
+                || args.console.is_some())
+            .then_some("--verbose"),
         )
         .arg("--exec")
         .arg(format!("sh {}", shell_quote(&wrapper.to_string_lossy())))
         .env("PATH", path)
-        .stdin(std::process::Stdio::null())
-        .status()
-        .with_context(|| format!("running {}", vng.display()))?;
+        .stdin(std::process::Stdio::null());
+    if args.tcg_threads == TcgThreads::Single {
+        // qemu_opts must come last on vng's command line.
+        cmd.arg("--qemu-opts=-accel tcg,thread=single");
+    }
+    let mut tail = Vec::new();
+    let status = match &args.console {
+        None => cmd
+            .status()
+            .with_context(|| format!("running {}", vng.display()))?,
+        Some(console) => {
+            let mut child = cmd
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .with_context(|| format!("running {}", vng.display()))?;
+            let out = child.stderr.take().expect("piped stderr");
+            let copied = split_console(out, console);
+            let status = child.wait()?;
+            tail = copied?;
+            status
+        }
+    };
     let _ = std::fs::remove_file(&wrapper);
     let rc = std::fs::read_to_string(&marker);
     let _ = std::fs::remove_file(&marker);
@@ -250,10 +324,21 @@ fn run_command(args: RunArgs) -> Result<i32> {
             .trim()
             .parse::<i32>()
             .with_context(|| format!("malformed exit-status marker {:?}", s.trim())),
-        Err(_) => bail!(
-            "the guest did not finish the command (vng exited with {status}; no exit-status marker). \
-             Is udev installed on the host? Did the guest run out of memory?"
-        ),
+        Err(_) => {
+            if !tail.is_empty() {
+                eprintln!(
+                    "[tailctl vm] the guest's last console lines ({}):",
+                    args.console.as_deref().unwrap_or(Path::new("")).display()
+                );
+                for l in &tail {
+                    eprintln!("  | {l}");
+                }
+            }
+            bail!(
+                "the guest did not finish the command (vng exited with {status}; no exit-status marker). \
+                 Is udev installed on the host? Did the guest run out of memory or oops (see its console)?"
+            )
+        }
     }
 }
 
@@ -282,6 +367,16 @@ mod tests {
             .join(" ");
         let out = Command::new("sh").arg("-c").arg(&line).output().unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout), "a b it's $HOME \n");
+    }
+
+    #[test]
+    fn kernel_log_lines_are_told_from_command_output() {
+        assert!(is_kernel_log_line("[   12.345678] sched_ext: enabled"));
+        assert!(is_kernel_log_line("\r[    0.000000] Linux version"));
+        assert!(!is_kernel_log_line("PASS load: attach"));
+        assert!(!is_kernel_log_line("[guest 6.18] 4 CPUs"));
+        assert!(!is_kernel_log_line("[tailctl vm] booting"));
+        assert!(!is_kernel_log_line("[] empty"));
     }
 
     #[test]
