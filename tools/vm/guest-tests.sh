@@ -11,7 +11,7 @@ set -uo pipefail
 bin=$(readlink -f "$1"); out=$2; shift 2
 ktest=$(dirname "$bin")/tailctl-ktest
 wl=$(dirname "$bin")
-all_tests=(load stress service serialize account isolation fault nosyscall maps top)
+all_tests=(load stress service serialize account isolation fault nosyscall experiment maps top)
 tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=("${all_tests[@]}")
 # --list: print the default tests (tools/test.sh resumes from them).
 if [ "${tests[0]}" = --list ]; then echo "${all_tests[*]}"; exit 0; fi
@@ -257,6 +257,27 @@ test_nosyscall() {
   [ "$n" -gt 0 ] 2>/dev/null || { fail nosyscall "no requests served: $r"; return; }
   [ "$calls" = 0 ] || { fail nosyscall "$calls bpf() calls while serving $n requests: $(head -c 300 "$out/strace.txt")"; return; }
   pass nosyscall "$n requests served kernel-assisted with 0 bpf() system calls" "\"requests\": $n, \"bpf_calls\": 0"
+}
+
+# The experiment driver end to end in its kernel-assisted mode: steal-first and
+# user-space tail-control under the default scheduler, then steal-first under
+# scx_tailctl and tail-control registered with it (the driver checks each
+# registered run really was registered), on one trace. Small: it proves the
+# pieces work together; the numbers are printed, not judged.
+test_experiment() {
+  local d="$out/experiment" r
+  rm -rf "$d"
+  r=$("$wl/tailctl-experiment" --kernel-assisted --scx-tailctl "$bin" --workers "$(nproc)" \
+        --rps "${EXPERIMENT_RPS:-100}" --requests "${EXPERIMENT_REQUESTS:-400}" --kernel spin \
+        --policies sf,tc --tc-runs single --out "$d" --json 2>"$out/experiment.err") \
+    || { fail experiment "driver failed: $(tail -n 4 "$out/experiment.err" | tr '\n"' ' ')"; return; }
+  [ "$(state)" = disabled ] || { fail experiment "scheduler left attached: $(state)"; return; }
+  local rows
+  rows=$(sed -n '/^{/,$p' <<<"$r" | $PY -c 'import json,sys; r=json.load(sys.stdin); print(" | ".join("%s %s%%" % (x["policy"], "/".join("%.1f" % (m*100) for m in x["miss"])) for x in r["rows"]))') \
+    || { fail experiment "no JSON report: $(tail -c 300 <<<"$r")"; return; }
+  grep -q "tail-control + kernel" <<<"$rows" || { fail experiment "no kernel-assisted row: $rows"; return; }
+  local ks; ks=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["server_stats"]["kernel_serialized"])' "$d/tail-control-kernel.json")
+  pass experiment "miss % at SF p97.5..p99.75: $rows; kernel serialized $ks" "\"kernel_serialized\": $ks"
 }
 
 # Operator-facing tests (bpftool on the pins, tailctl maps / top) live beside this file.

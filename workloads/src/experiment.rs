@@ -100,10 +100,39 @@ pub struct Report {
 
 /// The name of the row the improvements are computed for.
 pub const TAIL_CONTROL: &str = "tail-control";
+/// The row of tail-control registered with scx_tailctl.
+pub const TAIL_CONTROL_KERNEL: &str = "tail-control + kernel";
+/// Part of the label of every run under scx_tailctl that is not registered.
+pub const UNDER_SCX_MARK: &str = "(scx_tailctl)";
 
 impl Report {
-    fn tc(&self) -> Option<&PolicyRow> {
-        self.rows.iter().find(|r| r.policy == TAIL_CONTROL)
+    fn row(&self, policy: &str) -> Option<&PolicyRow> {
+        self.rows.iter().find(|r| r.policy == policy)
+    }
+
+    /// (label, tail-control row, baselines): user-space tail-control against
+    /// the other user-space policies; kernel-assisted tail-control against
+    /// every other run.
+    fn comparisons(&self) -> Vec<(&'static str, &PolicyRow, Vec<&PolicyRow>)> {
+        let mut v = Vec::new();
+        if let Some(tc) = self.row(TAIL_CONTROL) {
+            let bases = self
+                .rows
+                .iter()
+                .filter(|r| r.policy != TAIL_CONTROL && !r.policy.contains(UNDER_SCX_MARK))
+                .filter(|r| r.policy != TAIL_CONTROL_KERNEL)
+                .collect();
+            v.push(("TC", tc, bases));
+        }
+        if let Some(tck) = self.row(TAIL_CONTROL_KERNEL) {
+            let bases = self
+                .rows
+                .iter()
+                .filter(|r| r.policy != TAIL_CONTROL_KERNEL)
+                .collect();
+            v.push(("TC+kernel", tck, bases));
+        }
+        v
     }
 
     /// The paper-style table (Markdown): miss ratios in percent per policy and
@@ -125,9 +154,9 @@ impl Report {
             }
             s.push('\n');
         }
-        if let Some(tc) = self.tc() {
-            for base in self.rows.iter().filter(|r| r.policy != TAIL_CONTROL) {
-                let _ = write!(s, "| TC improvement vs {} |", base.policy);
+        for (label, tc, bases) in self.comparisons() {
+            for base in bases {
+                let _ = write!(s, "| {label} improvement vs {} |", base.policy);
                 for (a, b) in tc.miss.iter().zip(&base.miss) {
                     match improvement(*a, *b) {
                         Some(x) => {
@@ -147,7 +176,7 @@ impl Report {
     /// run's summary in [`Report::runs`]).
     pub fn runs_table(&self) -> String {
         let mut s = String::from(
-            "| run | p50 ms | p95 ms | p99 ms | p99.9 ms | max ms | steals | serialized |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+            "| run | p50 ms | p95 ms | p99 ms | p99.9 ms | max ms | steals | serialized | kernel-serialized |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         let Some(runs) = self.runs.as_object() else {
             return s;
@@ -161,14 +190,15 @@ impl Report {
             };
             let _ = writeln!(
                 s,
-                "| {name} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 f("p50_ms"),
                 f("p95_ms"),
                 f("p99_ms"),
                 f("p999_ms"),
                 f("max_ms"),
                 c("steals"),
-                c("serialized")
+                c("serialized"),
+                c("kernel_serialized")
             );
         }
         s

@@ -435,6 +435,10 @@ pub mod rt {
                 "refused_steals": s.refused_steals,
                 "serialized": s.serialized,
                 "active": s.active,
+                "kernel_assisted": self.pool.is_kernel_assisted(),
+                "registrations": self.pool.registrations(),
+                // Requests the kernel serialized (0 in user-space mode).
+                "kernel_serialized": self.pool.shared_state().header().kernel_serialized(),
             })
         }
     }

@@ -182,7 +182,24 @@ fn bad_arguments_and_missing_servers_are_clear_errors() {
     ]));
     assert_eq!(code, 1);
     assert!(err.contains("--policy tc needs"), "{err}");
-    let (code, err) = stderr_of(Command::new(bin("tailctl-experiment")).arg("--kernel-assisted"));
+    let (code, err) = stderr_of(Command::new(bin("tailctl-experiment")).args([
+        "--kernel-assisted",
+        "--scx-tailctl",
+        "/nonexistent/scx_tailctl",
+    ]));
     assert_eq!(code, 1);
-    assert!(err.contains("not available yet"), "{err}");
+    assert!(err.contains("/nonexistent/scx_tailctl not found"), "{err}");
+    if !std::path::Path::new("/sys/kernel/sched_ext/state").exists() {
+        // Any existing file passes the binary check; the kernel check must refuse.
+        let (code, err) = stderr_of(Command::new(bin("tailctl-experiment")).args([
+            "--kernel-assisted",
+            "--scx-tailctl",
+            bin("tailctl-server").to_str().unwrap(),
+        ]));
+        assert_eq!(code, 1);
+        assert!(
+            err.contains("no sched_ext") || err.contains("needs root"),
+            "{err}"
+        );
+    }
 }

@@ -12,6 +12,14 @@
 //! with the table for the middle target to save time. Everything lands in
 //! `--out`: the trace, each run's per-request CSV and summary, `report.json`,
 //! `table.md` and `plot.svg`.
+//!
+//! `--kernel-assisted` (root, on a sched_ext kernel with no scheduler loaded,
+//! e.g. in the VM of `tailctl vm run`): the runs above happen under the
+//! default kernel scheduler (every server with `--no-kernel`); then the driver
+//! starts `scx_tailctl`, runs steal-first under it (the scheduler's own cost,
+//! no request awareness) and tail-control registered with it (the kernel
+//! charges CPU time per request and serializes), checks from each server's
+//! counters that it really was registered, and stops the scheduler.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -24,7 +32,8 @@ use tailctl_rt::distribution::format_duration;
 use tailctl_workloads::arrival::ArrivalProcess;
 use tailctl_workloads::distributions::DistributionSpec;
 use tailctl_workloads::experiment::{
-    targets_from, PolicyRow, Report, TAIL_CONTROL, TARGET_PERCENTILES,
+    targets_from, PolicyRow, Report, TAIL_CONTROL, TAIL_CONTROL_KERNEL, TARGET_PERCENTILES,
+    UNDER_SCX_MARK,
 };
 use tailctl_workloads::kernel::{Calibration, Kernel};
 use tailctl_workloads::loadgen::read_latencies_csv;
@@ -109,9 +118,20 @@ struct Args {
     /// configuration line; start nothing.
     #[arg(long)]
     dry_run: bool,
-    /// Run tail-control with kernel assistance (scx_tailctl) as well.
+    /// Also run steal-first under scx_tailctl and tail-control registered with
+    /// it (needs root and a sched_ext kernel with no scheduler loaded; the
+    /// other runs then happen under the default kernel scheduler).
     #[arg(long)]
     kernel_assisted: bool,
+    /// The scx_tailctl binary for --kernel-assisted (default: next to this binary).
+    #[arg(long)]
+    scx_tailctl: Option<PathBuf>,
+    /// scx_tailctl's registration socket.
+    #[arg(long, default_value = "/run/tailctl/tailctl.sock")]
+    scx_socket: PathBuf,
+    /// An extra argument for scx_tailctl (repeatable), e.g. `--scx-arg=--slice-us=2000`.
+    #[arg(long = "scx-arg", allow_hyphen_values = true)]
+    scx_args: Vec<String>,
     /// Directory holding tailctl-server and tailctl-loadgen (default: next to this binary).
     #[arg(long)]
     bin_dir: Option<PathBuf>,
@@ -233,13 +253,111 @@ fn policy_name(p: &str) -> Result<&'static str> {
     })
 }
 
-fn run(a: Args) -> Result<()> {
-    if a.kernel_assisted {
+/// `/sys/kernel/sched_ext/state`, or None without sched_ext.
+fn sched_ext_state() -> Option<String> {
+    std::fs::read_to_string("/sys/kernel/sched_ext/state")
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// What --kernel-assisted needs, checked before any run: the binary, root, a
+/// sched_ext kernel and no scheduler loaded (so the other runs really are
+/// under the default kernel scheduler).
+fn check_kernel_assisted(scx: &Path) -> Result<()> {
+    if !scx.exists() {
         bail!(
-            "--kernel-assisted: kernel-assisted tail-control is not available yet \
-             (tailctl-server cannot register with scx_tailctl; see workloads/src/registration.rs)"
+            "--kernel-assisted: {} not found (build with `cargo build -p scx_tailctl`, or pass --scx-tailctl)",
+            scx.display()
         );
     }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("--kernel-assisted: loading scx_tailctl needs root");
+    }
+    match sched_ext_state().as_deref() {
+        None => bail!(
+            "--kernel-assisted: this kernel has no sched_ext (/sys/kernel/sched_ext/state missing); \
+             run in the VM: `tailctl vm run -- tailctl-experiment --kernel-assisted ...`"
+        ),
+        Some("disabled") => Ok(()),
+        Some(state) => {
+            let ops = std::fs::read_to_string("/sys/kernel/sched_ext/root/ops").unwrap_or_default();
+            bail!(
+                "--kernel-assisted: a sched_ext scheduler is already {state} ({}); \
+                 stop it so the user-space runs use the default kernel scheduler",
+                ops.trim()
+            )
+        }
+    }
+}
+
+/// scx_tailctl started by the driver; stopped (SIGINT, then waited) on drop.
+struct ScxProc {
+    child: Child,
+}
+
+impl ScxProc {
+    fn start(bin: &Path, socket: &Path, extra: &[String], log: &Path) -> Result<ScxProc> {
+        let log_file = std::fs::File::create(log)
+            .with_context(|| format!("cannot create {}", log.display()))?;
+        let child = Command::new(bin)
+            .arg("--socket")
+            .arg(socket)
+            .args(extra)
+            .stdout(log_file.try_clone()?)
+            .stderr(log_file)
+            .spawn()
+            .with_context(|| format!("cannot start {}", bin.display()))?;
+        let mut scx = ScxProc { child };
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(60) {
+            if let Some(status) = scx.child.try_wait()? {
+                bail!(
+                    "scx_tailctl exited ({status}) before attaching; its log {}:\n{}",
+                    log.display(),
+                    std::fs::read_to_string(log).unwrap_or_default()
+                );
+            }
+            if sched_ext_state().as_deref() == Some("enabled") && socket.exists() {
+                return Ok(scx);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        bail!(
+            "scx_tailctl did not attach within 60 s (log {})",
+            log.display()
+        )
+    }
+}
+
+impl Drop for ScxProc {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid; at worst the pid is gone (ESRCH).
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
+        let _ = self.child.wait();
+    }
+}
+
+/// Fails unless the run's server was registered with scx_tailctl the whole run.
+fn check_registered(out: &Path, name: &str) -> Result<()> {
+    let v = read_summary(out, name);
+    let stats = &v["server_stats"];
+    if stats["kernel_assisted"].as_bool() != Some(true) {
+        bail!(
+            "{name}: the server was not registered with scx_tailctl at the end of the run \
+             (server counters: {stats}); its stderr above says why"
+        );
+    }
+    if stats["registrations"].as_u64() != Some(1) {
+        bail!(
+            "{name}: the server registered {} times (the daemon restarted mid-run?)",
+            stats["registrations"]
+        );
+    }
+    Ok(())
+}
+
+fn run(a: Args) -> Result<()> {
     if a.percentiles.is_empty() || a.percentiles.iter().any(|p| !(*p > 0.0 && *p <= 100.0)) {
         bail!("--percentiles must be one or more numbers in (0, 100]");
     }
@@ -264,6 +382,13 @@ fn run(a: Args) -> Result<()> {
                 bins.display()
             );
         }
+    }
+    let scx_bin = a
+        .scx_tailctl
+        .clone()
+        .unwrap_or_else(|| bins.join("scx_tailctl"));
+    if a.kernel_assisted && !a.dry_run {
+        check_kernel_assisted(&scx_bin)?;
     }
     std::fs::create_dir_all(&a.out)
         .with_context(|| format!("cannot create {}", a.out.display()))?;
@@ -322,8 +447,10 @@ fn run(a: Args) -> Result<()> {
         cal.bs_unit_ns / 1e3,
         cal.spin_unit_ns / 1e3
     );
+    // User-space runs never register, even if a daemon happens to listen.
     let common = |policy: &str| -> Vec<String> {
         vec![
+            "--no-kernel".into(),
             "--addr".into(),
             "127.0.0.1:0".into(),
             "--workers".into(),
@@ -372,51 +499,39 @@ fn run(a: Args) -> Result<()> {
         rows.push(PolicyRow::from_latencies(name, &lat, &targets));
         runs.insert(name.into(), read_summary(&a.out, "steal-first-rerun"));
     }
+    let tc_args = |mut v: Vec<String>, t: Duration| {
+        v.extend([
+            "--distribution".into(),
+            cfg.dist.to_string(),
+            "--rps".into(),
+            cfg.rps.to_string(),
+            "--target".into(),
+            format!("{}us", t.as_micros()),
+        ]);
+        if let Some(q) = a.q_max {
+            v.extend(["--q-max".into(), q.to_string()]);
+        }
+        v
+    };
+    let mut tc_ctx = TcContext {
+        tc_runs: a.tc_runs,
+        targets: &targets,
+        trace: &trace_path,
+        out: &a.out,
+    };
     for &p in &policies {
         match p {
             "steal-first" => {}
             TAIL_CONTROL => {
-                let tc_args = |t: Duration| {
-                    let mut v = common("tc");
-                    v.extend([
-                        "--distribution".into(),
-                        cfg.dist.to_string(),
-                        "--rps".into(),
-                        cfg.rps.to_string(),
-                        "--target".into(),
-                        format!("{}us", t.as_micros()),
-                    ]);
-                    if let Some(q) = a.q_max {
-                        v.extend(["--q-max".into(), q.to_string()]);
-                    }
-                    v
-                };
-                let mut miss = Vec::new();
-                match a.tc_runs {
-                    TcRuns::PerTarget => {
-                        for (i, &t) in targets.iter().enumerate() {
-                            let name = format!("tail-control-t{i}");
-                            let lat = run_one(&bins, &name, tc_args(t), &trace_path, &a.out)?;
-                            miss.push(PolicyRow::from_latencies(p, &lat, &[t]).miss[0]);
-                            runs.insert(name.clone(), read_summary(&a.out, &name));
-                        }
-                    }
-                    TcRuns::Single => {
-                        let lat = run_one(
-                            &bins,
-                            p,
-                            tc_args(targets[targets.len() / 2]),
-                            &trace_path,
-                            &a.out,
-                        )?;
-                        miss = PolicyRow::from_latencies(p, &lat, &targets).miss;
-                        runs.insert(p.into(), read_summary(&a.out, p));
-                    }
-                }
-                rows.push(PolicyRow {
-                    policy: p.into(),
-                    miss,
-                });
+                rows.push(run_tail_control(
+                    &bins,
+                    p,
+                    "tail-control",
+                    |t| tc_args(common("tc"), t),
+                    &mut tc_ctx,
+                    &mut runs,
+                    |_| Ok(()),
+                )?);
             }
             other => {
                 let flag = match other {
@@ -430,10 +545,44 @@ fn run(a: Args) -> Result<()> {
         }
     }
 
+    let mut scheduler_note = String::new();
+    if a.kernel_assisted {
+        let log = a.out.join("scx_tailctl.log");
+        eprintln!("== starting {} (log {})", scx_bin.display(), log.display());
+        let scx = ScxProc::start(&scx_bin, &a.scx_socket, &a.scx_args, &log)?;
+        // Under scx_tailctl but not registered: what the scheduler alone does.
+        let name = format!("steal-first {UNDER_SCX_MARK}");
+        let name = name.as_str();
+        let lat = run_one(&bins, "steal-first-scx", common("sf"), &trace_path, &a.out)?;
+        rows.push(PolicyRow::from_latencies(name, &lat, &targets));
+        runs.insert(name.into(), read_summary(&a.out, "steal-first-scx"));
+        // Registered: kernel-measured work, kernel serialization and caps.
+        let kernel_args = |t: Duration| {
+            let mut v = tc_args(common("tc"), t);
+            v.retain(|x| x != "--no-kernel");
+            v.extend(["--scx-socket".into(), a.scx_socket.display().to_string()]);
+            v
+        };
+        rows.push(run_tail_control(
+            &bins,
+            TAIL_CONTROL_KERNEL,
+            "tail-control-kernel",
+            kernel_args,
+            &mut tc_ctx,
+            &mut runs,
+            |name| check_registered(&a.out, name),
+        )?);
+        drop(scx);
+        scheduler_note = format!(
+            "; all runs but `steal-first (scx_tailctl)` and `{TAIL_CONTROL_KERNEL}` under the default \
+             kernel scheduler (sched_ext loaded, no scheduler attached), those two under scx_tailctl"
+        );
+    }
+
     let cores_after = probe_effective_cores(&bins, common("sf"))?;
     let conditions = format!(
         "load average (1/5/15 min) before: {load_before}, after: {}; {} CPUs; \
-         effective cores of a lone request (best of 3 × 200 ms, {} workers) before: {cores_before:.2}, after: {cores_after:.2}",
+         effective cores of a lone request (best of 3 × 200 ms, {} workers) before: {cores_before:.2}, after: {cores_after:.2}{scheduler_note}",
         loadavg(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         cfg.workers
@@ -466,6 +615,51 @@ fn run(a: Args) -> Result<()> {
         a.out.display()
     );
     Ok(())
+}
+
+/// What every tail-control run shares.
+struct TcContext<'a> {
+    tc_runs: TcRuns,
+    targets: &'a [Duration],
+    trace: &'a Path,
+    out: &'a Path,
+}
+
+/// Tail-control's runs (one per target, or one with the middle target's
+/// table) as one row; `check` vets each run by its file name.
+fn run_tail_control(
+    bins: &Path,
+    label: &str,
+    file_prefix: &str,
+    args: impl Fn(Duration) -> Vec<String>,
+    ctx: &mut TcContext<'_>,
+    runs: &mut serde_json::Map<String, serde_json::Value>,
+    check: impl Fn(&str) -> Result<()>,
+) -> Result<PolicyRow> {
+    let miss = match ctx.tc_runs {
+        TcRuns::PerTarget => {
+            let mut miss = Vec::new();
+            for (i, &t) in ctx.targets.iter().enumerate() {
+                let name = format!("{file_prefix}-t{i}");
+                let lat = run_one(bins, &name, args(t), ctx.trace, ctx.out)?;
+                check(&name)?;
+                miss.push(PolicyRow::from_latencies(label, &lat, &[t]).miss[0]);
+                runs.insert(format!("{label} t{i}"), read_summary(ctx.out, &name));
+            }
+            miss
+        }
+        TcRuns::Single => {
+            let t = ctx.targets[ctx.targets.len() / 2];
+            let lat = run_one(bins, file_prefix, args(t), ctx.trace, ctx.out)?;
+            check(file_prefix)?;
+            runs.insert(label.into(), read_summary(ctx.out, file_prefix));
+            PolicyRow::from_latencies(label, &lat, ctx.targets).miss
+        }
+    };
+    Ok(PolicyRow {
+        policy: label.into(),
+        miss,
+    })
 }
 
 /// Measures how many cores the server actually gets right now: three lone

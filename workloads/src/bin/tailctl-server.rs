@@ -5,7 +5,7 @@
 //! file or computed from the work distribution, rate and target), calibrates
 //! the kernels (or takes the calibration from the command line, so every run
 //! of an experiment does identical work), tries to register with
-//! `scx_tailctl` (not available yet: see `registration.rs`), prints
+//! `scx_tailctl` when it runs (`--scx-socket`; `--no-kernel` never does), prints
 //! `listening on ADDR` as its first stdout line (the experiment driver waits
 //! for it) and serves until killed.
 
