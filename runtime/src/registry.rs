@@ -416,17 +416,21 @@ impl WorkerThread {
         }
     }
 
+    /// Whether another worker's deque holds a task this worker may steal.
+    fn stealable_work_visible(&self) -> bool {
+        let reg = &*self.registry;
+        (0..reg.num_workers())
+            .any(|v| v != self.index && !reg.stealers[v].is_empty() && !reg.victim_serialized(v))
+    }
+
     /// Whether any work this worker could take is visible (the sleep re-check).
     fn has_work(&self, top_level: bool) -> bool {
         let reg = &*self.registry;
         if !self.worker.is_empty() || !reg.bounce[self.index].is_empty() {
             return true;
         }
-        let n = reg.num_workers();
-        for v in 0..n {
-            if v != self.index && !reg.stealers[v].is_empty() && !reg.victim_serialized(v) {
-                return true;
-            }
+        if self.stealable_work_visible() {
+            return true;
         }
         if top_level {
             match reg.policy {
@@ -436,6 +440,14 @@ impl WorkerThread {
         } else {
             false
         }
+    }
+
+    /// Leaves the searching state, passing on a wake-up for tasks pushed
+    /// while this worker was counted as searching (see `Sleep::stop_searching`).
+    fn stop_searching(&self) {
+        self.registry
+            .sleep
+            .stop_searching(self.index + 1, || self.stealable_work_visible());
     }
 
     /// Runs other work until `done()` holds; sleeps when there is none.
@@ -452,7 +464,7 @@ impl WorkerThread {
         while !done() {
             if let Some(found) = self.find_work(top_level).and_then(|f| self.accept(f)) {
                 if searching {
-                    reg.sleep.stop_searching();
+                    self.stop_searching();
                     slot.set_state(WORKER_WORKING);
                     searching = false;
                 }
@@ -487,7 +499,7 @@ impl WorkerThread {
             rounds = 0;
         }
         if searching {
-            reg.sleep.stop_searching();
+            self.stop_searching();
             slot.set_state(WORKER_WORKING);
         }
         if self.current.get() != saved {

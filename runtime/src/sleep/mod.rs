@@ -1,11 +1,12 @@
 //! Idle workers: searching, sleeping and waking.
 //!
-//! The protocol (and why it cannot lose a wake-up that matters) is explained in
+//! The protocol (and why it cannot lose a wake-up) is explained in
 //! `sleep/README.md` next to this file; the comments here point at its steps.
 
 use crate::sync::{fence, lock, wait_timeout, AtomicBool, AtomicU64, Condvar, Mutex};
 
-/// Longest a parked worker sleeps before it looks for work by itself.
+/// Longest a parked worker sleeps before it looks for work by itself: a
+/// safety net only, no wake-up is known to be lost (README, "Bounded park").
 const MAX_SLEEP: std::time::Duration = std::time::Duration::from_millis(50);
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
@@ -58,9 +59,20 @@ impl Sleep {
         self.counters.fetch_add(SEARCHING_ONE, SeqCst);
     }
 
-    /// A searching worker found work.
-    pub(crate) fn stop_searching(&self) {
-        self.counters.fetch_sub(SEARCHING_ONE, SeqCst);
+    /// A searching worker stops searching (it found work, or what it waited
+    /// for happened). A pusher that saw it searching did not wake anyone
+    /// (README, "Internal work"), so the last searcher to leave while others
+    /// sleep passes the wake-up on if `work_visible()` shows stealable work.
+    /// The fence pairs with the pusher's (Dekker on the counters and the
+    /// deques): either the pusher saw this decrement, or this sees the push.
+    pub(crate) fn stop_searching(&self, start: usize, work_visible: impl FnOnce() -> bool) {
+        let c = self.counters.fetch_sub(SEARCHING_ONE, SeqCst);
+        if searching(c) == 1 && sleeping(c) > 0 {
+            fence(SeqCst);
+            if work_visible() {
+                self.wake_one(start, false);
+            }
+        }
     }
 
     /// Puts searching worker `i` to sleep unless `has_work()` holds after it
@@ -86,10 +98,10 @@ impl Sleep {
             return false;
         }
         // Step 4: the waker clears `blocked` and fixes the counters. The
-        // wait is bounded: should a wake-up ever be lost, the worker wakes
-        // itself within MAX_SLEEP and looks for work again, so a request can
-        // be delayed but never stranded (20 wake-ups a second cost well under
-        // 0.1% of a core per idle worker).
+        // wait is bounded as a safety net (README, "Bounded park"): should a
+        // future change lose a wake-up, the worker wakes itself within
+        // MAX_SLEEP and looks for work again, so a request can be delayed but
+        // never stranded.
         while *blocked {
             let (g, timed_out) = wait_timeout(&w.cond, blocked, MAX_SLEEP);
             blocked = g;
@@ -154,8 +166,17 @@ impl Sleep {
     /// A task was pushed on a worker's own deque (README, "Internal work").
     /// `pointless` tells whether nobody could steal it anyway; only evaluated
     /// when a wake-up is being considered.
+    ///
+    /// The fence orders the push before the counters load (Dekker with the
+    /// sleeper's fence between its counters RMW and its re-check, and with
+    /// the last searcher's in `stop_searching`). Without it the load can read
+    /// counters from before a worker went to sleep while that worker's
+    /// re-check misses the push (store buffering): the task then sits in the
+    /// deque with a sleeper next to it, which is how
+    /// `join_owner_wakes_after_thief_finishes` hung.
     #[inline]
     pub(crate) fn new_internal_work(&self, start: usize, pointless: impl FnOnce() -> bool) {
+        fence(SeqCst);
         let c = self.counters.load(Relaxed);
         if sleeping(c) > 0 && searching(c) == 0 && !pointless() {
             self.wake_one(start, false);
@@ -180,6 +201,7 @@ impl Sleep {
 mod loom_tests {
     use super::*;
     use loom::sync::Arc;
+    use std::sync::atomic::Ordering::Release;
 
     /// A request published to a pool whose only worker is going to sleep is
     /// always seen: the worker ends, never blocks forever.
@@ -194,12 +216,71 @@ mod loom_tests {
                 while !w2.load(SeqCst) {
                     s2.sleep(0, true, || w2.load(SeqCst));
                 }
-                s2.stop_searching();
+                s2.stop_searching(0, || false);
             });
             work.store(true, SeqCst);
             sleep.new_external_work(0);
             worker.join().unwrap();
             assert_eq!(sleep.sleeping_workers(), 0);
+        });
+    }
+
+    /// A task pushed on a worker's deque (`join`) while the other worker is
+    /// going to sleep is seen: the sleeper's re-check finds it or the pusher
+    /// wakes the sleeper. Without the pusher's fence, loom finds the lost
+    /// wake-up that hung `join_owner_wakes_after_thief_finishes`. (The models
+    /// read the work flag with loads: a `swap` mixed with the plain store
+    /// trips loom's partial modification order, which lets the swap read a
+    /// stale value even after the mutex hand-over of the wake-up.)
+    #[test]
+    fn internal_work_is_never_lost() {
+        loom::model(|| {
+            let sleep = Arc::new(Sleep::new(2));
+            let work = Arc::new(AtomicBool::new(false));
+            let (s2, w2) = (sleep.clone(), work.clone());
+            let thief = loom::thread::spawn(move || {
+                s2.start_searching();
+                while !w2.load(SeqCst) {
+                    s2.sleep(0, true, || w2.load(SeqCst));
+                }
+                s2.stop_searching(0, || false);
+            });
+            // The push (crossbeam's is a release store of the deque's back).
+            work.store(true, Release);
+            sleep.new_internal_work(0, || false);
+            thief.join().unwrap();
+        });
+    }
+
+    /// A pusher that sees a searcher does not wake anyone; if that searcher
+    /// then leaves for other work (or its latch), it must pass the wake-up
+    /// on to a sleeper, or the task waits for its pusher (worker 0 sleeps,
+    /// worker 1 searches and leaves, worker 2 pushes).
+    #[test]
+    fn last_searcher_passes_internal_work_on() {
+        // Three threads: bound preemptions to keep the model check short.
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(3);
+        model.check(|| {
+            let sleep = Arc::new(Sleep::new(3));
+            let work = Arc::new(AtomicBool::new(false));
+            sleep.start_searching();
+            sleep.start_searching();
+            let (s0, w0) = (sleep.clone(), work.clone());
+            let thief = loom::thread::spawn(move || {
+                while !w0.load(SeqCst) {
+                    s0.sleep(0, true, || w0.load(SeqCst));
+                }
+                s0.stop_searching(1, || false);
+            });
+            let (s1, w1) = (sleep.clone(), work.clone());
+            let searcher = loom::thread::spawn(move || {
+                s1.stop_searching(2, || w1.load(SeqCst));
+            });
+            work.store(true, Release);
+            sleep.new_internal_work(0, || false);
+            searcher.join().unwrap();
+            thief.join().unwrap();
         });
     }
 
@@ -215,7 +296,7 @@ mod loom_tests {
                 while !l2.load(SeqCst) {
                     s2.sleep(1, false, || l2.load(SeqCst));
                 }
-                s2.stop_searching();
+                s2.stop_searching(0, || false);
             });
             latch.store(true, SeqCst);
             sleep.notify_worker(1);
@@ -241,7 +322,7 @@ mod loom_tests {
                 while !w2.load(SeqCst) {
                     s2.sleep(0, true, || w2.load(SeqCst));
                 }
-                s2.stop_searching();
+                s2.stop_searching(0, || false);
             });
             let (s3, l3) = (sleep.clone(), latch.clone());
             let in_join = loom::thread::spawn(move || {
@@ -249,7 +330,7 @@ mod loom_tests {
                 while !l3.load(SeqCst) {
                     s3.sleep(1, false, || l3.load(SeqCst));
                 }
-                s3.stop_searching();
+                s3.stop_searching(0, || false);
             });
             work.store(true, SeqCst);
             sleep.new_external_work(1);
@@ -283,7 +364,7 @@ mod loom_tests {
             while !done.is_done() {
                 sleep.sleep(0, true, || done.is_done());
             }
-            sleep.stop_searching();
+            sleep.stop_searching(1, || false);
             assert_eq!(done.wait(), 1);
             completer.join().unwrap();
         });
