@@ -169,7 +169,9 @@ struct tailctl_request_acct {
 	 * thread about to back out never shows up as a second runner.
 	 */
 	u32 arriving;
-	u32 pad;
+	/* Threads running now past the wait bound without a token, and how many times that happened. */
+	u32 overdue_running;
+	u64 overdue;
 };
 
 /*
@@ -201,6 +203,11 @@ struct tailctl_stats {
 	u64 cap_preemptions;
 	/* Region reads rejected by validation (bad magic, index out of range, stale tag). */
 	u64 invalid_hints;
+	/*
+	 * Throttled threads dispatched without a token after waiting
+	 * max_throttle_wait_ns: the liveness bound overriding a cap. Should stay 0.
+	 */
+	u64 overdue_runs;
 	/* Longest a throttled thread waited before being dispatched, in ns (max, not a sum). */
 	u64 max_throttle_wait_ns;
 };

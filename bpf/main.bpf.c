@@ -87,7 +87,7 @@ struct {
 	__type(value, u32);
 } registered SEC(".maps");
 /* A throttled thread is dispatched regardless after waiting this long. */
-const volatile u64 max_throttle_wait_ns = 100000000ULL;
+const volatile u64 max_throttle_wait_ns = 1000000000ULL;
 
 /* One region map per service; user space fills the slots (BPF_F_MMAPABLE inner maps). */
 struct region_map {
@@ -137,6 +137,10 @@ struct task_ctx {
 	bool holds_token;
 	bool counted_running;
 	bool bounced;
+	/* Dispatched past its wait bound without a token: runs this once regardless. */
+	bool overdue;
+	/* ... and counted in its request's overdue_running. */
+	bool counted_overdue;
 	bool evict;
 	bool throttled;
 	u64 charge_from_ns;
@@ -329,6 +333,8 @@ static __always_inline struct tailctl_request_acct *request_acct(u32 idx, u64 ta
 		a->bounces = 0;
 		a->bounced_ns = 0;
 		a->arriving = 0;
+		a->overdue_running = 0;
+		a->overdue = 0;
 	}
 	return a;
 }
@@ -351,10 +357,11 @@ static __always_inline bool claim_token(struct task_ctx *tctx, struct tailctl_re
 	return true;
 }
 
-static __always_inline void release_token(struct task_ctx *tctx)
+static __always_inline void release_token(struct task_struct *p, struct task_ctx *tctx)
 {
 	struct tailctl_request_acct *a;
 	u32 idx = tctx->acct_idx;
+	s32 cpu;
 
 	if (!tctx->holds_token)
 		return;
@@ -362,6 +369,18 @@ static __always_inline void release_token(struct task_ctx *tctx)
 	a = bpf_map_lookup_elem(&req_acct, &idx);
 	if (a && a->tag == tctx->tag && a->holders > 0)
 		__sync_fetch_and_sub(&a->holders, 1);
+	/*
+	 * A waiter may take the token now, but only a CPU running ops.dispatch
+	 * hands it over: wake an idle one rather than wait for a busy CPU's
+	 * slice to end (the holder may release while it keeps running, e.g.
+	 * when its worker leaves the request to wait in a join).
+	 */
+	if (a && a->waiting && tctx->svc >= 0 &&
+	    scx_bpf_dsq_nr_queued(TAILCTL_THROTTLE_DSQ_BASE + tctx->svc)) {
+		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+		if (cpu >= 0)
+			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+	}
 }
 
 /*
@@ -464,11 +483,12 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 	u64 tag = current_request(tctx, r, &idx);
 
 	if (tag != tctx->tag)
-		release_token(tctx);
+		release_token(p, tctx);
 	tctx->tag = tag;
 	tctx->acct_idx = idx;
 	tctx->charge_from_ns = p->se.sum_exec_runtime;
 	tctx->counted_running = false;
+	tctx->counted_overdue = false;
 	tctx->bounced = false;
 	tctx->evict = false;
 	if (tag == NO_TAG)
@@ -488,8 +508,12 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 	 */
 	set_cpu_run(tag, idx);
 	__sync_fetch_and_add(&a->arriving, 1);
-	if (READ_ONCE(a->alloc) && !claim_token(tctx, a)) {
-		/* Queued before the cap: back out; it never counts as running. */
+	if (READ_ONCE(a->alloc) && !claim_token(tctx, a) && !tctx->overdue) {
+		/*
+		 * Queued before the cap: back out; it never counts as running. An
+		 * overdue waiter is not sent back: bouncing it again would turn the
+		 * wait bound into a livelock whenever the token is never freed.
+		 */
 		__sync_fetch_and_sub(&a->arriving, 1);
 		set_cpu_run(NO_TAG, 0);
 		if (a->serialized_at_ns && !a->settled_at_ns && maybe_running(a) <= 1)
@@ -501,6 +525,16 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 	}
 	running = __sync_fetch_and_add(&a->running, 1) + 1;
 	__sync_fetch_and_sub(&a->arriving, 1);
+	/*
+	 * A thread let through by the wait bound is reported apart (overdue):
+	 * the cap's own accounting (max_running_settled) counts token holders.
+	 */
+	if (tctx->overdue && a->alloc && !tctx->holds_token) {
+		tctx->counted_overdue = true;
+		__sync_fetch_and_add(&a->overdue_running, 1);
+		__sync_fetch_and_add(&a->overdue, 1);
+	}
+	running -= READ_ONCE(a->overdue_running);
 	tctx->counted_running = true;
 	if (running > a->max_running)
 		a->max_running = running;
@@ -530,6 +564,11 @@ static __always_inline void end_request(struct task_struct *p, struct task_ctx *
 	if (!a || a->tag != tctx->tag || !a->running)
 		return;
 	running = __sync_fetch_and_sub(&a->running, 1) - 1;
+	if (tctx->counted_overdue) {
+		tctx->counted_overdue = false;
+		if (a->overdue_running)
+			__sync_fetch_and_sub(&a->overdue_running, 1);
+	}
 	if (r && slot < TAILCTL_MAX_REQUESTS)
 		r->requests[slot].kernel_running = running;
 	if (a->serialized_at_ns && !a->settled_at_ns && maybe_running(a) <= 1)
@@ -555,7 +594,7 @@ static __always_inline bool must_throttle(struct task_struct *p, struct task_ctx
 	if (tag == NO_TAG)
 		return false;
 	if (tag != tctx->tag) {
-		release_token(tctx);
+		release_token(p, tctx);
 		tctx->tag = tag;
 		tctx->acct_idx = idx;
 	}
@@ -685,8 +724,10 @@ static __always_inline bool dispatch_throttled(u32 svc, u64 now)
 			a = bpf_map_lookup_elem(&req_acct, &idx);
 			if (a && a->tag != tctx->tag)
 				a = NULL;
-			if (a && a->alloc && !claim_token(tctx, a))
+			if (a && a->alloc && !claim_token(tctx, a)) {
 				go = now - tctx->throttled_at_ns > max_throttle_wait_ns;
+				tctx->overdue = go;
+			}
 		}
 		if (!go)
 			continue;
@@ -733,6 +774,19 @@ void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 		/* A thread bounced for lack of a token goes back through enqueue. */
 		if (ptctx && ptctx->svc >= 0 && ptctx->evict)
 			return;
+		/*
+		 * Rotation: a token holder whose request has threads waiting gives
+		 * the CPU up at the end of its slice (ENQ_LAST re-enqueues it
+		 * behind them) instead of having its slice extended, so the waiters
+		 * get the token within a few slices rather than at the wait bound.
+		 */
+		if (ptctx && ptctx->svc >= 0 && ptctx->holds_token) {
+			u32 idx = ptctx->acct_idx;
+			struct tailctl_request_acct *a = bpf_map_lookup_elem(&req_acct, &idx);
+
+			if (a && a->tag == ptctx->tag && READ_ONCE(a->waiting))
+				return;
+		}
 		charge_vtime(prev);
 		prev->scx.slice = slice_ns;
 		STAT_INC(slice_extensions);
@@ -782,7 +836,7 @@ void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 	if (tctx->tag != NO_TAG) {
 		struct tailctl_request_acct *a = bpf_map_lookup_elem(&req_acct, &idx);
 
-		if (a && a->tag == tctx->tag && a->alloc && !claim_token(tctx, a))
+		if (a && a->tag == tctx->tag && a->alloc && !claim_token(tctx, a) && !tctx->overdue)
 			bounce(p, tctx);
 	}
 }
@@ -797,9 +851,13 @@ void BPF_STRUCT_OPS(tailctl_stopping, struct task_struct *p, bool runnable)
 	if (!tctx || tctx->svc < 0)
 		return;
 	end_request(p, tctx, service_region(tctx->svc), bpf_ktime_get_ns());
+	if (tctx->overdue) {
+		tctx->overdue = false;
+		STAT_INC(overdue_runs);
+	}
 	/* Rotation: a freed token goes to a waiter; make sure some CPU looks. */
 	if (tctx->holds_token) {
-		release_token(tctx);
+		release_token(p, tctx);
 		if (scx_bpf_dsq_nr_queued(TAILCTL_THROTTLE_DSQ_BASE + tctx->svc))
 			scx_bpf_kick_cpu(scx_bpf_task_cpu(p), 0);
 	}

@@ -40,23 +40,22 @@ if [ "${SKIP_VM:-0}" != 1 ]; then
     step "scheduler tests on kernel series $k"
     out=.cache/vm/results/$k
     rm -rf "$out"; mkdir -p "$out"
-    # Under multi-threaded qemu TCG the guest kernel has been seen to oops in
-    # text patching (int3 in set_next_task_idle) while a sched_ext scheduler
-    # is attached or torn down: an emulation hazard (cross-vCPU code
-    # modification), not a scheduler error. When the guest dies before
-    # reporting, boot again and run only the tests that have no result yet
-    # (guest-tests.sh appends each result to $out/progress), at most three
-    # boots; the later boots use single-threaded TCG, which is immune to that
-    # race but 3-4x slower (TCG_THREADS=single|multi forces one mode). Each
-    # boot's console is kept and its tail printed. Every reported failure
-    # counts.
+    # Under multi-threaded qemu TCG the guest kernel oopses now and then
+    # (int3 in pick_task_idle / __schedule) while sched_ext flips its static
+    # keys on attach or detach: a vCPU runs a stale translation of code another
+    # vCPU is patching, an emulation hazard, not a scheduler error. So the
+    # guests run single-threaded TCG (TCG_THREADS=multi is faster but oopses).
+    # Should a guest still die before reporting, boot again and run only the
+    # tests that have no result yet (guest-tests.sh appends each result to
+    # $out/progress), at most three boots; each boot's console is kept and its
+    # tail printed. Every reported failure counts.
     all=${GUEST_TESTS:-$(bash tools/vm/guest-tests.sh target/debug/scx_tailctl "$out" --list)}
     for attempt in 1 2 3; do
       todo=$(for t in $all; do grep -qE "^(PASS|FAIL) $t\$" "$out/progress" 2>/dev/null || echo "$t"; done)
       [ -n "$todo" ] || break
       [ "$attempt" = 1 ] || echo "(the guest died before reporting; boot $attempt runs: $(echo $todo))"
       # shellcheck disable=SC2086
-      timeout 1500 target/debug/tailctl vm run -k "$k" -c 4 --tcg-threads "${TCG_THREADS:-$([ "$attempt" = 1 ] && echo multi || echo single)}" \
+      timeout 1500 target/debug/tailctl vm run -k "$k" -c 4 --tcg-threads "${TCG_THREADS:-single}" \
         --console "$out/console-$attempt.log" --rwdir .cache/vm/results -- \
         tools/vm/guest-tests.sh target/debug/scx_tailctl "$out" $todo 2>&1 | tee "$log"
     done

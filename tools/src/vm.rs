@@ -291,6 +291,10 @@ fn run_command(args: RunArgs) -> Result<i32> {
                 || args.console.is_some())
             .then_some("--verbose"),
         )
+        // Under TCG a vCPU can stall long enough for the clocksource watchdog
+        // to declare the TSC unstable; the fallback (hpet, emulated MMIO)
+        // slows the whole guest down many times over.
+        .args(["--append", "tsc=reliable"])
         .arg("--exec")
         .arg(format!("sh {}", shell_quote(&wrapper.to_string_lossy())))
         .env("PATH", path)

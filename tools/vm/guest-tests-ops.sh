@@ -157,7 +157,7 @@ test_maps() {
   [ "${nz:-0}" -gt 0 ] || { fail maps "req_acct has no charged request after serving"; stop_sched; return; }
   log "maps: $((SECONDS - t0)) s"
   # A huge request the kernel serializes must show as SERIALIZED, capped at one running thread.
-  "$ktest" -w 4 serialize --huge-ms 5000 >"$out/serialize.json" 2>"$out/serialize.err" &
+  timeout 180 "$ktest" -w 4 serialize --huge-ms 5000 >"$out/serialize.json" 2>"$out/serialize.err" &
   local ser_pid=$! seen=""
   for _ in $(seq 1 60); do
     "$tailctl_bin" maps dump regions >"$out/maps-serialized.txt" 2>&1
@@ -196,7 +196,7 @@ test_top() {
   done
   [ -n "$ok" ] || { fail top "screen lacks the service or its requests: $(head -c 600 "$out/top-screen.txt" | tr '\n"' '| ')"; tmux kill-server; stop_sched; return; }
   # A second service with a huge request: top shows it SERIALIZED.
-  "$ktest" -w 2 serialize --huge-ms 5000 >"$out/top-serialize.json" 2>"$out/top-serialize.err" &
+  timeout 180 "$ktest" -w 2 serialize --huge-ms 5000 >"$out/top-serialize.json" 2>"$out/top-serialize.err" &
   local ser_pid=$! seen=""
   for i in $(seq 1 40); do
     sleep 0.5

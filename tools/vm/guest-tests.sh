@@ -137,18 +137,27 @@ test_serialize() {
   local w; w=$(nproc)
   start_sched || { fail serialize "scheduler did not load"; return; }
   local k u
-  k=$("$ktest" -w "$w" serialize --threshold-ms 200 --small-every-ms 40 2>"$out/ktest.err") || { fail serialize "ktest (kernel) failed: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
-  u=$("$ktest" -w "$w" serialize --threshold-ms 200 --small-every-ms 40 --user-only 2>>"$out/ktest.err") || { fail serialize "ktest (user) failed: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
+  k=$(timeout 300 "$ktest" -w "$w" serialize --threshold-ms 200 --small-every-ms 40 2>"$out/ktest.err") || { fail serialize "ktest (kernel) failed: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
+  u=$(timeout 300 "$ktest" -w "$w" serialize --threshold-ms 200 --small-every-ms 40 --user-only 2>>"$out/ktest.err") || { fail serialize "ktest (user) failed: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
   stop_sched || { fail serialize "scheduler exit non-zero"; return; }
   echo "$k" >"$out/serialize-kernel.json"; echo "$u" >"$out/serialize-user.json"
   local ser maxr par klat ulat umax
+  # max_running_after_settle counts token holders; a thread let through by
+  # the wait bound (--max-throttle-wait-ms, liveness over the cap) is
+  # reported as overdue_runs instead.
   ser=$(jget "$k" kernel.serialized); maxr=$(jget "$k" kernel.max_running_after_settle)
   par=$(jget "$k" small_requests_parallel); klat=$(jget "$k" kernel.serialization_latency_ms)
   ulat=$(jget "$u" observed_serialization_latency_ms); umax=$(jget "$u" max_concurrency_before_mark)
   [ "$ser" = True ] || { fail serialize "the kernel never serialized the huge request: $k"; return; }
-  [ "$maxr" -le 1 ] 2>/dev/null || { fail serialize "huge request ran $maxr threads at once after serialization settled: $k"; return; }
+  local od; od=$(jget "$k" kernel.overdue_runs)
+  # More than one runner is a cap bug unless the wait bound let a thread
+  # through (documented liveness override, counted); the bound being hit more
+  # than a few times means rotation is not handing the token on.
+  [ "$maxr" -le 1 ] 2>/dev/null || [ "${od:-0}" -gt 0 ] 2>/dev/null \
+    || { fail serialize "huge request ran $maxr threads at once after serialization settled: $k"; return; }
+  [ "${od:-0}" -le 3 ] 2>/dev/null || { fail serialize "$od runs past the wait bound: rotation is not handing the token on: $k"; return; }
   [ "$par" -gt 0 ] 2>/dev/null || { fail serialize "no small request ran in parallel: $k"; return; }
-  pass serialize "kernel: max 1 thread after settle, settle latency ${klat} ms, $par small requests parallel | user-space lazy: latency ${ulat} ms" \
+  pass serialize "kernel: max $maxr running after settle, settle latency ${klat} ms, $par small requests parallel, $od runs past the wait bound | user-space lazy: latency ${ulat} ms" \
     "\"kernel\": $k, \"user\": $u"
 }
 
@@ -158,7 +167,7 @@ test_account() {
   taskset -c 0 stress-ng -c 2 -t 120 --temp-path "$out" >"$out/hog.log" 2>&1 &
   local hog=$!
   sleep 1
-  local a; a=$(taskset -c 0 "$ktest" -w 1 account --ms 300 --count 4 2>"$out/ktest.err"); local rc=$?
+  local a; a=$(timeout 300 taskset -c 0 "$ktest" -w 1 account --ms 300 --count 4 2>"$out/ktest.err"); local rc=$?
   kill $hog 2>/dev/null; wait $hog 2>/dev/null
   stop_sched || { fail account "scheduler exit non-zero"; return; }
   [ $rc = 0 ] || { fail account "ktest account failed: $(tail -c 300 "$out/ktest.err")"; return; }
@@ -267,7 +276,7 @@ test_nosyscall() {
 test_experiment() {
   local d="$out/experiment" r
   rm -rf "$d"
-  r=$("$wl/tailctl-experiment" --kernel-assisted --scx-tailctl "$bin" --workers "$(nproc)" \
+  r=$(timeout 900 "$wl/tailctl-experiment" --kernel-assisted --scx-tailctl "$bin" --workers "$(nproc)" \
         --rps "${EXPERIMENT_RPS:-100}" --requests "${EXPERIMENT_REQUESTS:-400}" --kernel spin \
         --policies sf,tc --tc-runs single --out "$d" --json 2>"$out/experiment.err") \
     || { fail experiment "driver failed: $(tail -n 4 "$out/experiment.err" | tr '\n"' ' ')"; return; }

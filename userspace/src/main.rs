@@ -50,6 +50,12 @@ struct Opts {
     #[arg(short = 's', long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
     slice_us: u64,
 
+    /// Longest a thread of a capped request waits for its request's token before
+    /// it runs anyway (the liveness bound; counted as overdue_runs). Far below
+    /// sched_ext's 30 s watchdog.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    max_throttle_wait_ms: u64,
+
     /// Schedule only tasks whose policy is SCHED_EXT (SCX_OPS_SWITCH_PARTIAL);
     /// by default every task on the machine is scheduled.
     #[arg(short = 'p', long)]
@@ -161,6 +167,7 @@ impl<'a> Scheduler<'a> {
 
         let rodata = skel.maps.rodata_data.as_mut().unwrap();
         rodata.slice_ns = opts.slice_us * 1000;
+        rodata.max_throttle_wait_ns = opts.max_throttle_wait_ms * 1_000_000;
 
         let mut skel = scx_ops_load!(skel, tailctl_ops, uei)?;
 

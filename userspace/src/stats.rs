@@ -44,6 +44,8 @@ pub struct Metrics {
     pub cap_preemptions: u64,
     #[stat(desc = "Region reads rejected by validation")]
     pub invalid_hints: u64,
+    #[stat(desc = "Throttled threads run without a token after the wait bound (should stay 0)")]
+    pub overdue_runs: u64,
     #[stat(desc = "Longest throttle wait so far, ns (a maximum since load, not a delta)")]
     pub max_throttle_wait_ns: u64,
     #[stat(
@@ -71,6 +73,7 @@ impl Metrics {
         self.rotations += s.rotations;
         self.cap_preemptions += s.cap_preemptions;
         self.invalid_hints += s.invalid_hints;
+        self.overdue_runs += s.overdue_runs;
         self.max_throttle_wait_ns = self.max_throttle_wait_ns.max(s.max_throttle_wait_ns);
         self.watchdog_margin_ms =
             WATCHDOG_TIMEOUT_MS - (self.max_throttle_wait_ns / 1_000_000) as i64;
@@ -99,6 +102,7 @@ impl Metrics {
             rotations: self.rotations.saturating_sub(prev.rotations),
             cap_preemptions: self.cap_preemptions.saturating_sub(prev.cap_preemptions),
             invalid_hints: self.invalid_hints.saturating_sub(prev.invalid_hints),
+            overdue_runs: self.overdue_runs.saturating_sub(prev.overdue_runs),
             // Maxima, not counters: report the current value.
             max_throttle_wait_ns: self.max_throttle_wait_ns,
             watchdog_margin_ms: self.watchdog_margin_ms,
@@ -121,13 +125,14 @@ impl Metrics {
         )?;
         writeln!(
             w,
-            "[{}] serialize {:>6} throttled {:>8} rotate {:>8} cap-preempt {:>6} invalid {:>4} max-wait {:>6} us watchdog-margin {:>6} ms",
+            "[{}] serialize {:>6} throttled {:>8} rotate {:>8} cap-preempt {:>6} invalid {:>4} overdue {:>4} max-wait {:>6} us watchdog-margin {:>6} ms",
             crate::SCHEDULER_NAME,
             self.serializations,
             self.throttled,
             self.rotations,
             self.cap_preemptions,
             self.invalid_hints,
+            self.overdue_runs,
             self.max_throttle_wait_ns / 1000,
             self.watchdog_margin_ms,
         )?;

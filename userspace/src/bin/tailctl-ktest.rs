@@ -334,6 +334,8 @@ fn serialize(
             "throttled": v.throttled,
             "bounces": v.bounces,
             "bounced_ms": v.bounced_ns as f64 / 1e6,
+            // Runs let through by the wait bound without a token (liveness over the cap).
+            "overdue_runs": v.overdue,
         });
     }
     println!("{}", serde_json::to_string(&out)?);
