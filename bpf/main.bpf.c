@@ -32,11 +32,22 @@
  *    which the runtime reads as "not stealable".
  *  - Cap enforcement: a thread may be handed to a CPU only while holding one of
  *    its request's alloc tokens. Without one it waits in its service's throttle
- *    DSQ; ops.dispatch hands a freed token to the oldest waiter (rotation on
- *    slice expiry, since a preempted holder re-queues behind waiters). A thread
- *    caught running without a token (queued before the cap) is preempted. A
- *    waiter older than max_throttle_wait_ns is dispatched regardless, so a lost
- *    token can never stall a thread long enough for the watchdog to fire.
+ *    DSQ; ops.dispatch hands a freed token to the oldest waiter. Rotation: a
+ *    holder whose request has waiters gets no slice extension, so at slice end
+ *    it is re-enqueued (SCX_ENQ_LAST) behind them; a token freed while its
+ *    holder keeps running (its worker left the request) kicks an idle CPU to
+ *    hand it on. A thread caught running without a token (queued before the
+ *    cap) is preempted.
+ *  - Counting runners: ops.running announces a thread in `arriving` before it
+ *    reads the cap, and check_threshold sets the cap before reading running +
+ *    arriving (full barriers on both sides), so a racing thread is either seen
+ *    (and kicked) or backs out; only threads past the check count in
+ *    `running`, so one that backs out never shows as a second runner.
+ *  - Liveness: a waiter older than max_throttle_wait_ns is dispatched and runs
+ *    its slice regardless (it is not bounced again: that would livelock), so a
+ *    token that is never handed on cannot stall a thread into the watchdog.
+ *    Such runs break the cap on purpose and are counted (overdue_runs, and
+ *    per request in req_acct.overdue).
  */
 #include <scx/common.bpf.h>
 #include "intf.h"
