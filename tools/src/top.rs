@@ -207,11 +207,7 @@ impl App {
                     s.slot.to_string(),
                     s.pid.to_string(),
                     s.comm.clone(),
-                    if s.allot == 0 {
-                        "all".into()
-                    } else {
-                        s.allot.to_string()
-                    },
+                    s.allot_label(),
                     g("active"),
                     g("busy_workers"),
                     g("stealable"),

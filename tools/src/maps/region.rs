@@ -185,6 +185,17 @@ pub struct Service {
 }
 
 impl Service {
+    /// The allotment as operators read it: 0 means "all CPUs".
+    pub fn allot_label(&self) -> String {
+        if self.allot == 0 {
+            "all".into()
+        } else {
+            self.allot.to_string()
+        }
+    }
+}
+
+impl Service {
     pub fn active(&self) -> u64 {
         self.region.as_ref().map_or(0, |r| r.header["active"])
     }
@@ -402,11 +413,7 @@ impl Snapshot {
                 svc.pid,
                 svc.comm,
                 svc.uid,
-                if svc.allot == 0 {
-                    "all".into()
-                } else {
-                    svc.allot.to_string()
-                },
+                svc.allot_label(),
                 g("active"),
                 g("busy_workers"),
                 g("stealable"),
