@@ -227,7 +227,7 @@ fn meanfield_matches_table3_at_moderate_n() {
 
 #[test]
 fn malformed_input_names_the_problem() {
-    let cases: [(&[&str], &str); 11] = [
+    let cases: [(&[&str], &str); 13] = [
         (
             &["sim", "compare", "--policies", "sf,fifo"],
             "unknown policy `fifo`",
@@ -244,6 +244,8 @@ fn malformed_input_names_the_problem() {
         (&["sim", "meanfield", "--rho", "1.2"], "load"),
         (&["sim", "compare", "--joins", "blocking"], "random"),
         (&["sim", "compare", "--joins", "sometimes"], "continuation"),
+        (&["sim", "compare", "--joins", "root"], "random"),
+        (&["sim", "compare", "--split", "halves"], "adaptive"),
         (&["sim", "compare", "--work-scale", "0"], "work-scale"),
     ];
     for (args, needle) in cases {

@@ -4,9 +4,14 @@
 //! Design. `m` workers, each with a deque of *range tasks* `(request, n chunks)`.
 //! A request is a sequence of phases: parallel-for phases of `n` equal chunks
 //! and (for sub-linear requests) sequential segments of one chunk. A worker
-//! that takes a range task splits it by recursive halving, as TBB's and
-//! Cilk's `parallel_for` do: it pushes the right halves on the bottom of its
-//! deque and runs the leftmost chunk; it pops the bottom when the chunk ends.
+//! that takes a range task splits it by recursive halving, as Cilk's
+//! `parallel_for` and TBB's `simple_partitioner` do: it pushes the right
+//! halves on the bottom of its deque and runs the leftmost chunk; it pops the
+//! bottom when the chunk ends. With *adaptive* splitting (`tailctl-rt`'s,
+//! rayon's and TBB's `auto_partitioner`), a range carries a split budget that
+//! starts at `m` and halves with each split; a piece a thief took gets the
+//! budget back up to `m`; a piece with no budget runs its chunks in a row, so
+//! a range is only cut where work was stolen.
 //! Thieves take the *top* (the largest remaining half) of a uniformly random
 //! victim; every steal attempt, successful or not, costs `steal_cost` of the
 //! thief's time. The worker that finishes a phase's last chunk continues with
@@ -130,6 +135,14 @@ pub struct Config {
     /// back to that join. `false`: continuation passing (TBB, Cilk), where
     /// whoever finishes a loop's last chunk continues and nobody blocks.
     pub blocking_joins: bool,
+    /// Root-blocking joins, as in TBB (the paper's runtime): pieces are joined
+    /// by continuation passing, but the worker that started a request's loop
+    /// (`spawn_root_and_wait`) waits for the whole loop; while it waits it may
+    /// steal but never admits, and it runs the request's next loop.
+    pub root_joins: bool,
+    /// Adaptive splitting (see the module comment) instead of halving every
+    /// range down to single chunks.
+    pub adaptive_split: bool,
     /// Thresholds in seconds, `[q-1]`, `INFINITY` for "never"; empty = never.
     pub thresholds: Vec<f64>,
     /// Seed of the scheduler's own randomness (victims, wake-up phases).
@@ -161,6 +174,9 @@ impl Config {
         if self.blocking_joins && self.eager {
             return Err("blocking joins and eager serialization cannot be combined".into());
         }
+        if self.root_joins && (self.blocking_joins || self.policy == Policy::Random) {
+            return Err("root-blocking joins exclude blocking joins and random admission".into());
+        }
         Ok(())
     }
 
@@ -181,6 +197,8 @@ pub struct Outcome {
     pub serialized: usize,
     /// Steal attempts (each cost `steal_cost`).
     pub steal_attempts: u64,
+    /// Range pieces pushed on deques (splits).
+    pub pushes: u64,
     /// Successful steals.
     pub steals: u64,
     /// Total chunk work executed, seconds (equals the trace's total work).
@@ -213,11 +231,17 @@ impl Outcome {
 struct Task {
     req: u32,
     n: u32,
+    /// Adaptive splitting: the split budget of the range this piece was cut
+    /// from, and the worker that cut it (`NO_WORKER` for a loop's root, whose
+    /// budget is `splits` itself).
+    splits: u32,
+    pusher: u32,
     /// Blocking joins: the frame that pushed this task (it joins on it).
     frame: u32,
 }
 
 const NO_FRAME: u32 = u32::MAX;
+const NO_WORKER: u32 = u32::MAX;
 
 /// Blocking joins: a task a worker took at top level, by stealing or as a
 /// loop's root, with the stolen halves it still waits for.
@@ -242,11 +266,17 @@ struct Worker {
     next: f64,
     /// Request whose chunk is executing (valid in `Exec`).
     exec: u32,
+    /// Chunks of the current piece still to run after this one, in a row
+    /// (adaptive splitting; always 0 with full halving).
+    run_left: u32,
     /// The paper's `curr_request` / `start_time` bookkeeping.
     cur: Option<u32>,
     start: f64,
     /// Blocking joins: frames on this worker's stack, innermost last.
     stack: Vec<u32>,
+    /// Root-blocking joins: the request whose loop this worker started and
+    /// waits for.
+    waiting: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -261,6 +291,8 @@ struct Req {
     /// Time the request was marked not stealable, and its work left then.
     marked_at: f64,
     left_at_mark: f64,
+    /// Root-blocking joins: the worker that started the current loop.
+    root: u32,
 }
 
 struct Sim<'a> {
@@ -313,6 +345,8 @@ impl<'a> Sim<'a> {
             req: r,
             n,
             frame: NO_FRAME,
+            splits: self.workers.len() as u32,
+            pusher: NO_WORKER,
         }
     }
 
@@ -375,7 +409,24 @@ impl<'a> Sim<'a> {
             return; // not running yet (clairvoyant admission): nothing to move
         };
         for v in 0..self.workers.len() {
-            if v == owner || !self.workers[v].deque.iter().any(|t| t.req == r) {
+            if v == owner {
+                continue;
+            }
+            // Adaptive splitting: the chunks another worker would still run
+            // in a row move too (the kernel would throttle that thread).
+            let wk = &mut self.workers[v];
+            if wk.state == State::Exec && wk.exec == r && wk.run_left > 0 {
+                let rest = Task {
+                    req: r,
+                    n: wk.run_left,
+                    frame: NO_FRAME,
+                    splits: 0,
+                    pusher: owner as u32,
+                };
+                wk.run_left = 0;
+                self.workers[owner].deque.push_front(rest);
+            }
+            if !self.workers[v].deque.iter().any(|t| t.req == r) {
                 continue;
             }
             let moved: Vec<Task> = {
@@ -502,20 +553,41 @@ impl<'a> Sim<'a> {
         };
         let stealable = self.reqs[task.req as usize].stealable;
         let chunk = self.reqs[task.req as usize].chunk_len;
+        let m = self.workers.len() as u32;
+        // Full halving: an unlimited budget. Adaptive: rayon's rule, a piece
+        // run where it was cut gets half its range's budget, a stolen one at
+        // least `m`.
+        let mut budget = if !self.cfg.adaptive_split {
+            u32::MAX
+        } else if task.pusher == NO_WORKER {
+            task.splits
+        } else if task.pusher == w as u32 {
+            task.splits / 2
+        } else {
+            m.max(task.splits / 2)
+        };
         let wk = &mut self.workers[w];
         let mut n = task.n;
-        let pushed = n > 1;
-        while n > 1 {
+        let mut pushed = false;
+        while n > 1 && budget > 0 {
             let half = n / 2;
             wk.deque.push_back(Task {
                 req: task.req,
                 n: half,
                 frame,
+                splits: budget,
+                pusher: w as u32,
             });
+            pushed = true;
+            self.out.pushes += 1;
             n -= half;
+            if self.cfg.adaptive_split {
+                budget /= 2;
+            }
         }
         wk.state = State::Exec;
         wk.exec = task.req;
+        wk.run_left = n - 1;
         wk.next = now + chunk;
         if pushed && stealable {
             self.wake_all(now);
@@ -525,6 +597,10 @@ impl<'a> Sim<'a> {
     fn admit(&mut self, w: usize, now: f64) {
         let r = self.fifo.pop_front().expect("admit with an empty FIFO");
         let task = self.setup_phase(r, 0);
+        if self.cfg.root_joins {
+            self.workers[w].waiting = Some(r);
+            self.reqs[r as usize].root = w as u32;
+        }
         if self.cfg.policy == Policy::Clairvoyant
             && self.trace.work[r as usize] > self.cfg.lookup(self.active)
         {
@@ -538,6 +614,22 @@ impl<'a> Sim<'a> {
         if let Some(task) = self.workers[w].deque.pop_back() {
             // Random admission's pushed requests (continuation mode only).
             self.start_task(w, task, now, true);
+            return;
+        }
+        if let Some(r) = self.workers[w].waiting {
+            // In `spawn_root_and_wait`: resume, or steal but never admit.
+            if self.reqs[r as usize].outstanding == 0 {
+                self.resume_root(w, r, now);
+                return;
+            }
+            if self.cfg.policy.uses_table() {
+                self.check_pileup(now);
+            }
+            if self.has_stealable(w) {
+                self.begin_attempt(w, now);
+            } else {
+                self.park(w);
+            }
             return;
         }
         match self.cfg.policy {
@@ -573,6 +665,12 @@ impl<'a> Sim<'a> {
     }
 
     fn attempt_done(&mut self, w: usize, now: f64) {
+        if let Some(r) = self.workers[w].waiting {
+            if self.reqs[r as usize].outstanding == 0 {
+                self.resume_root(w, r, now);
+                return;
+            }
+        }
         if self.cfg.blocking_joins {
             if let Some(&f) = self.workers[w].stack.last() {
                 if self.frames[f as usize].pending == 0 {
@@ -604,7 +702,7 @@ impl<'a> Sim<'a> {
         // try_random_steal keeps going while some victim is stealable.
         if self.has_stealable(w) {
             self.begin_attempt(w, now);
-        } else if !self.workers[w].stack.is_empty() {
+        } else if !self.workers[w].stack.is_empty() || self.workers[w].waiting.is_some() {
             self.park(w); // blocked in a join: may steal, never admits
         } else if self.cfg.policy != Policy::Random && !self.fifo.is_empty() {
             self.admit(w, now);
@@ -619,6 +717,13 @@ impl<'a> Sim<'a> {
         q.outstanding -= 1;
         q.done_work += q.chunk_len;
         self.out.work_done += q.chunk_len;
+        let chunk = q.chunk_len;
+        let wk = &mut self.workers[w];
+        if wk.run_left > 0 {
+            wk.run_left -= 1;
+            wk.next = now + chunk;
+            return;
+        }
         if self.cfg.blocking_joins {
             // Loops end and requests complete when their root frame unwinds.
             if let Some(task) = self.workers[w].deque.pop_back() {
@@ -629,14 +734,26 @@ impl<'a> Sim<'a> {
             return;
         }
         if q.outstanding == 0 {
-            let next = q.phase + 1;
-            let (_, _, phases) = self.phase(r as usize, 0);
-            if next < phases {
-                let task = self.setup_phase(r, next);
-                self.start_task(w, task, now, true);
-                return;
+            let root = q.root as usize;
+            if self.cfg.root_joins && root != w {
+                // The loop is done: its root worker resumes it.
+                let rk = &mut self.workers[root];
+                if rk.state == State::Parked {
+                    rk.state = State::Steal;
+                    rk.next = now;
+                    self.parked -= 1;
+                }
+            } else {
+                let next = q.phase + 1;
+                let (_, _, phases) = self.phase(r as usize, 0);
+                if next < phases {
+                    let task = self.setup_phase(r, next);
+                    self.start_task(w, task, now, true);
+                    return;
+                }
+                self.complete(r, now);
+                self.workers[w].waiting = None;
             }
-            self.complete(r, now);
         }
         if let Some(task) = self.workers[w].deque.pop_back() {
             self.start_task(w, task, now, false);
@@ -644,6 +761,22 @@ impl<'a> Sim<'a> {
             self.set_current(w, None, now);
             self.find_work(w, now);
         }
+    }
+
+    /// Root-blocking joins: `w` waited for `r`'s loop, which is done; it starts
+    /// the next loop or completes the request and goes back to the top level.
+    fn resume_root(&mut self, w: usize, r: u32, now: f64) {
+        let next = self.reqs[r as usize].phase + 1;
+        let (_, _, phases) = self.phase(r as usize, 0);
+        if next < phases {
+            let task = self.setup_phase(r, next);
+            self.start_task(w, task, now, true);
+            return;
+        }
+        self.complete(r, now);
+        self.workers[w].waiting = None;
+        self.set_current(w, None, now);
+        self.find_work(w, now);
     }
 
     fn complete(&mut self, r: u32, now: f64) {
@@ -714,6 +847,12 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// A parked worker at the top level (not waiting in any join).
+    fn is_idle_top_level(&self, w: usize) -> bool {
+        let wk = &self.workers[w];
+        wk.state == State::Parked && wk.stack.is_empty() && wk.waiting.is_none()
+    }
+
     fn arrival(&mut self, r: u32, now: f64) {
         self.active += 1;
         self.out.max_active = self.out.max_active.max(self.active);
@@ -734,14 +873,12 @@ impl<'a> Sim<'a> {
         // One spinning top-level worker admits it (in SF it finds nothing to
         // steal first); workers blocked in a join never admit.
         let idle = (0..self.workers.len())
-            .filter(|&w| self.workers[w].state == State::Parked && self.workers[w].stack.is_empty())
+            .filter(|&w| self.is_idle_top_level(w))
             .count();
         if idle > 0 {
             let k = self.rng.below(idle);
             let w = (0..self.workers.len())
-                .filter(|&w| {
-                    self.workers[w].state == State::Parked && self.workers[w].stack.is_empty()
-                })
+                .filter(|&w| self.is_idle_top_level(w))
                 .nth(k)
                 .expect("idle count");
             self.workers[w].state = State::Exec;
@@ -773,9 +910,11 @@ pub fn simulate(
                 state: State::Parked,
                 next: f64::INFINITY,
                 exec: 0,
+                run_left: 0,
                 cur: None,
                 start: 0.0,
                 stack: Vec::new(),
+                waiting: None,
             })
             .collect(),
         reqs: vec![
@@ -855,6 +994,8 @@ mod tests {
             loops: 1,
             eager: false,
             blocking_joins: false,
+            root_joins: false,
+            adaptive_split: false,
             thresholds: vec![],
             seed: 1,
         }
@@ -893,14 +1034,57 @@ mod tests {
         )
         .unwrap();
         assert!((o.latency[0] - 0.005).abs() < 1e-9, "{}", o.latency[0]);
-        // Blocking joins change nothing for a request alone.
-        let blocking = Config {
-            loops: 2,
-            blocking_joins: true,
-            ..c
+        // Blocking and root-blocking joins change nothing for a request alone.
+        for (blocking_joins, root_joins) in [(true, false), (false, true)] {
+            let c = Config {
+                loops: 2,
+                blocking_joins,
+                root_joins,
+                ..c.clone()
+            };
+            let o = simulate(&c, &trace, None).unwrap();
+            assert!((o.latency[0] - 0.005).abs() < 1e-9, "{}", o.latency[0]);
+        }
+    }
+
+    #[test]
+    fn adaptive_splitting_pushes_less_and_keeps_a_lone_request_parallel() {
+        // 8 ms in 80 chunks on 4 cores, no steal cost: full halving reaches the
+        // ideal 2 ms; adaptive splitting cuts the range only where thieves take
+        // pieces, so it pushes far fewer pieces and still spreads the request.
+        let trace = Trace {
+            arrival: vec![0.0],
+            work: vec![0.008],
+            seq_fraction: vec![0.0],
         };
-        let o = simulate(&blocking, &trace, None).unwrap();
-        assert!((o.latency[0] - 0.005).abs() < 1e-9, "{}", o.latency[0]);
+        let run = |adaptive_split, cores| {
+            let c = Config {
+                steal_cost: 0.0,
+                adaptive_split,
+                cores,
+                ..cfg(Policy::StealFirst)
+            };
+            simulate(&c, &trace, None).unwrap()
+        };
+        let (full, adaptive) = (run(false, 4), run(true, 4));
+        assert!(
+            (full.latency[0] - 0.002).abs() < 1e-9,
+            "{}",
+            full.latency[0]
+        );
+        assert_eq!(full.pushes, 79);
+        assert!(adaptive.pushes < full.pushes, "{}", adaptive.pushes);
+        // Alone on one core nothing is stolen: one split (budget 1), then
+        // both halves run in a row.
+        let alone = run(true, 1);
+        assert_eq!(alone.pushes, 1);
+        assert!(
+            (alone.latency[0] - 0.008).abs() < 1e-9,
+            "{}",
+            alone.latency[0]
+        );
+        assert!(adaptive.latency[0] < 0.0022, "{}", adaptive.latency[0]);
+        assert!((adaptive.work_done - 0.008).abs() < 1e-12);
     }
 
     #[test]
@@ -914,27 +1098,31 @@ mod tests {
         //   (T is busy until 20 ms, so R runs it alone: done at 11 ms).
         // * Blocking joins: R's root frame waits for the stolen chunk, so R may
         //   steal but not admit; request 1 starts only at 20 ms.
+        // * Root-blocking joins (TBB): R started the loop and waits for all of
+        //   it; the same.
         let trace = Trace {
             arrival: vec![0.0, 0.001],
             work: vec![0.03, 0.001],
             seq_fraction: vec![0.0; 2],
         };
-        let run = |blocking_joins| {
+        let run = |blocking_joins, root_joins| {
             let c = Config {
                 cores: 2,
                 steal_cost: 0.0,
                 chunking: Chunking::PerPhase(3),
                 blocking_joins,
+                root_joins,
                 ..cfg(Policy::StealFirst)
             };
             simulate(&c, &trace, None).unwrap().latency
         };
-        let cont = run(false);
+        let cont = run(false, false);
         assert!((cont[0] - 0.020).abs() < 1e-9, "{cont:?}");
         assert!((cont[1] - 0.010).abs() < 1e-9, "{cont:?}");
-        let block = run(true);
-        assert!((block[0] - 0.020).abs() < 1e-9, "{block:?}");
-        assert!(block[1] > 0.019, "{block:?}");
+        for block in [run(true, false), run(false, true)] {
+            assert!((block[0] - 0.020).abs() < 1e-9, "{block:?}");
+            assert!(block[1] > 0.019, "{block:?}");
+        }
     }
 
     #[test]
@@ -964,33 +1152,41 @@ mod tests {
             Policy::Random,
             Policy::Clairvoyant,
         ];
+        // (loops, eager, joins: 0 continuation / 1 blocking / 2 root, chunking, adaptive)
         let variants = [
-            (1, false, false, Chunking::Fixed(1e-4)),
-            (3, true, false, Chunking::PerPhase(8)),
-            (1, false, true, Chunking::Fixed(1e-4)),
-            (3, false, true, Chunking::PerPhase(8)),
+            (1, false, 0, Chunking::Fixed(1e-4), false),
+            (3, true, 0, Chunking::PerPhase(8), false),
+            (1, false, 1, Chunking::Fixed(1e-4), false),
+            (3, false, 1, Chunking::PerPhase(8), false),
+            (1, false, 0, Chunking::Fixed(1e-4), true),
+            (2, true, 0, Chunking::Fixed(1e-4), true),
+            (2, false, 1, Chunking::Fixed(1e-4), true),
+            (1, false, 2, Chunking::Fixed(1e-4), true),
+            (3, true, 2, Chunking::PerPhase(8), false),
         ];
-        for (p, (loops, eager, blocking_joins, chunking)) in policies
+        for (p, (loops, eager, joins, chunking, adaptive_split)) in policies
             .iter()
             .flat_map(|&p| variants.iter().map(move |&v| (p, v)))
-            .filter(|(p, v)| !(v.2 && *p == Policy::Random))
+            .filter(|(p, v)| !(v.2 != 0 && *p == Policy::Random))
         {
             let c = Config {
                 thresholds: vec![f64::INFINITY, 0.02, 0.01],
                 loops,
                 eager,
-                blocking_joins,
+                blocking_joins: joins == 1,
+                root_joins: joins == 2,
                 chunking,
+                adaptive_split,
                 ..cfg(p)
             };
             let o = simulate(&c, &trace, None).unwrap();
             let total: f64 = trace.work.iter().sum();
             assert!(
                 (o.work_done - total).abs() < 1e-6 * total,
-                "{p:?} {loops} {eager}"
+                "{p:?} {loops} {eager} {adaptive_split}"
             );
             if p.uses_table() {
-                assert!(o.serialized > 0, "{p:?} {loops} {eager}");
+                assert!(o.serialized > 0, "{p:?} {loops} {eager} {adaptive_split}");
             }
             assert!(o.latency.iter().all(|l| l.is_finite() && *l > 0.0));
             // Latency is at least the request's span on 4 cores.

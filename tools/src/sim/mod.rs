@@ -85,9 +85,12 @@ struct Common {
     /// Serialize marked requests at once (the kernel-enforced cap of tailctl) instead of lazily (the paper's runtime).
     #[arg(long)]
     eager: bool,
-    /// Joins: `continuation` (TBB/Cilk: whoever finishes a loop continues; nobody blocks) or `blocking` (tailctl-rt/rayon: a worker waits in its join, stealing but never admitting, and a request's next loop starts on its first worker).
-    #[arg(long, default_value = "continuation", value_parser = ["continuation", "blocking"])]
+    /// Joins: `continuation` (Cilk: whoever finishes a loop continues; nobody blocks), `root` (TBB, the paper's runtime: pieces join by continuation, but the worker that started a loop waits for it, stealing but never admitting, and runs the next loop) or `blocking` (tailctl-rt/rayon: every worker waits in its own joins, stealing but never admitting, and a request's next loop starts on its first worker).
+    #[arg(long, default_value = "continuation", value_parser = ["continuation", "root", "blocking"])]
     joins: String,
+    /// Splitting of a parallel-for: `full` (halve every range down to single chunks: Cilk, TBB's simple_partitioner) or `adaptive` (tailctl-rt, rayon, TBB's auto_partitioner: about one piece per worker, split again only where a thief took a piece).
+    #[arg(long, default_value = "full", value_parser = ["full", "adaptive"])]
+    split: String,
     /// Multiply every request's work by this (e.g. 2/1.8 to mimic a machine that gives the server 1.8 of 2 cores); tables still use the nominal distribution.
     #[arg(long, default_value_t = 1.0)]
     work_scale: f64,
@@ -315,8 +318,11 @@ fn setup(common: Common) -> Result<Setup> {
     if policies.is_empty() {
         bail!("no policies given");
     }
-    if common.joins == "blocking" && policies.contains(&Policy::Random) {
-        bail!("--joins blocking is not modelled for the random policy; drop it from --policies");
+    if common.joins != "continuation" && policies.contains(&Policy::Random) {
+        bail!(
+            "--joins {} is not modelled for the random policy; drop it from --policies",
+            common.joins
+        );
     }
     if common.joins == "blocking" && common.eager {
         bail!("--joins blocking and --eager cannot be combined");
@@ -446,6 +452,8 @@ impl Setup {
             loops: self.common.loops,
             eager: self.common.eager,
             blocking_joins: self.common.joins == "blocking",
+            root_joins: self.common.joins == "root",
+            adaptive_split: self.common.split == "adaptive",
             thresholds,
             seed: self.common.seed,
         }
@@ -543,6 +551,7 @@ fn compare(a: CompareArgs) -> Result<()> {
             policy: p.name().to_string(),
             miss: vec![],
             serialized: vec![],
+            steals: vec![],
             mean_latency: f64::NAN,
             post_mark_parallelism: vec![],
         };
@@ -550,6 +559,7 @@ fn compare(a: CompareArgs) -> Result<()> {
             let l = s.measured(o);
             row.miss = targets.iter().map(|&t| miss_ratio(l, t)).collect();
             row.serialized = vec![o.serialized];
+            row.steals = vec![o.steals];
             row.mean_latency = l.iter().sum::<f64>() / l.len() as f64;
         }
         for ((jpi, ti, _), o) in jobs.iter().zip(&outs) {
@@ -562,6 +572,7 @@ fn compare(a: CompareArgs) -> Result<()> {
                 row.mean_latency = l.iter().sum::<f64>() / l.len() as f64;
             }
             row.serialized.push(o.serialized);
+            row.steals.push(o.steals);
             row.post_mark_parallelism.push(o.post_mark_parallelism());
             match ti {
                 Some(ti) => row.miss.push(miss_ratio(l, targets[*ti])),
@@ -600,6 +611,7 @@ fn compare(a: CompareArgs) -> Result<()> {
             format!("{} ({} loop(s) per request)", c.seq_fraction, c.loops),
         ),
         ("joins".to_string(), c.joins.clone()),
+        ("split".to_string(), c.split.clone()),
         (
             "serialization".to_string(),
             if c.eager {

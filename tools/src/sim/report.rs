@@ -19,6 +19,8 @@ pub struct PolicyRow {
     pub miss: Vec<f64>,
     /// Requests serialized (per target for table-driven policies, else one value).
     pub serialized: Vec<usize>,
+    /// Successful steals, per run (like `serialized`).
+    pub steals: Vec<u64>,
     /// Mean latency, seconds (first run of the policy).
     pub mean_latency: f64,
     /// Average parallelism of serialized requests after marking (per run).
@@ -89,11 +91,20 @@ impl Comparison {
         for (k, v) in &self.settings {
             let _ = writeln!(s, "# {k}: {v}");
         }
-        let _ = write!(s, "{:<26}", "SF percentile");
-        for p in &self.percentiles {
-            let _ = write!(s, "{:>10}", format!("{p}th"));
+        // Explicit targets (`--targets`) have no percentile: the row is left out.
+        if self.percentiles.iter().any(|p| p.is_finite()) {
+            let _ = write!(s, "{:<26}", "SF percentile");
+            for p in &self.percentiles {
+                let label = if p.is_finite() {
+                    format!("{p}th")
+                } else {
+                    "-".to_string()
+                };
+                let _ = write!(s, "{label:>10}");
+            }
+            s.push('\n');
         }
-        let _ = write!(s, "\n{:<26}", "target (ms)");
+        let _ = write!(s, "{:<26}", "target (ms)");
         for t in &self.targets {
             let _ = write!(s, "{:>10.2}", t * 1e3);
         }
@@ -124,6 +135,10 @@ impl Comparison {
             for x in &r.serialized {
                 let _ = write!(s, "{x:>10}");
             }
+            let _ = write!(s, "\n{:<26}", format!("  steals {}", r.policy));
+            for x in &r.steals {
+                let _ = write!(s, "{x:>10}");
+            }
             let _ = write!(s, "\n{:<26}", format!("  parallelism after mark"));
             for x in &r.post_mark_parallelism {
                 let _ = write!(s, "{x:>10.2}");
@@ -133,6 +148,12 @@ impl Comparison {
         let _ = write!(s, "{:<26}", "mean latency (ms)");
         for r in &self.rows {
             let _ = write!(s, " {}={:.2}", r.policy, r.mean_latency * 1e3);
+        }
+        let _ = write!(s, "\n{:<26}", "steals (first run)");
+        for r in &self.rows {
+            if let Some(n) = r.steals.first() {
+                let _ = write!(s, " {}={n}", r.policy);
+            }
         }
         s.push('\n');
         s
@@ -150,6 +171,7 @@ impl Comparison {
                 "policy": r.policy,
                 "miss_ratio": r.miss,
                 "serialized": r.serialized,
+                "steals": r.steals,
                 "post_mark_parallelism": r.post_mark_parallelism,
                 "mean_latency_ms": r.mean_latency * 1e3,
             })).collect::<Vec<_>>(),
@@ -239,9 +261,14 @@ impl Comparison {
                     v
                 );
             }
+            let which = if p.is_finite() {
+                format!(" ({p}th)")
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 s,
-                r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{:.1} ms ({p}th)</text>"#,
+                r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{:.1} ms{which}</text>"#,
                 left + gw * (g as f64 + 0.5),
                 top + plot_h + 18.0,
                 t * 1e3
@@ -296,6 +323,7 @@ mod tests {
                     policy: "sf".into(),
                     miss: vec![0.01],
                     serialized: vec![0],
+                    steals: vec![0],
                     mean_latency: 0.005,
                     post_mark_parallelism: vec![],
                 },
@@ -303,6 +331,7 @@ mod tests {
                     policy: "tc".into(),
                     miss: vec![0.006],
                     serialized: vec![12],
+                    steals: vec![0],
                     mean_latency: 0.006,
                     post_mark_parallelism: vec![1.5],
                 },
