@@ -143,6 +143,12 @@ pub struct Config {
     /// Adaptive splitting (see the module comment) instead of halving every
     /// range down to single chunks.
     pub adaptive_split: bool,
+    /// Random admission: push an arriving request on the *top* of the chosen
+    /// worker's deque, so its owner takes its requests oldest first, like
+    /// `tailctl-rt`'s per-worker inbox (thieves then take the newest, where the
+    /// runtime's take the oldest). `false`: the paper's default TBB, pushed
+    /// on the bottom and taken newest first by the owner.
+    pub random_fifo: bool,
     /// Thresholds in seconds, `[q-1]`, `INFINITY` for "never"; empty = never.
     pub thresholds: Vec<f64>,
     /// Seed of the scheduler's own randomness (victims, wake-up phases).
@@ -859,7 +865,12 @@ impl<'a> Sim<'a> {
         if self.cfg.policy == Policy::Random {
             let task = self.setup_phase(r, 0);
             let v = self.rng.below(self.workers.len());
-            self.workers[v].deque.push_back(task);
+            if self.cfg.random_fifo {
+                // At the far end from the owner, which takes requests oldest first.
+                self.workers[v].deque.push_front(task);
+            } else {
+                self.workers[v].deque.push_back(task);
+            }
             if self.workers[v].state == State::Parked {
                 self.workers[v].state = State::Exec; // placeholder, set by find_work
                 self.parked -= 1;
@@ -996,6 +1007,7 @@ mod tests {
             blocking_joins: false,
             root_joins: false,
             adaptive_split: false,
+            random_fifo: false,
             thresholds: vec![],
             seed: 1,
         }
@@ -1171,6 +1183,7 @@ mod tests {
         {
             let c = Config {
                 thresholds: vec![f64::INFINITY, 0.02, 0.01],
+                random_fifo: adaptive_split, // both queue orders, on some variants
                 loops,
                 eager,
                 blocking_joins: joins == 1,

@@ -91,6 +91,9 @@ struct Common {
     /// Splitting of a parallel-for: `full` (halve every range down to single chunks: Cilk, TBB's simple_partitioner) or `adaptive` (tailctl-rt, rayon, TBB's auto_partitioner: about one piece per worker, split again only where a thief took a piece).
     #[arg(long, default_value = "full", value_parser = ["full", "adaptive"])]
     split: String,
+    /// Random admission's per-worker queue: `lifo` (the paper's default TBB: pushed on the worker's deque, its owner takes the newest first) or `fifo` (tailctl-rt's per-worker inbox: oldest first).
+    #[arg(long, default_value = "lifo", value_parser = ["lifo", "fifo"])]
+    random_queue: String,
     /// Multiply every request's work by this (e.g. 2/1.8 to mimic a machine that gives the server 1.8 of 2 cores); tables still use the nominal distribution.
     #[arg(long, default_value_t = 1.0)]
     work_scale: f64,
@@ -454,6 +457,7 @@ impl Setup {
             blocking_joins: self.common.joins == "blocking",
             root_joins: self.common.joins == "root",
             adaptive_split: self.common.split == "adaptive",
+            random_fifo: self.common.random_queue == "fifo",
             thresholds,
             seed: self.common.seed,
         }
@@ -612,6 +616,7 @@ fn compare(a: CompareArgs) -> Result<()> {
         ),
         ("joins".to_string(), c.joins.clone()),
         ("split".to_string(), c.split.clone()),
+        ("random_queue".to_string(), c.random_queue.clone()),
         (
             "serialization".to_string(),
             if c.eager {
