@@ -232,6 +232,11 @@ impl Comparison {
                 "seed"
             ]))
         );
+        let _ = writeln!(
+            s,
+            r##"<text x="{left}" y="52" font-size="11" fill="#555">{}</text>"##,
+            xml_escape(&pick(&["joins", "split"]))
+        );
         // Y axis with 5 ticks.
         for i in 0..=5 {
             let v = max * i as f64 / 5.0;
