@@ -12,6 +12,14 @@
 //! Tail-control's threshold table depends on the target, so it may be run once
 //! per target (the faithful setting) — a [`PolicyRow`] therefore holds one
 //! miss ratio per target, wherever each came from.
+//!
+//! Rounds. On a shared machine the same server replaying the same trace can
+//! miss 1.6× more in one run than in another a quarter of an hour later, so a
+//! single run per policy compares the machine's drift as much as the
+//! policies. With several rounds (each running every policy, in a shuffled
+//! order), a row reports the per-target *median* over rounds, and
+//! tail-control's improvement is also computed *paired*: per round, against
+//! the baseline run in the same round, so slow drift cancels.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -52,8 +60,31 @@ pub fn targets_from(latencies: &[Option<Duration>], percentiles: &[f64]) -> Resu
 pub struct PolicyRow {
     /// Policy name as shown (e.g. `steal-first`).
     pub policy: String,
-    /// Miss ratio at each target.
+    /// Miss ratio at each target (the median over rounds when there are several).
     pub miss: Vec<f64>,
+    /// With several rounds: every round's miss ratios, `[round][target]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rounds: Vec<Vec<f64>>,
+}
+
+/// Median of `v` (the mean of the two middle values for an even count); NaN
+/// for an empty slice.
+///
+/// ```
+/// use tailctl_workloads::experiment::median;
+///
+/// assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+/// assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+/// assert!(median(&[]).is_nan());
+/// ```
+pub fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 impl PolicyRow {
@@ -66,8 +97,65 @@ impl PolicyRow {
         PolicyRow {
             policy: policy.to_string(),
             miss: targets.iter().map(|&t| miss_ratio(latencies, t)).collect(),
+            rounds: Vec::new(),
         }
     }
+
+    /// Combines one policy's rounds (`[round][target]`, at least one): `miss`
+    /// is the per-target median; the rounds are kept only if there are several.
+    ///
+    /// ```
+    /// use tailctl_workloads::experiment::PolicyRow;
+    ///
+    /// let r = PolicyRow::from_rounds("sf", vec![vec![0.1, 0.3], vec![0.2, 0.1], vec![0.4, 0.2]]);
+    /// assert_eq!(r.miss, vec![0.2, 0.2]);
+    /// assert_eq!(r.rounds.len(), 3);
+    /// assert!(PolicyRow::from_rounds("sf", vec![vec![0.1]]).rounds.is_empty());
+    /// ```
+    pub fn from_rounds(policy: &str, rounds: Vec<Vec<f64>>) -> Self {
+        let targets = rounds.first().map_or(0, Vec::len);
+        let miss = (0..targets)
+            .map(|t| median(&rounds.iter().map(|r| r[t]).collect::<Vec<_>>()))
+            .collect();
+        PolicyRow {
+            policy: policy.to_string(),
+            miss,
+            rounds: if rounds.len() > 1 { rounds } else { Vec::new() },
+        }
+    }
+}
+
+/// Tail-control's improvement over `base` paired by round, per target:
+/// `(median, min, max)` over the rounds where the baseline missed something;
+/// `None` where it never did, or when the rows do not have the same rounds.
+///
+/// ```
+/// use tailctl_workloads::experiment::{paired_improvement, PolicyRow};
+///
+/// let tc = PolicyRow::from_rounds("tc", vec![vec![0.1], vec![0.3], vec![0.2]]);
+/// let sf = PolicyRow::from_rounds("sf", vec![vec![0.2], vec![0.3], vec![0.1]]);
+/// let (med, lo, hi) = paired_improvement(&tc, &sf)[0].unwrap();
+/// assert_eq!((med, lo, hi), (0.0, -1.0, 0.5));
+/// ```
+pub fn paired_improvement(tc: &PolicyRow, base: &PolicyRow) -> Vec<Option<(f64, f64, f64)>> {
+    if tc.rounds.len() < 2 || tc.rounds.len() != base.rounds.len() {
+        return vec![None; tc.miss.len()];
+    }
+    (0..tc.miss.len())
+        .map(|t| {
+            let v: Vec<f64> = tc
+                .rounds
+                .iter()
+                .zip(&base.rounds)
+                .filter_map(|(a, b)| improvement(a[t], b[t]))
+                .collect();
+            (!v.is_empty()).then(|| {
+                let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
+                let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                (median(&v), lo, hi)
+            })
+        })
+        .collect()
 }
 
 /// Relative improvement `1 − miss_tc / miss_base`; `None` when the baseline
@@ -164,6 +252,55 @@ impl Report {
                         }
                         None => s.push_str(" n/a |"),
                     }
+                }
+                s.push('\n');
+                if tc.rounds.len() < 2 || tc.rounds.len() != base.rounds.len() {
+                    continue;
+                }
+                let _ = write!(
+                    s,
+                    "| {label} vs {}, paired by round: median [min, max] |",
+                    base.policy
+                );
+                for p in paired_improvement(tc, base) {
+                    match p {
+                        Some((m, lo, hi)) => {
+                            let _ = write!(
+                                s,
+                                " {:+.0}% [{:+.0}, {:+.0}] |",
+                                m * 100.0,
+                                lo * 100.0,
+                                hi * 100.0
+                            );
+                        }
+                        None => s.push_str(" n/a |"),
+                    }
+                }
+                s.push('\n');
+            }
+        }
+        s
+    }
+
+    /// With several rounds: every round's miss ratios, one line per policy
+    /// and round (empty otherwise).
+    pub fn rounds_table(&self) -> String {
+        let mut s = String::new();
+        if self.rows.iter().all(|r| r.rounds.is_empty()) {
+            return s;
+        }
+        s.push_str("| policy | round |");
+        for t in &self.targets_ms {
+            let _ = write!(s, " {t:.2} ms |");
+        }
+        s.push_str("\n|---|---:|");
+        s.push_str(&"---:|".repeat(self.targets_ms.len()));
+        s.push('\n');
+        for r in self.rows.iter().filter(|r| !r.rounds.is_empty()) {
+            for (i, round) in r.rounds.iter().enumerate() {
+                let _ = write!(s, "| {} | {i} |", r.policy);
+                for m in round {
+                    let _ = write!(s, " {:.2} |", m * 100.0);
                 }
                 s.push('\n');
             }

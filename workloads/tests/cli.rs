@@ -123,6 +123,68 @@ fn a_small_experiment_runs_every_policy_and_writes_its_report() {
 }
 
 #[test]
+fn rounds_repeat_every_policy_and_pair_the_improvements() {
+    let out = tmp("rounds");
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_tailctl-server"))
+        .parent()
+        .unwrap();
+    let status = Command::new(bin("tailctl-experiment"))
+        .args([
+            "--kernel",
+            "spin",
+            "--requests",
+            "60",
+            "--rps",
+            "40",
+            "--policies",
+            "sf,af,tc",
+            "--tc-runs",
+            "single",
+            "--rounds",
+            "3",
+            "--bin-dir",
+        ])
+        .arg(bin_dir)
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["policy"].as_str().unwrap()).collect();
+    assert_eq!(names, ["steal-first", "admit-first", "tail-control"]);
+    for r in rows {
+        let rounds = r["rounds"].as_array().unwrap();
+        assert_eq!(rounds.len(), 3, "{r}");
+        // The reported miss ratio is the per-target median of the rounds.
+        for t in 0..5 {
+            let mut v: Vec<f64> = rounds.iter().map(|x| x[t].as_f64().unwrap()).collect();
+            v.sort_by(f64::total_cmp);
+            assert_eq!(r["miss"][t].as_f64().unwrap(), v[1]);
+        }
+    }
+    for f in [
+        "steal-first-r1.csv",
+        "admit-first-r2.csv",
+        "tail-control-r2.csv",
+    ] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    let runs = report["runs"].as_object().unwrap();
+    assert_eq!(runs["admit-first r2"]["server_stats"]["policy"], "af");
+    let table = std::fs::read_to_string(out.join("table.md")).unwrap();
+    assert!(
+        table.contains("TC vs steal-first, paired by round"),
+        "{table}"
+    );
+    assert!(table.contains("Every round:"), "{table}");
+    assert!(table.contains("3 rounds"), "{table}");
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
 fn the_paper_preset_is_the_papers_configuration() {
     let out = tmp("paper");
     let o = Command::new(bin("tailctl-experiment"))
@@ -189,6 +251,9 @@ fn bad_arguments_and_missing_servers_are_clear_errors() {
     ]));
     assert_eq!(code, 1);
     assert!(err.contains("/nonexistent/scx_tailctl not found"), "{err}");
+    let (code, err) = stderr_of(Command::new(bin("tailctl-experiment")).args(["--rounds", "0"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("--rounds"), "{err}");
     if !std::path::Path::new("/sys/kernel/sched_ext/state").exists() {
         // Any existing file passes the binary check; the kernel check must refuse.
         let (code, err) = stderr_of(Command::new(bin("tailctl-experiment")).args([

@@ -20,6 +20,12 @@
 //! no request awareness) and tail-control registered with it (the kernel
 //! charges CPU time per request and serializes), checks from each server's
 //! counters that it really was registered, and stops the scheduler.
+//!
+//! `--rounds N` repeats every run N times (round 0 as above, later rounds in a
+//! seeded shuffled order that includes steal-first, the scheduler's block
+//! alternately last and first) and reports medians and improvements paired by
+//! round: on a shared machine, drift between runs is as large as the policies'
+//! differences, and a fixed order would attribute it to whichever runs last.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -108,6 +114,12 @@ struct Args {
     /// the difference between the two steal-first runs is the noise floor.
     #[arg(long)]
     noise_check: bool,
+    /// Run every policy this many times, each round in a shuffled order (the
+    /// kernel-assisted block alternately last and first): rows report the
+    /// median over rounds and tail-control's improvement paired by round, so
+    /// the machine's drift between runs cancels.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
     /// Output directory (created).
     #[arg(long, default_value = "workloads/results/latest")]
     out: PathBuf,
@@ -484,7 +496,13 @@ fn run(a: Args) -> Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let mut rows = vec![PolicyRow::from_latencies("steal-first", &sf, &targets)];
+    // Each row's miss ratios, round by round, in the order rows are reported.
+    let mut results: Vec<(String, Vec<Vec<f64>>)> = Vec::new();
+    record(
+        &mut results,
+        "steal-first",
+        PolicyRow::from_latencies("steal-first", &sf, &targets).miss,
+    );
     runs.insert("steal-first".into(), read_summary(&a.out, "steal-first"));
 
     if a.noise_check {
@@ -496,7 +514,11 @@ fn run(a: Args) -> Result<()> {
             &trace_path,
             &a.out,
         )?;
-        rows.push(PolicyRow::from_latencies(name, &lat, &targets));
+        record(
+            &mut results,
+            name,
+            PolicyRow::from_latencies(name, &lat, &targets).miss,
+        );
         runs.insert(name.into(), read_summary(&a.out, "steal-first-rerun"));
     }
     let tc_args = |mut v: Vec<String>, t: Duration| {
@@ -519,43 +541,73 @@ fn run(a: Args) -> Result<()> {
         trace: &trace_path,
         out: &a.out,
     };
-    for &p in &policies {
-        match p {
-            "steal-first" => {}
-            TAIL_CONTROL => {
-                rows.push(run_tail_control(
-                    &bins,
-                    p,
-                    "tail-control",
-                    |t| tc_args(common("tc"), t),
-                    &mut tc_ctx,
-                    &mut runs,
-                    |_| Ok(()),
-                )?);
-            }
-            other => {
-                let flag = match other {
-                    "admit-first" => "af",
-                    _ => "tbb",
-                };
-                let lat = run_one(&bins, other, common(flag), &trace_path, &a.out)?;
-                rows.push(PolicyRow::from_latencies(other, &lat, &targets));
-                runs.insert(other.into(), read_summary(&a.out, other));
-            }
+    // Round 0 keeps the historical file names; later rounds add `-rN`.
+    let file = |base: &str, round: u32| match round {
+        0 => base.to_string(),
+        r => format!("{base}-r{r}"),
+    };
+    let key = |round: u32| match round {
+        0 => String::new(),
+        r => format!(" r{r}"),
+    };
+    let user_run = |p: &str,
+                    round: u32,
+                    runs: &mut serde_json::Map<String, serde_json::Value>,
+                    results: &mut Vec<(String, Vec<Vec<f64>>)>,
+                    tc_ctx: &mut TcContext<'_>|
+     -> Result<()> {
+        if p == TAIL_CONTROL {
+            let row = run_tail_control(
+                &bins,
+                p,
+                &file("tail-control", round),
+                &key(round),
+                |t| tc_args(common("tc"), t),
+                tc_ctx,
+                runs,
+                |_| Ok(()),
+            )?;
+            record(results, p, row.miss);
+            return Ok(());
         }
-    }
-
-    let mut scheduler_note = String::new();
-    if a.kernel_assisted {
-        let log = a.out.join("scx_tailctl.log");
+        let flag = match p {
+            "steal-first" => "sf",
+            "admit-first" => "af",
+            _ => "tbb",
+        };
+        let name = file(p, round);
+        let lat = run_one(&bins, &name, common(flag), &trace_path, &a.out)?;
+        record(
+            results,
+            p,
+            PolicyRow::from_latencies(p, &lat, &targets).miss,
+        );
+        runs.insert(format!("{p}{}", key(round)), read_summary(&a.out, &name));
+        Ok(())
+    };
+    // The runs under scx_tailctl, as one block: the scheduler starts and stops
+    // around it.
+    let scx_block = |round: u32,
+                     runs: &mut serde_json::Map<String, serde_json::Value>,
+                     results: &mut Vec<(String, Vec<Vec<f64>>)>,
+                     tc_ctx: &mut TcContext<'_>|
+     -> Result<()> {
+        let log = a.out.join(format!("{}.log", file("scx_tailctl", round)));
         eprintln!("== starting {} (log {})", scx_bin.display(), log.display());
         let scx = ScxProc::start(&scx_bin, &a.scx_socket, &a.scx_args, &log)?;
         // Under scx_tailctl but not registered: what the scheduler alone does.
-        let name = format!("steal-first {UNDER_SCX_MARK}");
-        let name = name.as_str();
-        let lat = run_one(&bins, "steal-first-scx", common("sf"), &trace_path, &a.out)?;
-        rows.push(PolicyRow::from_latencies(name, &lat, &targets));
-        runs.insert(name.into(), read_summary(&a.out, "steal-first-scx"));
+        let label = format!("steal-first {UNDER_SCX_MARK}");
+        let name = file("steal-first-scx", round);
+        let lat = run_one(&bins, &name, common("sf"), &trace_path, &a.out)?;
+        record(
+            results,
+            &label,
+            PolicyRow::from_latencies(&label, &lat, &targets).miss,
+        );
+        runs.insert(
+            format!("{label}{}", key(round)),
+            read_summary(&a.out, &name),
+        );
         // Registered: kernel-measured work, kernel serialization and caps.
         let kernel_args = |t: Duration| {
             let mut v = tc_args(common("tc"), t);
@@ -563,20 +615,64 @@ fn run(a: Args) -> Result<()> {
             v.extend(["--scx-socket".into(), a.scx_socket.display().to_string()]);
             v
         };
-        rows.push(run_tail_control(
+        let row = run_tail_control(
             &bins,
             TAIL_CONTROL_KERNEL,
-            "tail-control-kernel",
+            &file("tail-control-kernel", round),
+            &key(round),
             kernel_args,
-            &mut tc_ctx,
-            &mut runs,
+            tc_ctx,
+            runs,
             |name| check_registered(&a.out, name),
-        )?);
+        )?;
+        record(results, TAIL_CONTROL_KERNEL, row.miss);
         drop(scx);
+        Ok(())
+    };
+    let others: Vec<&str> = policies
+        .iter()
+        .copied()
+        .filter(|&p| p != "steal-first")
+        .collect();
+    let mut rng = a.seed ^ 0x9e37_79b9_7f4a_7c15;
+    for round in 0..a.rounds {
+        // Round 0 runs in the historical order after the first steal-first run
+        // (which set the targets); later rounds include steal-first and shuffle.
+        let mut order = others.clone();
+        if round > 0 {
+            order.insert(0, "steal-first");
+            shuffle(&mut order, &mut rng);
+            eprintln!("== round {round}: {}", order.join(", "));
+        }
+        // The scheduler's block goes last in even rounds and first in odd ones.
+        let scx_first = round % 2 == 1;
+        if a.kernel_assisted && scx_first {
+            scx_block(round, &mut runs, &mut results, &mut tc_ctx)?;
+        }
+        for p in order {
+            user_run(p, round, &mut runs, &mut results, &mut tc_ctx)?;
+        }
+        if a.kernel_assisted && !scx_first {
+            scx_block(round, &mut runs, &mut results, &mut tc_ctx)?;
+        }
+    }
+    let rows: Vec<PolicyRow> = results
+        .into_iter()
+        .map(|(label, rounds)| PolicyRow::from_rounds(&label, rounds))
+        .collect();
+    let mut scheduler_note = String::new();
+    if a.kernel_assisted {
         scheduler_note = format!(
             "; all runs but `steal-first (scx_tailctl)` and `{TAIL_CONTROL_KERNEL}` under the default \
              kernel scheduler (sched_ext loaded, no scheduler attached), those two under scx_tailctl"
         );
+    }
+    if a.rounds > 1 {
+        scheduler_note.push_str(&format!(
+            "; {} rounds (round 0 in the listed order, later ones shuffled with seed {}): \
+             miss ratios are medians over rounds",
+            a.rounds, a.seed
+        ));
     }
 
     let cores_after = probe_effective_cores(&bins, common("sf"))?;
@@ -594,7 +690,16 @@ fn run(a: Args) -> Result<()> {
         rows,
         runs: serde_json::Value::Object(runs),
     };
-    let table = format!("{}\n{}", report.table(), report.runs_table());
+    let rounds_table = report.rounds_table();
+    let table = if rounds_table.is_empty() {
+        format!("{}\n{}", report.table(), report.runs_table())
+    } else {
+        format!(
+            "{}\nEvery round:\n\n{rounds_table}\n{}",
+            report.table(),
+            report.runs_table()
+        )
+    };
     println!("{}\n\n{table}", report.config);
     let command: Vec<String> = std::env::args().collect();
     std::fs::write(
@@ -617,6 +722,25 @@ fn run(a: Args) -> Result<()> {
     Ok(())
 }
 
+/// Appends one round's miss ratios to the row `label` (created on first use).
+fn record(results: &mut Vec<(String, Vec<Vec<f64>>)>, label: &str, miss: Vec<f64>) {
+    match results.iter_mut().find(|(l, _)| l == label) {
+        Some((_, rounds)) => rounds.push(miss),
+        None => results.push((label.to_string(), vec![miss])),
+    }
+}
+
+/// Fisher–Yates with xorshift64*: a reproducible run order per seed.
+fn shuffle<T>(v: &mut [T], state: &mut u64) {
+    for i in (1..v.len()).rev() {
+        *state ^= *state >> 12;
+        *state ^= *state << 25;
+        *state ^= *state >> 27;
+        let r = state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33;
+        v.swap(i, (r % (i as u64 + 1)) as usize);
+    }
+}
+
 /// What every tail-control run shares.
 struct TcContext<'a> {
     tc_runs: TcRuns,
@@ -627,10 +751,12 @@ struct TcContext<'a> {
 
 /// Tail-control's runs (one per target, or one with the middle target's
 /// table) as one row; `check` vets each run by its file name.
+#[allow(clippy::too_many_arguments)]
 fn run_tail_control(
     bins: &Path,
     label: &str,
     file_prefix: &str,
+    round_key: &str,
     args: impl Fn(Duration) -> Vec<String>,
     ctx: &mut TcContext<'_>,
     runs: &mut serde_json::Map<String, serde_json::Value>,
@@ -644,7 +770,10 @@ fn run_tail_control(
                 let lat = run_one(bins, &name, args(t), ctx.trace, ctx.out)?;
                 check(&name)?;
                 miss.push(PolicyRow::from_latencies(label, &lat, &[t]).miss[0]);
-                runs.insert(format!("{label} t{i}"), read_summary(ctx.out, &name));
+                runs.insert(
+                    format!("{label} t{i}{round_key}"),
+                    read_summary(ctx.out, &name),
+                );
             }
             miss
         }
@@ -652,13 +781,17 @@ fn run_tail_control(
             let t = ctx.targets[ctx.targets.len() / 2];
             let lat = run_one(bins, file_prefix, args(t), ctx.trace, ctx.out)?;
             check(file_prefix)?;
-            runs.insert(label.into(), read_summary(ctx.out, file_prefix));
+            runs.insert(
+                format!("{label}{round_key}"),
+                read_summary(ctx.out, file_prefix),
+            );
             PolicyRow::from_latencies(label, &lat, ctx.targets).miss
         }
     };
     Ok(PolicyRow {
         policy: label.into(),
         miss,
+        rounds: Vec::new(),
     })
 }
 
