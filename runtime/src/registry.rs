@@ -451,7 +451,8 @@ impl WorkerThread {
     }
 
     /// Runs other work until `done()` holds; sleeps when there is none.
-    /// `top_level` workers may admit requests (see `policy`).
+    /// `top_level` workers may admit requests (see `policy`), and so may a
+    /// worker waiting in a join of a serialized request.
     pub(crate) fn wait_until(&self, done: &dyn Fn() -> bool, top_level: bool) {
         if done() {
             return;
@@ -462,7 +463,14 @@ impl WorkerThread {
         let mut searching = false;
         let mut rounds = 0u32;
         while !done() {
-            if let Some(found) = self.find_work(top_level).and_then(|f| self.accept(f)) {
+            // A join of a serialized request waits for the request's other
+            // thread, which now runs alone: admitting a request here uses a
+            // core that would idle, at the cost of delaying the large request
+            // (the one tail-control chose to delay). The simulator measured
+            // it: `tailctl sim compare --joins blocking --split adaptive
+            // --admit-in-serialized-joins` (tools/RESULTS.md §3).
+            let admits = top_level || (saved != NO_REQUEST && reg.shared.tag_serialized(saved));
+            if let Some(found) = self.find_work(admits).and_then(|f| self.accept(f)) {
                 if searching {
                     self.stop_searching();
                     slot.set_state(WORKER_WORKING);
@@ -494,7 +502,7 @@ impl WorkerThread {
             }
             slot.set_state(WORKER_PARKED);
             reg.sleep
-                .sleep(self.index, top_level, || done() || self.has_work(top_level));
+                .sleep(self.index, admits, || done() || self.has_work(admits));
             slot.set_state(WORKER_STEALING);
             rounds = 0;
         }

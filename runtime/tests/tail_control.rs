@@ -62,6 +62,55 @@ fn explicitly_serialized_request_is_never_stolen() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // spins on another thread's progress for up to 10 s
+fn a_worker_waiting_in_a_serialized_join_admits_new_requests() {
+    // Worker A runs request R = join(a, b); worker B steals b and keeps it
+    // until request R2 has completed (or 10 s pass). a serializes R, so A
+    // waits in R's join with nothing to steal: it may admit R2, and only that
+    // lets b finish early. A worker waiting in an ordinary join never admits.
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    use std::time::Instant;
+    let wait_for = |flag: &AtomicBool| {
+        let t = Instant::now();
+        while !flag.load(Ordering::SeqCst) && t.elapsed() < Duration::from_secs(10) {
+            std::thread::yield_now();
+        }
+        flag.load(Ordering::SeqCst)
+    };
+    for policy in [Policy::StealFirst, Policy::AdmitFirst, Policy::TailControl] {
+        let pool = Pool::builder().workers(2).policy(policy).build().unwrap();
+        let stolen = Arc::new(AtomicBool::new(false));
+        let serialized = Arc::new(AtomicBool::new(false));
+        let r2_done = Arc::new(AtomicBool::new(false));
+        let (st, se, done) = (stolen.clone(), serialized.clone(), r2_done.clone());
+        let r = pool.submit(move || {
+            let ((), b_saw_r2) = join(
+                || {
+                    assert!(wait_for(&st), "{policy}: b was never stolen");
+                    assert!(serialize_current_request());
+                    se.store(true, Ordering::SeqCst);
+                },
+                || {
+                    st.store(true, Ordering::SeqCst);
+                    wait_for(&done)
+                },
+            );
+            b_saw_r2
+        });
+        assert!(wait_for(&serialized), "{policy}: R was not serialized");
+        let d = r2_done.clone();
+        pool.submit(move || d.store(true, Ordering::SeqCst))
+            .wait()
+            .unwrap();
+        assert!(
+            r.wait().unwrap(),
+            "{policy}: R2 ran only after R's stolen half gave up"
+        );
+    }
+}
+
+#[test]
 fn pileup_check_marks_large_requests_and_steals_stop() {
     // Threshold zero at any load: every request that has run at all is large.
     let table = ThresholdTable::from_thresholds(vec![Some(Duration::ZERO)]);

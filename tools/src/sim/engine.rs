@@ -140,6 +140,11 @@ pub struct Config {
     /// (`spawn_root_and_wait`) waits for the whole loop; while it waits it may
     /// steal but never admits, and it runs the request's next loop.
     pub root_joins: bool,
+    /// Blocking joins: a worker waiting in a join of a request that has been
+    /// serialized may admit a new request on top of its stack (it would
+    /// otherwise idle until the request's other worker finishes the stolen
+    /// part, which serialization just made slower).
+    pub admit_in_serialized_joins: bool,
     /// Adaptive splitting (see the module comment) instead of halving every
     /// range down to single chunks.
     pub adaptive_split: bool,
@@ -179,6 +184,9 @@ impl Config {
         }
         if self.blocking_joins && self.eager {
             return Err("blocking joins and eager serialization cannot be combined".into());
+        }
+        if self.admit_in_serialized_joins && !self.blocking_joins {
+            return Err("admitting in serialized joins needs blocking joins".into());
         }
         if self.root_joins && (self.blocking_joins || self.policy == Policy::Random) {
             return Err("root-blocking joins exclude blocking joins and random admission".into());
@@ -708,7 +716,7 @@ impl<'a> Sim<'a> {
         // try_random_steal keeps going while some victim is stealable.
         if self.has_stealable(w) {
             self.begin_attempt(w, now);
-        } else if !self.workers[w].stack.is_empty() || self.workers[w].waiting.is_some() {
+        } else if !self.may_admit(w) {
             self.park(w); // blocked in a join: may steal, never admits
         } else if self.cfg.policy != Policy::Random && !self.fifo.is_empty() {
             self.admit(w, now);
@@ -816,6 +824,8 @@ impl<'a> Sim<'a> {
                 }
                 if self.has_stealable(w) {
                     self.begin_attempt(w, now);
+                } else if self.may_admit(w) && !self.fifo.is_empty() {
+                    self.admit(w, now);
                 } else {
                     self.park(w);
                 }
@@ -853,10 +863,25 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// A parked worker at the top level (not waiting in any join).
-    fn is_idle_top_level(&self, w: usize) -> bool {
+    /// Whether `w` may admit a request: at the top level, or (with
+    /// `admit_in_serialized_joins`) waiting in a join of a serialized request.
+    fn may_admit(&self, w: usize) -> bool {
         let wk = &self.workers[w];
-        wk.state == State::Parked && wk.stack.is_empty() && wk.waiting.is_none()
+        if wk.waiting.is_some() {
+            return false;
+        }
+        match wk.stack.last() {
+            None => true,
+            Some(&f) => {
+                self.cfg.admit_in_serialized_joins
+                    && !self.reqs[self.frames[f as usize].req as usize].stealable
+            }
+        }
+    }
+
+    /// A parked worker that may admit an arriving request.
+    fn is_idle_top_level(&self, w: usize) -> bool {
+        self.workers[w].state == State::Parked && self.may_admit(w)
     }
 
     fn arrival(&mut self, r: u32, now: f64) {
@@ -1006,6 +1031,7 @@ mod tests {
             eager: false,
             blocking_joins: false,
             root_joins: false,
+            admit_in_serialized_joins: false,
             adaptive_split: false,
             random_fifo: false,
             thresholds: vec![],

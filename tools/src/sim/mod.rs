@@ -91,6 +91,9 @@ struct Common {
     /// Splitting of a parallel-for: `full` (halve every range down to single chunks: Cilk, TBB's simple_partitioner) or `adaptive` (tailctl-rt, rayon, TBB's auto_partitioner: about one piece per worker, split again only where a thief took a piece).
     #[arg(long, default_value = "full", value_parser = ["full", "adaptive"])]
     split: String,
+    /// With --joins blocking: a worker waiting in a join of a serialized request may admit a new request (tailctl-rt's rule; without it such a worker idles until the request's other workers finish).
+    #[arg(long)]
+    admit_in_serialized_joins: bool,
     /// Random admission's per-worker queue: `lifo` (the paper's default TBB: pushed on the worker's deque, its owner takes the newest first) or `fifo` (tailctl-rt's per-worker inbox: oldest first).
     #[arg(long, default_value = "lifo", value_parser = ["lifo", "fifo"])]
     random_queue: String,
@@ -327,6 +330,9 @@ fn setup(common: Common) -> Result<Setup> {
             common.joins
         );
     }
+    if common.admit_in_serialized_joins && common.joins != "blocking" {
+        bail!("--admit-in-serialized-joins needs --joins blocking");
+    }
     if common.joins == "blocking" && common.eager {
         bail!("--joins blocking and --eager cannot be combined");
     }
@@ -456,6 +462,7 @@ impl Setup {
             eager: self.common.eager,
             blocking_joins: self.common.joins == "blocking",
             root_joins: self.common.joins == "root",
+            admit_in_serialized_joins: self.common.admit_in_serialized_joins,
             adaptive_split: self.common.split == "adaptive",
             random_fifo: self.common.random_queue == "fifo",
             thresholds,
