@@ -259,7 +259,7 @@ fn meanfield_matches_table3_at_moderate_n() {
 
 #[test]
 fn malformed_input_names_the_problem() {
-    let cases: [(&[&str], &str); 13] = [
+    let cases: [(&[&str], &str); 14] = [
         (
             &["sim", "compare", "--policies", "sf,fifo"],
             "unknown policy `fifo`",
@@ -278,6 +278,10 @@ fn malformed_input_names_the_problem() {
         (&["sim", "compare", "--joins", "sometimes"], "continuation"),
         (&["sim", "compare", "--joins", "root"], "random"),
         (&["sim", "compare", "--split", "halves"], "adaptive"),
+        (
+            &["sim", "compare", "--admit-in-serialized-joins"],
+            "needs --joins blocking",
+        ),
         (&["sim", "compare", "--work-scale", "0"], "work-scale"),
     ];
     for (args, needle) in cases {

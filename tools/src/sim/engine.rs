@@ -1190,7 +1190,8 @@ mod tests {
             Policy::Random,
             Policy::Clairvoyant,
         ];
-        // (loops, eager, joins: 0 continuation / 1 blocking / 2 root, chunking, adaptive)
+        // (loops, eager, joins: 0 continuation / 1 blocking / 2 root / 3 blocking
+        // and admitting in serialized joins, chunking, adaptive)
         let variants = [
             (1, false, 0, Chunking::Fixed(1e-4), false),
             (3, true, 0, Chunking::PerPhase(8), false),
@@ -1201,6 +1202,8 @@ mod tests {
             (2, false, 1, Chunking::Fixed(1e-4), true),
             (1, false, 2, Chunking::Fixed(1e-4), true),
             (3, true, 2, Chunking::PerPhase(8), false),
+            (2, false, 3, Chunking::Fixed(1e-4), true),
+            (1, false, 3, Chunking::PerPhase(8), false),
         ];
         for (p, (loops, eager, joins, chunking, adaptive_split)) in policies
             .iter()
@@ -1212,8 +1215,9 @@ mod tests {
                 random_fifo: adaptive_split, // both queue orders, on some variants
                 loops,
                 eager,
-                blocking_joins: joins == 1,
+                blocking_joins: joins == 1 || joins == 3,
                 root_joins: joins == 2,
+                admit_in_serialized_joins: joins == 3,
                 chunking,
                 adaptive_split,
                 ..cfg(p)
