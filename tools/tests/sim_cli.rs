@@ -74,25 +74,29 @@ fn same_seed_same_result() {
     }
 }
 
+/// The paper's heavy setting (the defaults), shortened to 12,000 requests,
+/// with the target at steal-first's 99th percentile.
+const HEAVY_SHORT: [&str; 11] = [
+    "sim",
+    "compare",
+    "--requests",
+    "12000",
+    "--percentiles",
+    "99",
+    "--threads",
+    "2",
+    "--json",
+    "--seed",
+    "1",
+];
+
 #[test]
 fn tail_control_beats_steal_first_under_heavy_load() {
     // The paper's heavy setting, shortened: 16 cores, log-normal 10/13 ms,
     // 1200 rps; the target at SF's 99th percentile. Margins were checked on
     // several seeds (SF misses 1%: lazy TC 0.71–0.87%, clairvoyant ≤ 0.38%,
     // eager TC ≤ 0.55%, AF 1.0–1.7%).
-    let base = [
-        "sim",
-        "compare",
-        "--requests",
-        "12000",
-        "--percentiles",
-        "99",
-        "--threads",
-        "2",
-        "--json",
-        "--seed",
-        "1",
-    ];
+    let base = HEAVY_SHORT;
     let v = json(&[&base[..], &["--policies", "sf,af,tc,tc-clairvoyant"]].concat());
     let (sf, af, tc, tcc) = (
         miss(&v, "sf")[0],
@@ -116,27 +120,22 @@ fn two_loops_in_tbb_semantics_serialize_for_real() {
     // The paper's heavy setting with PARSEC-blackscholes-like requests (two
     // loops) under TBB's semantics (root-blocking joins, adaptive splitting).
     // Seeds 1-4 at this size: SF misses 1%, TC 0.44-0.83%, AF 1.03-2.33%.
-    let v = json(&[
-        "sim",
-        "compare",
-        "--requests",
-        "12000",
-        "--percentiles",
-        "99",
-        "--threads",
-        "2",
-        "--json",
-        "--seed",
-        "1",
-        "--policies",
-        "sf,af,tc",
-        "--loops",
-        "2",
-        "--joins",
-        "root",
-        "--split",
-        "adaptive",
-    ]);
+    let v = json(
+        &[
+            &HEAVY_SHORT[..],
+            &[
+                "--policies",
+                "sf,af,tc",
+                "--loops",
+                "2",
+                "--joins",
+                "root",
+                "--split",
+                "adaptive",
+            ],
+        ]
+        .concat(),
+    );
     let (sf, af, tc) = (miss(&v, "sf")[0], miss(&v, "af")[0], miss(&v, "tc")[0]);
     assert!(tc < 0.9 * sf && tc < af, "tc {tc} sf {sf} af {af}");
     assert_eq!(v["settings"]["joins"], "root");

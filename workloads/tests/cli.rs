@@ -26,32 +26,30 @@ fn stderr_of(cmd: &mut Command) -> (i32, String) {
     )
 }
 
-#[test]
-fn a_small_experiment_runs_every_policy_and_writes_its_report() {
-    let out = tmp("exp");
+/// Runs a tiny experiment (spin kernel, 40 rps, tail-control once) with
+/// `extra` arguments into `out`; returns its report.json.
+fn tiny_experiment(out: &Path, requests: &str, extra: &[&str]) -> serde_json::Value {
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_tailctl-server"))
         .parent()
         .unwrap();
     let status = Command::new(bin("tailctl-experiment"))
-        .args([
-            "--kernel",
-            "spin",
-            "--requests",
-            "80",
-            "--rps",
-            "40",
-            "--tc-runs",
-            "single",
-            "--bin-dir",
-        ])
+        .args(["--kernel", "spin", "--requests", requests, "--rps", "40"])
+        .args(["--tc-runs", "single"])
+        .args(extra)
+        .arg("--bin-dir")
         .arg(bin_dir)
         .arg("--out")
-        .arg(&out)
+        .arg(out)
         .status()
         .unwrap();
     assert!(status.success());
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn a_small_experiment_runs_every_policy_and_writes_its_report() {
+    let out = tmp("exp");
+    let report = tiny_experiment(&out, "80", &[]);
     let rows = report["rows"].as_array().unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r["policy"].as_str().unwrap()).collect();
     assert_eq!(
@@ -125,33 +123,7 @@ fn a_small_experiment_runs_every_policy_and_writes_its_report() {
 #[test]
 fn rounds_repeat_every_policy_and_pair_the_improvements() {
     let out = tmp("rounds");
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_tailctl-server"))
-        .parent()
-        .unwrap();
-    let status = Command::new(bin("tailctl-experiment"))
-        .args([
-            "--kernel",
-            "spin",
-            "--requests",
-            "60",
-            "--rps",
-            "40",
-            "--policies",
-            "sf,af,tc",
-            "--tc-runs",
-            "single",
-            "--rounds",
-            "3",
-            "--bin-dir",
-        ])
-        .arg(bin_dir)
-        .arg("--out")
-        .arg(&out)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let report = tiny_experiment(&out, "60", &["--policies", "sf,af,tc", "--rounds", "3"]);
     let rows = report["rows"].as_array().unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r["policy"].as_str().unwrap()).collect();
     assert_eq!(names, ["steal-first", "admit-first", "tail-control"]);

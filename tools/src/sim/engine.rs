@@ -1039,14 +1039,19 @@ mod tests {
         }
     }
 
+    /// One embarrassingly parallel request of `work` seconds, arriving at 0.
+    fn lone(work: f64) -> Trace {
+        Trace {
+            arrival: vec![0.0],
+            work: vec![work],
+            seq_fraction: vec![0.0],
+        }
+    }
+
     #[test]
     fn single_request_runs_in_parallel() {
         // 8 ms of work on 4 cores, no steal cost: 2 ms plus nothing.
-        let trace = Trace {
-            arrival: vec![0.0],
-            work: vec![0.008],
-            seq_fraction: vec![0.0],
-        };
+        let trace = lone(0.008);
         let c = Config {
             steal_cost: 0.0,
             ..cfg(Policy::StealFirst)
@@ -1090,11 +1095,7 @@ mod tests {
         // 8 ms in 80 chunks on 4 cores, no steal cost: full halving reaches the
         // ideal 2 ms; adaptive splitting cuts the range only where thieves take
         // pieces, so it pushes far fewer pieces and still spreads the request.
-        let trace = Trace {
-            arrival: vec![0.0],
-            work: vec![0.008],
-            seq_fraction: vec![0.0],
-        };
+        let trace = lone(0.008);
         let run = |adaptive_split, cores| {
             let c = Config {
                 steal_cost: 0.0,
