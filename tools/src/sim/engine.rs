@@ -757,16 +757,8 @@ impl<'a> Sim<'a> {
                     rk.next = now;
                     self.parked -= 1;
                 }
-            } else {
-                let next = q.phase + 1;
-                let (_, _, phases) = self.phase(r as usize, 0);
-                if next < phases {
-                    let task = self.setup_phase(r, next);
-                    self.start_task(w, task, now, true);
-                    return;
-                }
-                self.complete(r, now);
-                self.workers[w].waiting = None;
+            } else if self.next_loop_or_complete(w, r, now) {
+                return;
             }
         }
         if let Some(task) = self.workers[w].deque.pop_back() {
@@ -780,17 +772,25 @@ impl<'a> Sim<'a> {
     /// Root-blocking joins: `w` waited for `r`'s loop, which is done; it starts
     /// the next loop or completes the request and goes back to the top level.
     fn resume_root(&mut self, w: usize, r: u32, now: f64) {
+        if !self.next_loop_or_complete(w, r, now) {
+            self.set_current(w, None, now);
+            self.find_work(w, now);
+        }
+    }
+
+    /// `r`'s current loop is done: `w` starts the next one (true), or the
+    /// request completes and `w` stops waiting for it (false).
+    fn next_loop_or_complete(&mut self, w: usize, r: u32, now: f64) -> bool {
         let next = self.reqs[r as usize].phase + 1;
         let (_, _, phases) = self.phase(r as usize, 0);
         if next < phases {
             let task = self.setup_phase(r, next);
             self.start_task(w, task, now, true);
-            return;
+            return true;
         }
         self.complete(r, now);
         self.workers[w].waiting = None;
-        self.set_current(w, None, now);
-        self.find_work(w, now);
+        false
     }
 
     fn complete(&mut self, r: u32, now: f64) {
@@ -851,15 +851,9 @@ impl<'a> Sim<'a> {
                 continue;
             }
             // A loop's root frame: the loop is done.
-            let r = fr.req;
-            let next = self.reqs[r as usize].phase + 1;
-            let (_, _, phases) = self.phase(r as usize, 0);
-            if next < phases {
-                let task = self.setup_phase(r, next);
-                self.start_task(w, task, now, true);
+            if self.next_loop_or_complete(w, fr.req, now) {
                 return;
             }
-            self.complete(r, now);
         }
     }
 
