@@ -203,6 +203,24 @@ mod loom_tests {
     use loom::sync::Arc;
     use std::sync::atomic::Ordering::Release;
 
+    /// A worker thread in the shape of `wait_until`: it searches, sleeps as
+    /// worker `i` (at top level or in a join) until `flag` is set, and leaves.
+    fn spawn_sleeper(
+        sleep: &Arc<Sleep>,
+        i: usize,
+        top_level: bool,
+        flag: &Arc<AtomicBool>,
+    ) -> loom::thread::JoinHandle<()> {
+        let (s, f) = (sleep.clone(), flag.clone());
+        loom::thread::spawn(move || {
+            s.start_searching();
+            while !f.load(SeqCst) {
+                s.sleep(i, top_level, || f.load(SeqCst));
+            }
+            s.stop_searching(0, || false);
+        })
+    }
+
     /// A request published to a pool whose only worker is going to sleep is
     /// always seen: the worker ends, never blocks forever.
     #[test]
@@ -210,14 +228,7 @@ mod loom_tests {
         loom::model(|| {
             let sleep = Arc::new(Sleep::new(1));
             let work = Arc::new(AtomicBool::new(false));
-            let (s2, w2) = (sleep.clone(), work.clone());
-            let worker = loom::thread::spawn(move || {
-                s2.start_searching();
-                while !w2.load(SeqCst) {
-                    s2.sleep(0, true, || w2.load(SeqCst));
-                }
-                s2.stop_searching(0, || false);
-            });
+            let worker = spawn_sleeper(&sleep, 0, true, &work);
             work.store(true, SeqCst);
             sleep.new_external_work(0);
             worker.join().unwrap();
@@ -237,14 +248,7 @@ mod loom_tests {
         loom::model(|| {
             let sleep = Arc::new(Sleep::new(2));
             let work = Arc::new(AtomicBool::new(false));
-            let (s2, w2) = (sleep.clone(), work.clone());
-            let thief = loom::thread::spawn(move || {
-                s2.start_searching();
-                while !w2.load(SeqCst) {
-                    s2.sleep(0, true, || w2.load(SeqCst));
-                }
-                s2.stop_searching(0, || false);
-            });
+            let thief = spawn_sleeper(&sleep, 0, true, &work);
             // The push (crossbeam's is a release store of the deque's back).
             work.store(true, Release);
             sleep.new_internal_work(0, || false);
@@ -290,14 +294,7 @@ mod loom_tests {
         loom::model(|| {
             let sleep = Arc::new(Sleep::new(2));
             let latch = Arc::new(AtomicBool::new(false));
-            let (s2, l2) = (sleep.clone(), latch.clone());
-            let owner = loom::thread::spawn(move || {
-                s2.start_searching();
-                while !l2.load(SeqCst) {
-                    s2.sleep(1, false, || l2.load(SeqCst));
-                }
-                s2.stop_searching(0, || false);
-            });
+            let owner = spawn_sleeper(&sleep, 1, false, &latch);
             latch.store(true, SeqCst);
             sleep.notify_worker(1);
             owner.join().unwrap();
@@ -316,22 +313,8 @@ mod loom_tests {
             let sleep = Arc::new(Sleep::new(2));
             let work = Arc::new(AtomicBool::new(false));
             let latch = Arc::new(AtomicBool::new(false));
-            let (s2, w2) = (sleep.clone(), work.clone());
-            let top = loom::thread::spawn(move || {
-                s2.start_searching();
-                while !w2.load(SeqCst) {
-                    s2.sleep(0, true, || w2.load(SeqCst));
-                }
-                s2.stop_searching(0, || false);
-            });
-            let (s3, l3) = (sleep.clone(), latch.clone());
-            let in_join = loom::thread::spawn(move || {
-                s3.start_searching();
-                while !l3.load(SeqCst) {
-                    s3.sleep(1, false, || l3.load(SeqCst));
-                }
-                s3.stop_searching(0, || false);
-            });
+            let top = spawn_sleeper(&sleep, 0, true, &work);
+            let in_join = spawn_sleeper(&sleep, 1, false, &latch);
             work.store(true, SeqCst);
             sleep.new_external_work(1);
             top.join().unwrap();
