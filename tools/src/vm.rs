@@ -27,8 +27,13 @@ fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Where provisioning put the VM harness: `$TAILCTL_CACHE`, default the
+/// repository's ignored `.cache/` (the same rule as `tools/vm/provision.sh`).
 fn cache_dir() -> PathBuf {
-    repo_root().join(".cache")
+    match std::env::var_os("TAILCTL_CACHE") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => repo_root().join(".cache"),
+    }
 }
 
 #[derive(clap::Args)]
@@ -267,8 +272,10 @@ fn run_command(args: RunArgs) -> Result<i32> {
         ),
     )?;
 
+    // vng runs virtme-run (from its venv) and virtiofsd through PATH.
     let path = format!(
-        "{}:{}",
+        "{}:{}:{}",
+        cache_dir().join("venv/bin").display(),
         cache_dir().join("tools/bin").display(),
         std::env::var("PATH").unwrap_or_default()
     );
