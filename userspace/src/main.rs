@@ -286,7 +286,13 @@ fn init_log(verbose: bool) -> Result<()> {
         level,
         cfg.build(),
         simplelog::TerminalMode::Stderr,
-        simplelog::ColorChoice::Auto,
+        // termcolor's Auto colours a file or pipe too (it looks only at TERM):
+        // a log written to a file must be plain text.
+        if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            simplelog::ColorChoice::Auto
+        } else {
+            simplelog::ColorChoice::Never
+        },
     )?;
     Ok(())
 }

@@ -312,12 +312,20 @@ impl Report {
     /// generator and the pool's steal and serialization counters (from each
     /// run's summary in [`Report::runs`]).
     pub fn runs_table(&self) -> String {
+        let empty = serde_json::Map::new();
+        let runs = self.runs.as_object().unwrap_or(&empty);
+        // The neighbour's column only when some run had one (`--neighbour`).
+        let neighbour = runs.values().any(|v| v.get("neighbour_cores").is_some());
         let mut s = String::from(
-            "| run | p50 ms | p95 ms | p99 ms | p99.9 ms | max ms | steals | serialized | kernel-serialized |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            "| run | p50 ms | p95 ms | p99 ms | p99.9 ms | max ms | steals | serialized | kernel-serialized |",
         );
-        let Some(runs) = self.runs.as_object() else {
-            return s;
-        };
+        s.push_str(if neighbour {
+            " neighbour cores |\n"
+        } else {
+            "\n"
+        });
+        s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        s.push_str(if neighbour { "---:|\n" } else { "\n" });
         for (name, v) in runs {
             let f = |k: &str| v[k].as_f64().map_or("-".into(), |x| format!("{x:.1}"));
             let c = |k: &str| {
@@ -325,7 +333,7 @@ impl Report {
                     .as_u64()
                     .map_or("-".into(), |x| x.to_string())
             };
-            let _ = writeln!(
+            let _ = write!(
                 s,
                 "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 f("p50_ms"),
@@ -337,6 +345,13 @@ impl Report {
                 c("serialized"),
                 c("kernel_serialized")
             );
+            if neighbour {
+                let n = v["neighbour_cores"]
+                    .as_f64()
+                    .map_or("-".into(), |x| format!("{x:.2}"));
+                let _ = write!(s, " {n} |");
+            }
+            s.push('\n');
         }
         s
     }

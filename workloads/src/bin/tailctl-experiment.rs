@@ -147,6 +147,88 @@ struct Args {
     /// Directory holding tailctl-server and tailctl-loadgen (default: next to this binary).
     #[arg(long)]
     bin_dir: Option<PathBuf>,
+    /// An unmodified program to run beside every run (`sh -c CMD`, started with
+    /// the server and killed after the load generator): the CPU it got, in
+    /// cores, is reported per run as `neighbour_cores`, so the cost of
+    /// tail-control (and of the scheduler) to a co-located service shows.
+    #[arg(long, value_name = "CMD")]
+    neighbour: Option<String>,
+}
+
+/// `--neighbour`, set once in `run` (every run starts one beside it).
+static NEIGHBOUR: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+/// A neighbour process group started beside a run.
+struct Neighbour {
+    child: Child,
+    started: Instant,
+}
+
+impl Neighbour {
+    fn start(cmd: &str) -> Result<Neighbour> {
+        use std::os::unix::process::CommandExt;
+        let child = Command::new("sh")
+            .args(["-c", cmd])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            // Its own process group: its CPU time is summed, and it is killed, as one.
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("cannot start the neighbour `{cmd}`"))?;
+        Ok(Neighbour {
+            child,
+            started: Instant::now(),
+        })
+    }
+
+    /// CPU seconds used so far by the live processes of its group, plus what
+    /// their reaped children used.
+    fn cpu_seconds(&self) -> f64 {
+        let pgid = self.child.id() as i64;
+        // SAFETY: sysconf only reads a configuration value.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let mut total = 0u64;
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+                continue;
+            };
+            // Fields after the parenthesised command name (which may hold spaces).
+            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+                continue;
+            };
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            // f[0] is field 3 (state): pgrp is field 5, utime..cstime 14..17.
+            if f.len() > 14 && f[2].parse::<i64>() == Ok(pgid) {
+                total += f[11..15]
+                    .iter()
+                    .map(|x| x.parse::<u64>().unwrap_or(0))
+                    .sum::<u64>();
+            }
+        }
+        total as f64 / ticks
+    }
+
+    /// Stops the group; returns the cores it got (CPU seconds per second).
+    fn finish(mut self) -> f64 {
+        let cores = self.cpu_seconds() / self.started.elapsed().as_secs_f64().max(1e-9);
+        self.kill();
+        cores
+    }
+
+    fn kill(&mut self) {
+        // SAFETY: kill(2) on our own child's process group; no memory is involved.
+        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Neighbour {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.kill();
+        }
+    }
 }
 
 /// The resolved configuration of one experiment.
@@ -228,6 +310,10 @@ fn run_one(
     let t0 = Instant::now();
     eprintln!("== {name}: tailctl-server {}", server_args.join(" "));
     let server = start_server(&bins.join("tailctl-server"), &server_args)?;
+    let neighbour = match NEIGHBOUR.get().and_then(|n| n.as_deref()) {
+        Some(cmd) => Some(Neighbour::start(cmd)?),
+        None => None,
+    };
     let records = out.join(format!("{name}.csv"));
     let summary = out.join(format!("{name}.json"));
     let output = Command::new(bins.join("tailctl-loadgen"))
@@ -239,8 +325,20 @@ fn run_one(
         .stderr(Stdio::inherit())
         .output()
         .context("cannot run tailctl-loadgen")?;
+    let neighbour_cores = neighbour.map(Neighbour::finish);
     drop(server);
-    std::fs::write(&summary, &output.stdout)?;
+    match neighbour_cores {
+        Some(cores) => {
+            let mut v: serde_json::Value =
+                serde_json::from_slice(&output.stdout).unwrap_or_else(|_| serde_json::json!({}));
+            if let Some(o) = v.as_object_mut() {
+                o.insert("neighbour_cores".into(), serde_json::json!(cores));
+            }
+            eprintln!("   neighbour got {cores:.2} cores");
+            std::fs::write(&summary, serde_json::to_vec_pretty(&v)?)?;
+        }
+        None => std::fs::write(&summary, &output.stdout)?,
+    }
     if output.status.code() == Some(2) {
         // The run finished but some requests failed or got no response: they
         // count as misses at every target, so the run still measures something.
@@ -374,6 +472,7 @@ fn run(a: Args) -> Result<()> {
         bail!("--percentiles must be one or more numbers in (0, 100]");
     }
     let cfg = resolve(&a)?;
+    let _ = NEIGHBOUR.set(a.neighbour.clone());
     let policies: Vec<&str> = a
         .policies
         .iter()
