@@ -103,10 +103,16 @@ fn split_console(out: impl std::io::Read, console: &Path) -> Result<Vec<String>>
         .with_context(|| format!("creating the console log {}", console.display()))?;
     let mut tail = std::collections::VecDeque::new();
     let stderr = std::io::stderr();
+    // Until the kernel's first log line, the console holds only firmware and
+    // boot-stub chatter (SeaBIOS, "Probing EDD", "Poking KASLR"): no command
+    // runs before the kernel does, so none of it is the command's output.
+    let mut kernel_up = false;
     for line in std::io::BufReader::new(out).split(b'\n') {
         let line = String::from_utf8_lossy(&line?).into_owned();
         writeln!(file, "{line}")?;
-        if !is_kernel_log_line(&line) {
+        let kernel = is_kernel_log_line(&line);
+        kernel_up |= kernel;
+        if kernel_up && !kernel {
             let mut o = stderr.lock();
             writeln!(o, "{line}")?;
             o.flush()?;

@@ -21,13 +21,16 @@ py=$(command -v /usr/bin/python3 || command -v python3)
 # paper's 97.5-99.75th percentiles on this few-core guest it says never
 # (workloads/results/README.md explains why).
 pct=${DEMO_PERCENTILE:-90}
-requests=${DEMO_REQUESTS:-1200}
-rps=${DEMO_RPS:-70}
+requests=${DEMO_REQUESTS:-800}
+# Offered load as a share of the capacity measured in the guest at start
+# (emulated CPUs run at whatever speed the host lends them), or a fixed rate.
+load=${DEMO_LOAD:-0.6}
+rate=(--load "$load"); [ -n "${DEMO_RPS:-}" ] && rate=(--rps "$DEMO_RPS")
 
 echo "[demo] kernel $(uname -r), $(nproc) CPUs, sched_ext: $(cat /sys/kernel/sched_ext/state)"
-echo "[demo] $requests requests at $rps rps per phase, 4 workers, target = steal-first's p$pct; neighbour: stress-ng --cpu 1"
+echo "[demo] $requests requests per phase at ${DEMO_RPS:+$DEMO_RPS rps}${DEMO_RPS:-$load of the measured capacity}, 4 workers, target = steal-first's p$pct; neighbour: stress-ng --cpu 1"
 "$bin/tailctl-experiment" --kernel-assisted --bin-dir "$bin" --scx-tailctl "$bin/scx_tailctl" \
-  --workers 4 --rps "$rps" --requests "$requests" --kernel spin --distribution bing \
+  --workers 4 "${rate[@]}" --requests "$requests" --kernel spin --distribution bing \
   --policies sf,tc --tc-runs single --percentiles "$pct" \
   --neighbour "exec stress-ng --cpu 1 --cpu-method int64 --timeout 600" \
   --scx-arg=--stats=1 --out "$exp" >"$out/experiment.log" 2>&1

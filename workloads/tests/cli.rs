@@ -157,6 +157,76 @@ fn rounds_repeat_every_policy_and_pair_the_improvements() {
 }
 
 #[test]
+fn a_neighbour_runs_beside_every_run_and_is_gone_after_it() {
+    let out = tmp("neighbour");
+    // A busy loop that records its pid, so the test can check it was killed.
+    let pids = out.join("pids");
+    let cmd = format!("echo $$ >> {}; while :; do :; done", pids.display());
+    let report = tiny_experiment(&out, "40", &["--policies", "sf,tc", "--neighbour", &cmd]);
+    let runs = report["runs"].as_object().unwrap();
+    assert!(runs.len() >= 2, "{runs:?}");
+    for (name, v) in runs {
+        let cores = v["neighbour_cores"].as_f64();
+        assert!(cores.is_some_and(|c| c > 0.0), "{name}: {v}");
+    }
+    let table = std::fs::read_to_string(out.join("table.md")).unwrap();
+    assert!(table.contains("neighbour cores"), "{table}");
+    // One neighbour per run, none left running.
+    let started: Vec<String> = std::fs::read_to_string(&pids)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(started.len(), runs.len(), "{started:?}");
+    for pid in started {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Gone, or (if the pid was reused already) not our busy loop.
+        assert!(!stat.contains("(sh)") || stat.contains(" Z "), "{pid}: {stat}");
+    }
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
+fn load_sets_the_rate_from_the_measured_capacity() {
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_tailctl-server"))
+        .parent()
+        .unwrap();
+    for bad in ["0", "1", "1.5", "-0.2", "half"] {
+        let (code, err) =
+            stderr_of(Command::new(bin("tailctl-experiment")).args(["--load", bad, "--dry-run"]));
+        assert_ne!(code, 0, "--load {bad}");
+        assert!(err.contains("is not a fraction in (0, 1)"), "{bad}: {err}");
+    }
+    let (code, err) = stderr_of(
+        Command::new(bin("tailctl-experiment")).args(["--load", "0.5", "--rps", "40"]),
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("cannot be used with"), "{err}");
+    let (code, err) =
+        stderr_of(Command::new(bin("tailctl-experiment")).args(["--load", "0.5", "--dry-run"]));
+    assert_eq!(code, 1);
+    assert!(err.contains("give --rps with --dry-run"), "{err}");
+    // A real run: the rate follows from the probe and appears in the report.
+    let out = tmp("load");
+    let status = Command::new(bin("tailctl-experiment"))
+        .args(["--kernel", "spin", "--requests", "30", "--load", "0.3"])
+        .args(["--policies", "sf", "--percentiles", "90"])
+        .arg("--bin-dir")
+        .arg(bin_dir)
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let config = report["config"].as_str().unwrap();
+    assert!(config.contains("arrivals"), "{config}");
+    assert!(!config.contains("poisson:150 "), "the preset's rate was kept: {config}");
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
 fn the_paper_preset_is_the_papers_configuration() {
     let out = tmp("paper");
     let o = Command::new(bin("tailctl-experiment"))

@@ -77,8 +77,14 @@ struct Args {
     #[arg(long)]
     distribution: Option<DistributionSpec>,
     /// Mean request rate.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "load")]
     rps: Option<f64>,
+    /// Instead of --rps: offer this fraction of the capacity measured at start
+    /// (the effective cores a lone request gets, times the workers' share of
+    /// them), so the same command loads a busy or emulated machine as much as
+    /// an idle one. E.g. 0.5.
+    #[arg(long, value_parser = parse_load)]
+    load: Option<f64>,
     /// Requests per run.
     #[arg(long)]
     requests: Option<usize>,
@@ -231,6 +237,13 @@ impl Drop for Neighbour {
     }
 }
 
+fn parse_load(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x > 0.0 && x < 1.0 => Ok(x),
+        _ => Err(format!("`{s}` is not a fraction in (0, 1)")),
+    }
+}
+
 /// The resolved configuration of one experiment.
 struct Config {
     dist: DistributionSpec,
@@ -240,12 +253,17 @@ struct Config {
     arrival: ArrivalProcess,
 }
 
+/// With `rps` given, the configuration with that rate (for `--load`).
 fn resolve(a: &Args) -> Result<Config> {
+    resolve_at(a, a.rps)
+}
+
+fn resolve_at(a: &Args, rps_override: Option<f64>) -> Result<Config> {
     let (dist, rps, requests, workers) = match a.preset {
         Preset::Small => (DistributionSpec::Bing, 150.0, 5_000, 2),
         Preset::Paper => (DistributionSpec::Bing, 1200.0, 100_000, 16),
     };
-    let rps = a.rps.unwrap_or(rps);
+    let rps = rps_override.unwrap_or(rps);
     let arrival = match a.arrival_sd {
         Some(sd) => ArrivalProcess::LogNormal {
             rps,
@@ -261,6 +279,24 @@ fn resolve(a: &Args) -> Result<Config> {
         workers: a.workers.unwrap_or(workers),
         arrival,
     })
+}
+
+/// A user-space server's arguments (it never registers, even if a daemon
+/// happens to listen).
+fn server_args(cfg: &Config, cal: &Calibration, policy: &str) -> Vec<String> {
+    vec![
+        "--no-kernel".into(),
+        "--addr".into(),
+        "127.0.0.1:0".into(),
+        "--workers".into(),
+        cfg.workers.to_string(),
+        "--policy".into(),
+        policy.into(),
+        "--bs-unit-ns".into(),
+        cal.bs_unit_ns.to_string(),
+        "--spin-unit-ns".into(),
+        cal.spin_unit_ns.to_string(),
+    ]
 }
 
 /// A running server process, stopped on drop.
@@ -471,8 +507,11 @@ fn run(a: Args) -> Result<()> {
     if a.percentiles.is_empty() || a.percentiles.iter().any(|p| !(*p > 0.0 && *p <= 100.0)) {
         bail!("--percentiles must be one or more numbers in (0, 100]");
     }
-    let cfg = resolve(&a)?;
+    let mut cfg = resolve(&a)?;
     let _ = NEIGHBOUR.set(a.neighbour.clone());
+    if a.load.is_some() && a.dry_run {
+        bail!("--load measures the machine first; give --rps with --dry-run");
+    }
     let policies: Vec<&str> = a
         .policies
         .iter()
@@ -504,8 +543,40 @@ fn run(a: Args) -> Result<()> {
     std::fs::create_dir_all(&a.out)
         .with_context(|| format!("cannot create {}", a.out.display()))?;
 
-    // One trace, replayed by every run.
+    let load_before = loadavg();
     let dist = cfg.dist.build().map_err(anyhow::Error::msg)?;
+    // Calibrate once, with as many threads as the pool has workers (the cost
+    // under full load), and hand the result to every server so all runs do
+    // identical work per request; then measure what a lone request gets.
+    // With --load this comes first: the rate follows from it.
+    let measure = |cfg: &Config| -> Result<(Calibration, f64)> {
+        let cal = Calibration::measure_on(cfg.workers);
+        eprintln!(
+            "calibration: Black-Scholes unit {:.1} µs, spin unit {:.1} µs",
+            cal.bs_unit_ns / 1e3,
+            cal.spin_unit_ns / 1e3
+        );
+        let cores = probe_effective_cores(&bins, server_args(cfg, &cal, "sf"))?;
+        eprintln!("capacity probe: a lone request gets {cores:.2} effective cores");
+        if cores < 0.8 * cfg.workers as f64 {
+            eprintln!(
+                "warning: other processes are taking CPU ({cores:.2} of {} cores available); \
+                 the server will be more loaded than the trace's utilisation says",
+                cfg.workers
+            );
+        }
+        Ok((cal, cores))
+    };
+    let mut measured = None;
+    if let Some(load) = a.load {
+        let (cal, cores) = measure(&cfg)?;
+        let rps = load * cores / dist.mean_secs();
+        eprintln!("--load {load}: {rps:.1} requests per second");
+        cfg = resolve_at(&a, Some(rps))?;
+        measured = Some((cal, cores));
+    }
+
+    // One trace, replayed by every run.
     let trace = Trace::generate(
         &TraceConfig {
             requests: cfg.requests,
@@ -548,42 +619,11 @@ fn run(a: Args) -> Result<()> {
         return Ok(());
     }
 
-    let load_before = loadavg();
-    // Calibrate once, here, with as many threads as the pool has workers (the
-    // cost under full load), and hand the result to every server so all runs
-    // do identical work per request.
-    let cal = Calibration::measure_on(cfg.workers);
-    eprintln!(
-        "calibration: Black-Scholes unit {:.1} µs, spin unit {:.1} µs",
-        cal.bs_unit_ns / 1e3,
-        cal.spin_unit_ns / 1e3
-    );
-    // User-space runs never register, even if a daemon happens to listen.
-    let common = |policy: &str| -> Vec<String> {
-        vec![
-            "--no-kernel".into(),
-            "--addr".into(),
-            "127.0.0.1:0".into(),
-            "--workers".into(),
-            cfg.workers.to_string(),
-            "--policy".into(),
-            policy.into(),
-            "--bs-unit-ns".into(),
-            cal.bs_unit_ns.to_string(),
-            "--spin-unit-ns".into(),
-            cal.spin_unit_ns.to_string(),
-        ]
+    let (cal, cores_before) = match measured {
+        Some(m) => m,
+        None => measure(&cfg)?,
     };
-
-    let cores_before = probe_effective_cores(&bins, common("sf"))?;
-    eprintln!("capacity probe: a lone request gets {cores_before:.2} effective cores");
-    if cores_before < 0.8 * cfg.workers as f64 {
-        eprintln!(
-            "warning: other processes are taking CPU ({cores_before:.2} of {} cores available); \
-             the server will be more loaded than the trace's utilisation says",
-            cfg.workers
-        );
-    }
+    let common = |policy: &str| server_args(&cfg, &cal, policy);
     let mut runs = serde_json::Map::new();
     let sf = run_one(&bins, "steal-first", common("sf"), &trace_path, &a.out)?;
     let targets = targets_from(&sf, &a.percentiles)?;
