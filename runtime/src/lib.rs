@@ -35,7 +35,10 @@
 //! * [`threshold`], [`distribution`]: threshold tables and work distributions.
 
 mod completion;
+mod control;
 pub mod distribution;
+mod error;
+mod handle;
 mod job;
 mod join;
 pub mod kernel;
@@ -50,6 +53,9 @@ mod sync;
 pub mod threshold;
 mod time;
 
+pub use control::is_current_request_aborted;
+pub use error::{BuildError, RequestPanic};
+pub use handle::{current_num_threads, current_thread_index, spawn, PoolHandle};
 pub use join::{join, parallel_for, parallel_for_chunks};
 pub use policy::Policy;
 pub use pool::{Pool, PoolBuilder, PoolStats, RequestError, RequestHandle, RequestStats};

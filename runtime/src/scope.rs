@@ -8,8 +8,10 @@
 //! running other tasks meanwhile, so borrowed data outlives every spawn. The
 //! first panic of a spawn is kept and re-raised by `scope` after all tasks
 //! finished. Outside a pool, `spawn` runs the task at once on the calling
-//! thread.
+//! thread. A spawn of an aborted request unwinds before its body (an abort
+//! checkpoint, see `control`).
 
+use crate::control::checkpoint;
 use crate::job::HeapJob;
 use crate::latch::CountLatch;
 use crate::registry::WorkerThread;
@@ -146,7 +148,13 @@ impl<'scope> Scope<'scope> {
             let ptr = ptr;
             // SAFETY: the scope waits for this job before it is dropped.
             let scope = unsafe { &*ptr.0 };
-            if let Err(p) = catch_unwind(AssertUnwindSafe(|| body(scope))) {
+            // An aborted request skips the body (see `control`); the unwind
+            // is recorded like a panic and re-raised by `scope`.
+            let run = || {
+                checkpoint();
+                body(scope)
+            };
+            if let Err(p) = catch_unwind(AssertUnwindSafe(run)) {
                 scope.record_panic(p);
             }
             // SAFETY: the latch is alive until this last access sets it.
