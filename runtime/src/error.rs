@@ -219,6 +219,20 @@ impl RequestPanic {
     }
 }
 
+impl From<Box<dyn Any + Send>> for RequestPanic {
+    /// Wraps a payload, e.g. the one a
+    /// [panic handler](crate::PoolBuilder::panic_handler) receives, to read
+    /// its message.
+    ///
+    /// ```
+    /// let p = tailctl_rt::RequestPanic::from(Box::new("m") as Box<dyn std::any::Any + Send>);
+    /// assert_eq!(p.message(), "m");
+    /// ```
+    fn from(payload: Box<dyn Any + Send>) -> Self {
+        RequestPanic::new(payload)
+    }
+}
+
 impl std::fmt::Debug for RequestPanic {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RequestPanic")
