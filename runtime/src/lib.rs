@@ -48,6 +48,7 @@ pub mod policy;
 mod pool;
 mod registry;
 mod scope;
+mod scope_fifo;
 pub mod shared_state;
 mod sleep;
 mod sync;
@@ -62,6 +63,7 @@ pub use join::{join, parallel_for, parallel_for_chunks};
 pub use policy::Policy;
 pub use pool::{Pool, PoolBuilder, PoolStats, RequestError, RequestHandle, RequestStats};
 pub use scope::{scope, Scope};
+pub use scope_fifo::{scope_fifo, ScopeFifo};
 
 use registry::WorkerThread;
 

@@ -498,3 +498,220 @@ fn current_num_threads_and_index() {
     );
     assert_eq!(tailctl_rt::current_thread_index(), None);
 }
+
+// ---------------------------------------------------------------- scope_fifo
+
+#[test]
+fn scope_fifo_runs_spawns_in_order_on_one_worker() {
+    use tailctl_rt::scope_fifo;
+    for policy in Policy::ALL {
+        let pool = pool(policy, 1);
+        let (fifo, lifo) = pool
+            .submit(|| {
+                let fifo = Mutex::new(Vec::new());
+                scope_fifo(|s| {
+                    for i in 0..20 {
+                        let fifo = &fifo;
+                        s.spawn_fifo(move |_| fifo.lock().unwrap().push(i));
+                    }
+                });
+                // The same with a plain scope, for contrast: newest first.
+                let lifo = Mutex::new(Vec::new());
+                scope(|s| {
+                    for i in 0..20 {
+                        let lifo = &lifo;
+                        s.spawn(move |_| lifo.lock().unwrap().push(i));
+                    }
+                });
+                (fifo.into_inner().unwrap(), lifo.into_inner().unwrap())
+            })
+            .wait()
+            .unwrap();
+        assert_eq!(fifo, (0..20).collect::<Vec<_>>(), "{policy}");
+        assert_eq!(lifo, (0..20).rev().collect::<Vec<_>>(), "{policy}");
+    }
+}
+
+#[test]
+fn scope_fifo_nested_spawns_queue_behind_older_ones() {
+    // One worker: 0 and 1 are queued; 0 spawns 2, which runs after 1.
+    let pool = pool(Policy::StealFirst, 1);
+    let order = pool
+        .submit(|| {
+            let order = Mutex::new(Vec::new());
+            tailctl_rt::scope_fifo(|s| {
+                let order = &order;
+                s.spawn_fifo(move |s| {
+                    order.lock().unwrap().push(0);
+                    s.spawn_fifo(move |_| order.lock().unwrap().push(2));
+                });
+                s.spawn_fifo(move |_| order.lock().unwrap().push(1));
+            });
+            order.into_inner().unwrap()
+        })
+        .wait()
+        .unwrap();
+    assert_eq!(order, [0, 1, 2]);
+}
+
+#[test]
+fn scope_fifo_runs_every_spawn_once_and_propagates_panics() {
+    for policy in Policy::ALL {
+        let pool = pool(policy, 3);
+        let n = scale(2000, 20);
+        let hits: Arc<Vec<AtomicUsize>> = Arc::new((0..n).map(|_| AtomicUsize::new(0)).collect());
+        let h2 = Arc::clone(&hits);
+        pool.submit(move || {
+            tailctl_rt::scope_fifo(|s| {
+                for i in 0..n {
+                    let h2 = &h2;
+                    s.spawn_fifo(move |s| {
+                        if i % 2 == 0 {
+                            s.spawn_fifo(move |_| {
+                                h2[i].fetch_add(1, Ordering::Relaxed);
+                            });
+                        } else {
+                            h2[i].fetch_add(1, Ordering::Relaxed);
+                        }
+                    });
+                }
+            })
+        })
+        .wait()
+        .unwrap();
+        assert!(
+            hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+            "{policy}"
+        );
+        let r = pool
+            .submit(|| tailctl_rt::scope_fifo(|s| s.spawn_fifo(|_| panic!("fifo spawn"))))
+            .wait();
+        let p = r.unwrap_err().try_into_panic().unwrap();
+        assert_eq!(*p.downcast::<&str>().unwrap(), "fifo spawn");
+    }
+}
+
+// ---------------------------------------------------------------- par_iter
+
+/// Sizes around the splitting boundaries: 0, 1, primes, and pieces that do
+/// not divide evenly.
+const SIZES: [usize; 10] = [0, 1, 2, 3, 7, 64, 1000, 1023, 1025, 10_007];
+
+#[test]
+fn par_iter_matches_sequential_results() {
+    use tailctl_rt::prelude::*;
+    for policy in [
+        Policy::StealFirst,
+        Policy::TailControl,
+        Policy::RandomAdmission,
+    ] {
+        for workers in [1, 3] {
+            let pool = pool(policy, workers);
+            for n in SIZES {
+                for min_len in [1, 3, 1000] {
+                    let ctx = format!("{policy} workers {workers} n {n} min_len {min_len}");
+                    let data: Vec<u64> = (0..n as u64).map(|x| x * 7 + 1).collect();
+                    let expect_map: Vec<u64> = data.iter().map(|x| x * x % 1009).collect();
+                    let expect_sum: u64 = data.iter().sum();
+                    let expect_range_sum: u64 = (0..n as u64).sum();
+                    let expect_enum: Vec<(usize, u64)> = data.iter().copied().enumerate().collect();
+                    let got = pool
+                        .submit(move || {
+                            let mapped: Vec<u64> = data
+                                .par_iter()
+                                .with_min_len(min_len)
+                                .map(|x| x * x % 1009)
+                                .collect();
+                            let sum: u64 = data.par_iter().with_min_len(min_len).sum();
+                            let range_sum: u64 =
+                                (0..n as u64).into_par_iter().with_min_len(min_len).sum();
+                            let enumerated: Vec<(usize, u64)> = data
+                                .par_iter()
+                                .with_min_len(min_len)
+                                .enumerate()
+                                .map(|(i, x)| (i, *x))
+                                .collect();
+                            let mut doubled = data.clone();
+                            doubled
+                                .par_iter_mut()
+                                .with_min_len(min_len)
+                                .for_each(|x| *x *= 2);
+                            let seen: Vec<AtomicUsize> =
+                                (0..n).map(|_| AtomicUsize::new(0)).collect();
+                            (0..n).into_par_iter().with_min_len(min_len).for_each(|i| {
+                                seen[i].fetch_add(1, Ordering::Relaxed);
+                            });
+                            let once = seen.iter().all(|s| s.load(Ordering::Relaxed) == 1);
+                            (mapped, sum, range_sum, enumerated, doubled, once, data)
+                        })
+                        .wait()
+                        .unwrap();
+                    let (mapped, sum, range_sum, enumerated, doubled, once, data) = got;
+                    assert_eq!(mapped, expect_map, "{ctx}");
+                    assert_eq!(sum, expect_sum, "{ctx}");
+                    assert_eq!(range_sum, expect_range_sum, "{ctx}");
+                    assert_eq!(enumerated, expect_enum, "{ctx}");
+                    assert_eq!(
+                        doubled,
+                        data.iter().map(|x| x * 2).collect::<Vec<_>>(),
+                        "{ctx}"
+                    );
+                    assert!(once, "{ctx}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn par_iter_outside_a_pool_runs_sequentially_with_the_same_results() {
+    use tailctl_rt::prelude::*;
+    for n in SIZES {
+        let v: Vec<i64> = (0..n as i64).map(|x| x - 5).collect();
+        let m: Vec<i64> = v.par_iter().map(|x| x * 3).collect();
+        assert_eq!(m, v.iter().map(|x| x * 3).collect::<Vec<_>>());
+        assert_eq!(v.par_iter().sum::<i64>(), v.iter().sum::<i64>());
+        // Sequential and in order: a plain Vec behind a Mutex sees 0..n.
+        let order = Mutex::new(Vec::new());
+        (0..n)
+            .into_par_iter()
+            .for_each(|i| order.lock().unwrap().push(i));
+        assert_eq!(order.into_inner().unwrap(), (0..n).collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn a_panic_in_a_par_iter_closure_reaches_the_request_handle() {
+    use tailctl_rt::prelude::*;
+    for policy in Policy::ALL {
+        let pool = pool(policy, 3);
+        let in_map = pool.submit(|| {
+            (0..10_000usize)
+                .into_par_iter()
+                .map(|i| {
+                    if i == 6_789 {
+                        panic!("in map");
+                    }
+                    i
+                })
+                .collect::<Vec<_>>()
+        });
+        let in_for_each = pool.submit(|| {
+            let v: Vec<u32> = (0..5000).collect();
+            v.par_iter()
+                .for_each(|&x| assert!(x != 4321, "in for_each"));
+        });
+        let p = in_map.wait().unwrap_err().try_into_panic().unwrap();
+        assert_eq!(*p.downcast::<&str>().unwrap(), "in map", "{policy}");
+        match in_for_each.wait() {
+            Err(RequestError::Panicked(p)) => assert_eq!(p.message(), "in for_each", "{policy}"),
+            other => panic!("{policy}: {other:?}"),
+        }
+        // The pool keeps serving.
+        let s: u64 = pool
+            .submit(|| (0..100u64).into_par_iter().sum())
+            .wait()
+            .unwrap();
+        assert_eq!(s, 4950);
+    }
+}
