@@ -30,6 +30,17 @@
 //! request in the same slot; the root clears its own mark when done (a CAS
 //! from its tag, so it never clears another request's mark), and an abort
 //! that raced with the end clears the mark it wrote if it then sees `DONE`.
+//!
+//! `join` is the hottest path of the runtime (a push, a pop and two calls),
+//! so its checkpoint first reads a process-wide count of marks set
+//! (`MARKED`: incremented before a mark is written, decremented by the CAS
+//! that clears it), a read-mostly word that is zero unless some request is
+//! being aborted right now; only then does it look up its own mark. That
+//! keeps `join`'s fast path at one more load and branch. Measured with
+//! callgrind on `fib(28)` five times on one worker (codegen-units = 1, so
+//! that inlining is comparable): 396.4M instructions without a checkpoint,
+//! 406.7M with this one (4 per `join`, +2.6%), about 11 per `join` with the
+//! mark looked up on every call.
 //! Requests beyond the table's capacity are untracked (no tag): they can be
 //! aborted before they start and report `Aborted` at their end, but have no
 //! checkpoints.
@@ -57,8 +68,11 @@ use crate::registry::WorkerThread;
 use crate::shared_state::{tag_slot, MAX_REQUESTS, NO_REQUEST};
 use std::any::Any;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard};
+
+/// Abort marks currently set, in all pools (see the module comment).
+static MARKED: AtomicUsize = AtomicUsize::new(0);
 
 /// What a pool calls with the payload of a spawned request's panic.
 pub(crate) type PanicHandler = Box<dyn Fn(Box<dyn Any + Send>) + Send + Sync>;
@@ -98,14 +112,20 @@ impl PoolExt {
         tag != NO_REQUEST && self.marks[tag_slot(tag)].load(Ordering::Relaxed) == tag
     }
 
+    /// Sets `tag`'s mark (once per request: the first abort).
+    fn set_mark(&self, tag: u64) {
+        MARKED.fetch_add(1, Ordering::SeqCst);
+        self.marks[tag_slot(tag)].store(tag, Ordering::SeqCst);
+    }
+
+    /// Clears `tag`'s mark if it is set; only the clearing CAS counts down.
     fn clear_mark(&self, tag: u64) {
-        if tag != NO_REQUEST {
-            let _ = self.marks[tag_slot(tag)].compare_exchange(
-                tag,
-                NO_REQUEST,
-                Ordering::SeqCst,
-                Ordering::Relaxed,
-            );
+        if tag != NO_REQUEST
+            && self.marks[tag_slot(tag)]
+                .compare_exchange(tag, NO_REQUEST, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+        {
+            MARKED.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -173,8 +193,8 @@ impl Control {
         if prev & DONE != 0 {
             return false;
         }
-        if prev & STARTED != 0 && tag != NO_REQUEST {
-            ext.marks[tag_slot(tag)].store(tag, Ordering::SeqCst);
+        if prev & (STARTED | ABORT) == STARTED && tag != NO_REQUEST {
+            ext.set_mark(tag);
             // Raced with the end? `finish` sets DONE before it clears, so
             // either it saw our mark or we see DONE here (SeqCst order).
             if self.state.load(Ordering::SeqCst) & DONE != 0 {
@@ -238,6 +258,20 @@ pub(crate) fn checkpoint() {
     AbortProbe::current().check()
 }
 
+/// `join`'s checkpoint: one load unless some request is being aborted.
+#[inline(always)]
+pub(crate) fn join_checkpoint(wt: &WorkerThread) {
+    if MARKED.load(Ordering::Relaxed) != 0 {
+        join_checkpoint_slow(wt)
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn join_checkpoint_slow(wt: &WorkerThread) {
+    AbortProbe::of(wt).check()
+}
+
 /// Whether the request running on the calling thread has been aborted (by
 /// [`RequestHandle::abort`](crate::RequestHandle::abort)) while it runs.
 /// False outside a request and for untracked requests.
@@ -288,9 +322,18 @@ pub(crate) fn drop_quietly<T>(v: T) {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
+
+    /// `MARKED` is process-wide: these tests run one at a time.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    }
 
     #[test]
     fn abort_before_start_wins_over_start() {
+        let _s = serial();
         let ext = PoolExt::new(None);
         let c = Control::new();
         assert!(c.abort(&ext, NO_REQUEST));
@@ -300,6 +343,7 @@ mod tests {
 
     #[test]
     fn abort_while_running_marks_and_end_clears() {
+        let _s = serial();
         let ext = PoolExt::new(None);
         let tag = (7u64 << 32) | 3;
         let c = Control::new();
@@ -307,21 +351,44 @@ mod tests {
         assert!(!ext.marked(tag));
         assert!(c.abort(&ext, tag));
         assert!(ext.marked(tag));
+        assert_eq!(MARKED.load(Ordering::SeqCst), 1);
+        assert!(c.abort(&ext, tag), "a second abort: still running");
+        assert_eq!(MARKED.load(Ordering::SeqCst), 1, "counted once");
         assert!(!ext.marked((8u64 << 32) | 3), "another generation");
         assert!(c.finish(&ext, tag));
         assert!(!ext.marked(tag));
+        assert_eq!(MARKED.load(Ordering::SeqCst), 0);
         assert!(!c.abort(&ext, tag), "after the end");
         assert!(!ext.marked(tag));
     }
 
     #[test]
     fn abort_after_end_has_no_effect() {
+        let _s = serial();
         let ext = PoolExt::new(None);
         let c = Control::new();
         assert!(c.start());
         assert!(!c.finish(&ext, 5));
         assert!(!c.abort(&ext, 5));
         assert!(!ext.marked(5));
+        assert_eq!(MARKED.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn an_abort_racing_with_the_end_leaves_no_mark() {
+        let _s = serial();
+        for _ in 0..if cfg!(miri) { 10 } else { 2000 } {
+            let ext = PoolExt::new(None);
+            let c = Control::new();
+            let tag = (1u64 << 32) | 9;
+            assert!(c.start());
+            std::thread::scope(|s| {
+                s.spawn(|| c.abort(&ext, tag));
+                s.spawn(|| c.finish(&ext, tag));
+            });
+            assert!(!ext.marked(tag));
+            assert_eq!(MARKED.load(Ordering::SeqCst), 0);
+        }
     }
 
     #[test]

@@ -9,10 +9,10 @@
 //! borrows this stack frame) before propagating. Outside a pool, `join` runs
 //! `a` then `b` on the calling thread.
 //!
-//! Abort checkpoints (see `control`): `join` checks its request's abort mark
-//! on entry (one more load on the fast path), loops once per chunk.
+//! Abort checkpoints (see `control`): `join` checks on entry (one load and
+//! branch on the fast path), loops before each chunk.
 
-use crate::control::AbortProbe;
+use crate::control::{join_checkpoint, AbortProbe};
 use crate::job::StackJob;
 use crate::latch::SpinLatch;
 use crate::registry::WorkerThread;
@@ -51,7 +51,7 @@ where
     let wt = unsafe { &*wt };
     // Nothing of ours is pushed yet: unwinding here is like `a` panicking at
     // once, without `b` to wait for.
-    AbortProbe::of(wt).check();
+    join_checkpoint(wt);
     let job_b = StackJob::new(b, SpinLatch::new(wt.index(), wt.registry()));
     // SAFETY: `job_b` stays on this frame until its latch is set or we popped
     // it back (we wait for one of the two before returning or unwinding).
