@@ -29,7 +29,13 @@
 //!   random admission;
 //! * `job`, `latch`, `completion`: tasks, join/scope latches, the request latch;
 //! * `sleep`: how idle workers sleep and are woken (`sleep/README.md`);
-//! * `join`, `scope`: fork–join inside a request;
+//! * `join`, `scope`, `scope_fifo`: fork–join inside a request;
+//! * [`iter`]: parallel iterators over slices and ranges (`par_iter`,
+//!   `into_par_iter`, `map`, `for_each`, `sum`, `collect`), on `join`;
+//! * `control`: [`RequestHandle::abort`] and its checkpoints, spawn panics,
+//!   the gate of [`PoolHandle`]s;
+//! * `handle`: [`PoolHandle`], [`spawn`], [`current_num_threads`];
+//! * `error`: [`BuildError`], [`RequestPanic`];
 //! * [`shared_state`]: the `#[repr(C)]` table of per-request and per-worker
 //!   bookkeeping that the kernel half will map;
 //! * [`threshold`], [`distribution`]: threshold tables and work distributions.
