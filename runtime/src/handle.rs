@@ -68,7 +68,7 @@ impl PoolHandle {
     {
         let (handle, refused) = match self.registry.ext.enter() {
             Some(_open) => submit_to(&self.registry, f, false),
-            None => (RequestHandle::shut_down(), Some(f)),
+            None => (RequestHandle::shut_down(&self.registry.ext), Some(f)),
         };
         // Dropped outside the gate: `f` may own the last `Pool`, whose drop
         // closes the gate.

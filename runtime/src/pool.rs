@@ -573,7 +573,7 @@ impl<T> std::fmt::Debug for RequestHandle<T> {
 impl<T> RequestHandle<T> {
     /// A handle refused by a stopped pool's gate (id `u64::MAX`: no request
     /// was allocated).
-    pub(crate) fn shut_down() -> Self {
+    pub(crate) fn shut_down(ext: &Arc<PoolExt>) -> Self {
         let shared = RequestShared {
             id: u64::MAX,
             completion: Completion::new(),
@@ -581,7 +581,7 @@ impl<T> RequestHandle<T> {
             waiter: AtomicUsize::new(0),
             tag: NO_REQUEST,
             control: Control::new(),
-            ext: Arc::new(PoolExt::new(None)),
+            ext: Arc::clone(ext),
             detached: false,
         };
         shared.completion.complete((
@@ -637,7 +637,8 @@ impl<T> RequestHandle<T> {
         self.shared.completion.is_done()
     }
 
-    /// The request's id.
+    /// The request's id (`u64::MAX` for a submission that a
+    /// [`PoolHandle`](crate::PoolHandle) of a stopped pool refused).
     ///
     /// ```
     /// let pool = tailctl_rt::Pool::builder().workers(1).build().unwrap();
