@@ -67,6 +67,31 @@ use std::marker::PhantomData;
 use std::ops::Range;
 
 /// Items a piece runs between two abort checkpoints.
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+/// use std::sync::Arc;
+/// use tailctl_rt::{iter::BLOCK, prelude::*, Pool, RequestError};
+/// let pool = Pool::builder().workers(1).build().unwrap();
+/// let (started, ran) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+/// let (s2, r2) = (started.clone(), ran.clone());
+/// let h = pool.submit(move || {
+///     (0..100 * BLOCK).into_par_iter().for_each(|_| {
+///         s2.store(true, Ordering::SeqCst);
+///         r2.fetch_add(1, Ordering::SeqCst);
+///         while !tailctl_rt::is_current_request_aborted() {
+///             std::thread::yield_now();
+///         }
+///     })
+/// });
+/// while !started.load(Ordering::SeqCst) {
+///     std::thread::yield_now();
+/// }
+/// h.abort();
+/// assert_eq!(h.wait(), Err(RequestError::Aborted));
+/// // The block that saw the abort finished; no later block started.
+/// assert_eq!(ran.load(Ordering::SeqCst), BLOCK);
+/// ```
 pub const BLOCK: usize = 1024;
 
 mod private {
