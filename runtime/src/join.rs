@@ -8,7 +8,11 @@
 //! running other tasks meanwhile. A panic in `a` still waits for `b` (it
 //! borrows this stack frame) before propagating. Outside a pool, `join` runs
 //! `a` then `b` on the calling thread.
+//!
+//! Abort checkpoints (see `control`): `join` checks on entry (one load and
+//! branch on the fast path), loops before each chunk.
 
+use crate::control::{join_checkpoint, AbortProbe};
 use crate::job::StackJob;
 use crate::latch::SpinLatch;
 use crate::registry::WorkerThread;
@@ -45,6 +49,9 @@ where
     // SAFETY: non-null means this thread is a worker whose WorkerThread lives
     // for the whole thread body, i.e. longer than this call.
     let wt = unsafe { &*wt };
+    // Nothing of ours is pushed yet: unwinding here is like `a` panicking at
+    // once, without `b` to wait for.
+    join_checkpoint(wt);
     let job_b = StackJob::new(b, SpinLatch::new(wt.index(), wt.registry()));
     // SAFETY: `job_b` stays on this frame until its latch is set or we popped
     // it back (we wait for one of the two before returning or unwinding).
@@ -144,12 +151,33 @@ where
     F: Fn(Range<usize>) + Sync,
 {
     let grain = grain.max(1);
+    let probe = AbortProbe::current();
+    split_reduce(
+        range,
+        grain,
+        &|r| run_chunks(r, grain, probe, &f),
+        &|(), ()| (),
+    );
+}
+
+/// The engine of [`parallel_for_chunks`] and the parallel iterators: splits
+/// `range` adaptively (see `split`), never into pieces shorter than
+/// `min_len` (at least 1), calls `leaf` once per piece and combines the
+/// results of adjacent pieces with `combine(left, right)`. Outside a pool or
+/// on a one-worker pool: `leaf(range)` on the calling thread.
+pub(crate) fn split_reduce<R, L, C>(range: Range<usize>, min_len: usize, leaf: &L, combine: &C) -> R
+where
+    R: Send,
+    L: Fn(Range<usize>) -> R + Sync,
+    C: Fn(R, R) -> R + Sync,
+{
+    let min_len = min_len.max(1);
     let wt = WorkerThread::current();
     // SAFETY: non-null pointers from `current` are live workers of this thread.
     let workers = (!wt.is_null()).then(|| unsafe { (*wt).registry().num_workers() });
     match workers {
-        Some(n) if n > 1 => split(range, grain, n, n, &f),
-        _ => run_chunks(range, grain, &f),
+        Some(n) if n > 1 => split(range, min_len, n, n, leaf, combine),
+        _ => leaf(range),
     }
 }
 
@@ -160,21 +188,26 @@ where
 /// and each worker keeps writing its own part of the range: measured 1.8x
 /// less CPU than full splitting on a 10^6-item loop of small stores. A
 /// serialized request is never stolen from, so its loops stop splitting.
-fn split<F: Fn(Range<usize>) + Sync>(
+fn split<R, L, C>(
     r: Range<usize>,
     grain: usize,
     splits: usize,
     workers: usize,
-    f: &F,
-) {
+    leaf: &L,
+    combine: &C,
+) -> R
+where
+    R: Send,
+    L: Fn(Range<usize>) -> R + Sync,
+    C: Fn(R, R) -> R + Sync,
+{
     if splits == 0 || r.len() / 2 < grain {
-        run_chunks(r, grain, f);
-        return;
+        return leaf(r);
     }
     let mid = r.start + r.len() / 2;
     let here = crate::current_worker_index();
-    join(
-        || split(r.start..mid, grain, splits / 2, workers, f),
+    let (a, b) = join(
+        || split(r.start..mid, grain, splits / 2, workers, leaf, combine),
         || {
             let stolen = crate::current_worker_index() != here;
             let splits = if stolen {
@@ -182,15 +215,18 @@ fn split<F: Fn(Range<usize>) + Sync>(
             } else {
                 splits / 2
             };
-            split(mid..r.end, grain, splits, workers, f)
+            split(mid..r.end, grain, splits, workers, leaf, combine)
         },
     );
+    combine(a, b)
 }
 
-/// Runs `r` sequentially, in chunks of at most `grain` items.
-fn run_chunks<F: Fn(Range<usize>)>(r: Range<usize>, grain: usize, f: &F) {
+/// Runs `r` sequentially, in chunks of at most `grain` items, each after an
+/// abort checkpoint.
+fn run_chunks<F: Fn(Range<usize>)>(r: Range<usize>, grain: usize, probe: AbortProbe<'_>, f: &F) {
     let mut start = r.start;
     while start < r.end {
+        probe.check();
         let end = start.saturating_add(grain).min(r.end);
         f(start..end);
         start = end;

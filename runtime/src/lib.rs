@@ -29,13 +29,23 @@
 //!   random admission;
 //! * `job`, `latch`, `completion`: tasks, join/scope latches, the request latch;
 //! * `sleep`: how idle workers sleep and are woken (`sleep/README.md`);
-//! * `join`, `scope`: fork–join inside a request;
+//! * `join`, `scope`, `scope_fifo`: fork–join inside a request;
+//! * [`iter`]: parallel iterators over slices and ranges (`par_iter`,
+//!   `into_par_iter`, `map`, `for_each`, `sum`, `collect`), on `join`;
+//! * `control`: [`RequestHandle::abort`] and its checkpoints, spawn panics,
+//!   the gate of [`PoolHandle`]s;
+//! * `handle`: [`PoolHandle`], [`spawn`], [`current_num_threads`];
+//! * `error`: [`BuildError`], [`RequestPanic`];
 //! * [`shared_state`]: the `#[repr(C)]` table of per-request and per-worker
 //!   bookkeeping that the kernel half will map;
 //! * [`threshold`], [`distribution`]: threshold tables and work distributions.
 
 mod completion;
+mod control;
 pub mod distribution;
+mod error;
+mod handle;
+pub mod iter;
 mod job;
 mod join;
 pub mod kernel;
@@ -44,16 +54,22 @@ pub mod policy;
 mod pool;
 mod registry;
 mod scope;
+mod scope_fifo;
 pub mod shared_state;
 mod sleep;
 mod sync;
 pub mod threshold;
 mod time;
 
+pub use control::is_current_request_aborted;
+pub use error::{BuildError, RequestPanic};
+pub use handle::{current_num_threads, current_thread_index, spawn, PoolHandle};
+pub use iter::prelude;
 pub use join::{join, parallel_for, parallel_for_chunks};
 pub use policy::Policy;
 pub use pool::{Pool, PoolBuilder, PoolStats, RequestError, RequestHandle, RequestStats};
 pub use scope::{scope, Scope};
+pub use scope_fifo::{scope_fifo, ScopeFifo};
 
 use registry::WorkerThread;
 

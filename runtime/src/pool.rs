@@ -13,8 +13,13 @@
 //! report [`RequestError::Cancelled`]); requests already running finish, since
 //! a running computation cannot be interrupted safely. Dropping a pool drains.
 //! Submitting after shutdown yields [`RequestError::ShutDown`].
+//!
+//! Abort ([`RequestHandle::abort`]), spawn panics and the gate that
+//! [`PoolHandle`](crate::PoolHandle)s submit through are in `control`.
 
 use crate::completion::Completion;
+use crate::control::{drop_quietly, AbortUnwind, Control, PanicHandler, PoolExt};
+use crate::error::{BuildError, RequestPanic};
 use crate::job::HeapJob;
 use crate::policy::Policy;
 use crate::registry::{main_loop, Config, Registry, WorkerThread};
@@ -34,23 +39,56 @@ use std::time::Duration;
 
 /// Why a request produced no result.
 ///
+/// A panic keeps its payload ([`RequestPanic`]), so the waiter can inspect it
+/// or re-raise it.
+///
 /// ```
 /// use tailctl_rt::{Pool, RequestError};
 /// let pool = Pool::builder().workers(1).build().unwrap();
 /// let err = pool.submit(|| -> u32 { panic!("boom") }).wait().unwrap_err();
-/// assert!(matches!(err, RequestError::Panicked { ref message } if message == "boom"));
+/// assert!(matches!(err, RequestError::Panicked(ref p) if p.message() == "boom"));
+/// assert_eq!(*err.try_into_panic().unwrap().downcast::<&str>().unwrap(), "boom");
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RequestError {
     /// The request's closure (or one of its tasks) panicked.
-    Panicked {
-        /// The panic message, if it was a string.
-        message: String,
-    },
+    Panicked(RequestPanic),
     /// The pool was shut down with cancellation before the request started.
     Cancelled,
     /// The request was submitted after shutdown began.
     ShutDown,
+    /// The request was aborted ([`RequestHandle::abort`]) before it finished.
+    Aborted,
+}
+
+impl RequestError {
+    /// Whether the request panicked.
+    ///
+    /// ```
+    /// let pool = tailctl_rt::Pool::builder().workers(1).build().unwrap();
+    /// assert!(pool.submit(|| -> () { panic!() }).wait().unwrap_err().is_panic());
+    /// ```
+    pub fn is_panic(&self) -> bool {
+        matches!(self, RequestError::Panicked(_))
+    }
+
+    /// The panic payload, or the error itself if it was not a panic (as
+    /// tokio's `JoinError::try_into_panic`).
+    ///
+    /// ```
+    /// use tailctl_rt::{Pool, RequestError};
+    /// let pool = Pool::builder().workers(1).build().unwrap();
+    /// let e = pool.submit(|| -> () { std::panic::panic_any(7i32) }).wait().unwrap_err();
+    /// assert_eq!(*e.try_into_panic().unwrap().downcast::<i32>().unwrap(), 7);
+    /// assert_eq!(RequestError::Cancelled.try_into_panic().unwrap_err(), RequestError::Cancelled);
+    /// ```
+    pub fn try_into_panic(self) -> Result<Box<dyn std::any::Any + Send>, RequestError> {
+        match self {
+            RequestError::Panicked(p) => Ok(p.into_payload()),
+            other => Err(other),
+        }
+    }
 }
 
 impl std::fmt::Display for RequestError {
@@ -59,9 +97,10 @@ impl std::fmt::Display for RequestError {
     /// ```
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            RequestError::Panicked { message } => write!(f, "request panicked: {message}"),
+            RequestError::Panicked(p) => write!(f, "request panicked: {p}"),
             RequestError::Cancelled => f.write_str("request cancelled"),
             RequestError::ShutDown => f.write_str("pool is shut down"),
+            RequestError::Aborted => f.write_str("request aborted"),
         }
     }
 }
@@ -116,6 +155,8 @@ pub struct PoolStats {
     pub panicked: u64,
     /// Requests cancelled by `shutdown_cancel`.
     pub cancelled: u64,
+    /// Requests that completed as aborted ([`RequestHandle::abort`]).
+    pub aborted: u64,
     /// Requests whose latency exceeded the target.
     pub missed_target: u64,
     /// Tasks stolen and executed by thieves.
@@ -143,6 +184,7 @@ pub struct PoolStats {
 /// assert_eq!(pool.workers(), 2);
 /// ```
 #[derive(Debug)]
+#[must_use = "a builder does nothing until `.build()`"]
 pub struct PoolBuilder {
     workers: Option<usize>,
     policy: Policy,
@@ -153,6 +195,17 @@ pub struct PoolBuilder {
     thread_name: String,
     spin_rounds: u32,
     shared: Option<SharedState>,
+    panic_handler: HandlerSlot,
+}
+
+/// The builder's panic handler (a closure has no `Debug`).
+#[derive(Default)]
+struct HandlerSlot(Option<PanicHandler>);
+
+impl std::fmt::Debug for HandlerSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Some(..)" } else { "None" })
+    }
 }
 
 impl Default for PoolBuilder {
@@ -167,6 +220,7 @@ impl Default for PoolBuilder {
             thread_name: "tailctl-w".to_string(),
             spin_rounds: 64,
             shared: None,
+            panic_handler: HandlerSlot::default(),
         }
     }
 }
@@ -295,6 +349,38 @@ impl PoolBuilder {
         self
     }
 
+    /// What to do with the panic of a request nobody waits for (one started
+    /// with [`Pool::spawn`], [`PoolHandle::spawn`](crate::PoolHandle::spawn)
+    /// or [`spawn`](crate::spawn)): the handler runs on the worker, with the
+    /// payload, after the request completed. Without one, the payload is
+    /// dropped; either way the panic hook printed the panic and
+    /// [`PoolStats::panicked`] counts it. A panic of the handler itself is
+    /// contained.
+    ///
+    /// ```
+    /// use std::sync::mpsc;
+    /// use std::sync::Mutex;
+    /// let (tx, rx) = mpsc::channel();
+    /// let tx = Mutex::new(tx);
+    /// let pool = tailctl_rt::Pool::builder()
+    ///     .workers(1)
+    ///     .panic_handler(move |p| {
+    ///         let msg = *p.downcast::<&str>().unwrap();
+    ///         tx.lock().unwrap().send(msg).unwrap();
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// pool.spawn(|| panic!("lost? no"));
+    /// assert_eq!(rx.recv().unwrap(), "lost? no");
+    /// ```
+    pub fn panic_handler<H>(mut self, handler: H) -> Self
+    where
+        H: Fn(Box<dyn std::any::Any + Send>) + Send + Sync + 'static,
+    {
+        self.panic_handler = HandlerSlot(Some(Box::new(handler)));
+        self
+    }
+
     /// The number of workers [`PoolBuilder::build`] will start (the default
     /// is the machine's available parallelism).
     ///
@@ -308,28 +394,47 @@ impl PoolBuilder {
         }
     }
 
-    /// Starts the workers.
+    /// Checks the configuration and starts the workers.
     ///
     /// ```
-    /// assert!(tailctl_rt::Pool::builder().workers(0).build().is_err());
+    /// use std::time::Duration;
+    /// use tailctl_rt::{threshold::ThresholdTable, BuildError, Policy, Pool};
+    /// assert!(matches!(
+    ///     Pool::builder().workers(0).build(),
+    ///     Err(BuildError::InvalidWorkerCount { requested: 0, max: 64 })
+    /// ));
+    /// let t = ThresholdTable::from_thresholds(vec![None]);
+    /// assert!(matches!(
+    ///     Pool::builder().workers(1).policy(Policy::AdmitFirst).thresholds(t).build(),
+    ///     Err(BuildError::ThresholdsNeedTailControl { policy: Policy::AdmitFirst })
+    /// ));
+    /// assert!(matches!(
+    ///     Pool::builder().workers(1).target_latency(Duration::ZERO).build(),
+    ///     Err(BuildError::ZeroTargetLatency)
+    /// ));
     /// ```
-    pub fn build(self) -> std::io::Result<Pool> {
+    pub fn build(self) -> Result<Pool, BuildError> {
         let n = self.worker_count();
         if n == 0 || n > MAX_WORKERS {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("workers must be in 1..={MAX_WORKERS}, got {n}"),
-            ));
+            return Err(BuildError::InvalidWorkerCount {
+                requested: n,
+                max: MAX_WORKERS,
+            });
+        }
+        if self.thresholds.is_some() && self.policy != Policy::TailControl {
+            return Err(BuildError::ThresholdsNeedTailControl {
+                policy: self.policy,
+            });
+        }
+        if self.target_latency == Some(Duration::ZERO) {
+            return Err(BuildError::ZeroTargetLatency);
         }
         let shared = match self.shared {
             Some(s) if s.header().worker_count() as usize != n => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    format!(
-                        "shared state is for {} workers, the pool has {n}",
-                        s.header().worker_count()
-                    ),
-                ))
+                return Err(BuildError::SharedStateMismatch {
+                    table_workers: s.header().worker_count() as usize,
+                    pool_workers: n,
+                })
             }
             Some(s) => s,
             None => SharedState::new(n),
@@ -346,6 +451,7 @@ impl PoolBuilder {
                 target_latency: self.target_latency,
                 spin_rounds: self.spin_rounds,
                 shared,
+                ext: Arc::new(PoolExt::new(self.panic_handler.0)),
             },
         );
         let mut threads = Vec::with_capacity(n);
@@ -362,7 +468,10 @@ impl PoolBuilder {
                     for h in threads {
                         let _ = h.join();
                     }
-                    return Err(e);
+                    return Err(BuildError::ThreadSpawn {
+                        index: i,
+                        source: e,
+                    });
                 }
             }
         }
@@ -405,6 +514,14 @@ struct RequestShared<T> {
     /// Worker index + 1 of a worker of the same pool waiting for this request
     /// (0: none). The completer wakes it (see `help_until_done`).
     waiter: AtomicUsize,
+    /// The request's tag (`NO_REQUEST` if untracked), for abort marks.
+    tag: u64,
+    /// Started / done / aborted (see `control`).
+    control: Control,
+    /// The pool's abort marks and panic handler.
+    ext: Arc<PoolExt>,
+    /// Spawned: nobody waits, a panic goes to the panic handler.
+    detached: bool,
 }
 
 impl<T> RequestShared<T> {
@@ -439,6 +556,7 @@ impl<T> RequestShared<T> {
 /// let h = pool.submit(|| "done");
 /// assert_eq!(h.wait(), Ok("done"));
 /// ```
+#[must_use = "dropping a handle does not cancel the request; use `Pool::spawn` to run one without a handle"]
 pub struct RequestHandle<T> {
     shared: Arc<RequestShared<T>>,
 }
@@ -453,6 +571,31 @@ impl<T> std::fmt::Debug for RequestHandle<T> {
 }
 
 impl<T> RequestHandle<T> {
+    /// A handle refused by a stopped pool's gate (id `u64::MAX`: no request
+    /// was allocated).
+    pub(crate) fn shut_down(ext: &Arc<PoolExt>) -> Self {
+        let shared = RequestShared {
+            id: u64::MAX,
+            completion: Completion::new(),
+            registry: 0,
+            waiter: AtomicUsize::new(0),
+            tag: NO_REQUEST,
+            control: Control::new(),
+            ext: Arc::clone(ext),
+            detached: false,
+        };
+        shared.completion.complete((
+            Err(RequestError::ShutDown),
+            RequestStats {
+                id: u64::MAX,
+                ..RequestStats::default()
+            },
+        ));
+        RequestHandle {
+            shared: Arc::new(shared),
+        }
+    }
+
     /// Blocks until the request completes and returns its result.
     ///
     /// Called from inside a request of the same pool, the worker keeps
@@ -494,7 +637,8 @@ impl<T> RequestHandle<T> {
         self.shared.completion.is_done()
     }
 
-    /// The request's id.
+    /// The request's id (`u64::MAX` for a submission that a
+    /// [`PoolHandle`](crate::PoolHandle) of a stopped pool refused).
     ///
     /// ```
     /// let pool = tailctl_rt::Pool::builder().workers(1).build().unwrap();
@@ -503,6 +647,41 @@ impl<T> RequestHandle<T> {
     /// ```
     pub fn id(&self) -> u64 {
         self.shared.id
+    }
+
+    /// Aborts the request; returns false if it had already finished.
+    ///
+    /// A request that has not started yet never runs: its closure is dropped
+    /// when a worker takes it from the queue, and the handle reports
+    /// [`RequestError::Aborted`] (so `wait` returns once a worker got to it).
+    /// A running request is marked: from now on, the runtime skips its
+    /// remaining work at the next checkpoint (the start of a
+    /// [`join`](crate::join) or scope spawn, each chunk of
+    /// [`parallel_for`](crate::parallel_for) and of parallel iterators) by
+    /// unwinding the request, and the handle reports `Aborted` (unless the
+    /// request panicked first). Code already running is not interrupted;
+    /// long sequential loops can poll
+    /// [`is_current_request_aborted`](crate::is_current_request_aborted).
+    /// If the closure returns anyway, its value is dropped.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::sync::Arc;
+    /// use tailctl_rt::{Pool, RequestError};
+    /// let pool = Pool::builder().workers(1).build().unwrap();
+    /// // Hold the only worker, so that `h` cannot start before the abort.
+    /// let gate = Arc::new(AtomicBool::new(false));
+    /// let g2 = gate.clone();
+    /// let blocker = pool.submit(move || while !g2.load(Ordering::SeqCst) { std::thread::yield_now() });
+    /// let h = pool.submit(|| unreachable!("aborted requests never run"));
+    /// assert!(h.abort());
+    /// gate.store(true, Ordering::SeqCst);
+    /// assert_eq!(h.wait(), Err(RequestError::Aborted));
+    /// blocker.wait().unwrap();
+    /// ```
+    pub fn abort(&self) -> bool {
+        let s = &*self.shared;
+        s.control.abort(&s.ext, s.tag)
     }
 }
 
@@ -527,16 +706,6 @@ impl<T> Future for RequestHandle<T> {
     /// ```
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         self.shared.completion.poll(cx).map(|(r, _)| r)
-    }
-}
-
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_string()
     }
 }
 
@@ -566,40 +735,48 @@ impl Pool {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let reg = &*self.registry;
-        let arrival = now_ns();
-        // Counted active *before* the shutdown check (see Registry::should_exit).
-        let (id, tag) = reg.shared.alloc_request(arrival);
-        let shared = Arc::new(RequestShared {
-            id,
-            completion: Completion::new(),
-            registry: &*self.registry as *const Registry as usize,
-            waiter: AtomicUsize::new(0),
-        });
-        if reg.is_shutdown() {
-            match tag {
-                Some(t) => reg.shared.free_request(t),
-                None => reg.shared.complete_untracked(),
-            }
-            reg.request_finished();
-            shared.completion.complete((
-                Err(RequestError::ShutDown),
-                RequestStats {
-                    id,
-                    ..RequestStats::default()
-                },
-            ));
-            return RequestHandle { shared };
-        }
-        reg.counters.submitted.fetch_add(1, Ordering::Relaxed);
-        let s2 = Arc::clone(&shared);
-        let tag = tag.unwrap_or(NO_REQUEST);
-        let job = HeapJob::new(move || run_request(tag, arrival, f, s2));
-        // SAFETY: the closure is 'static; the job is executed exactly once by
-        // the worker that admits it.
-        let job_ref = unsafe { job.into_job_ref(tag) };
-        reg.inject(job_ref);
-        RequestHandle { shared }
+        submit_to(&self.registry, f, false).0
+    }
+
+    /// Submits a request without a handle (fire and forget, like
+    /// `rayon::ThreadPool::spawn`). It is a request like any other (admitted
+    /// by the policy, counted, subject to tail-control). A panic is not lost:
+    /// it is counted in [`PoolStats::panicked`] and its payload goes to the
+    /// [panic handler](PoolBuilder::panic_handler). After shutdown began, `f`
+    /// is dropped without running.
+    ///
+    /// ```
+    /// use std::sync::mpsc;
+    /// let pool = tailctl_rt::Pool::builder().workers(2).build().unwrap();
+    /// let (tx, rx) = mpsc::channel();
+    /// for i in 0..4 {
+    ///     let tx = tx.clone();
+    ///     pool.spawn(move || tx.send(i * i).unwrap());
+    /// }
+    /// let mut got: Vec<i32> = rx.iter().take(4).collect();
+    /// got.sort();
+    /// assert_eq!(got, [0, 1, 4, 9]);
+    /// ```
+    pub fn spawn<F>(&self, f: F)
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        let (_, refused) = submit_to(&self.registry, f, true);
+        drop(refused);
+    }
+
+    /// A cheap, cloneable handle to submit to this pool from anywhere (see
+    /// [`PoolHandle`](crate::PoolHandle)).
+    ///
+    /// ```
+    /// let pool = tailctl_rt::Pool::builder().workers(2).build().unwrap();
+    /// let h = pool.handle();
+    /// let t = std::thread::spawn(move || h.submit(|| 40 + 2).wait().unwrap());
+    /// assert_eq!(t.join().unwrap(), 42);
+    /// ```
+    #[must_use]
+    pub fn handle(&self) -> crate::PoolHandle {
+        crate::PoolHandle::new(Arc::clone(&self.registry))
     }
 
     /// Number of workers.
@@ -658,18 +835,7 @@ impl Pool {
     /// assert_eq!(pool.stats().submitted, 0);
     /// ```
     pub fn stats(&self) -> PoolStats {
-        let c = &self.registry.counters;
-        PoolStats {
-            submitted: c.submitted.load(Ordering::Relaxed),
-            completed: c.completed.load(Ordering::Relaxed),
-            panicked: c.panicked.load(Ordering::Relaxed),
-            cancelled: c.cancelled.load(Ordering::Relaxed),
-            missed_target: c.missed_target.load(Ordering::Relaxed),
-            steals: c.steals.load(Ordering::Relaxed),
-            refused_steals: c.refused_steals.load(Ordering::Relaxed),
-            serialized: self.registry.shared.header().serialized(),
-            active: self.active_requests() as u64,
-        }
+        stats_of(&self.registry)
     }
 
     /// The bookkeeping table (what the kernel half will map).
@@ -741,6 +907,8 @@ impl Pool {
     }
 
     fn stop(&self, cancel: bool) {
+        // No PoolHandle may touch the registry from here on.
+        self.registry.ext.close_gate();
         self.registry.begin_shutdown(cancel);
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
         let me = WorkerThread::current();
@@ -762,6 +930,94 @@ impl Drop for Pool {
     }
 }
 
+/// The counters of `reg` (`Pool::stats`, `PoolHandle::stats`).
+pub(crate) fn stats_of(reg: &Registry) -> PoolStats {
+    let c = &reg.counters;
+    PoolStats {
+        submitted: c.submitted.load(Ordering::Relaxed),
+        completed: c.completed.load(Ordering::Relaxed),
+        panicked: c.panicked.load(Ordering::Relaxed),
+        cancelled: c.cancelled.load(Ordering::Relaxed),
+        aborted: reg.ext.aborted.load(Ordering::Relaxed),
+        missed_target: c.missed_target.load(Ordering::Relaxed),
+        steals: c.steals.load(Ordering::Relaxed),
+        refused_steals: c.refused_steals.load(Ordering::Relaxed),
+        serialized: reg.shared.header().serialized(),
+        active: reg.shared.header().active() as u64,
+    }
+}
+
+/// Submits `f` to `reg` (the body of `Pool::submit`, `Pool::spawn` and the
+/// same on a `PoolHandle` or a worker). If the pool is shut down, the handle
+/// is completed with `ShutDown` and `f` is handed back, to be dropped by the
+/// caller outside any lock it holds (`f` may own the last `Pool`).
+pub(crate) fn submit_to<F, T>(reg: &Registry, f: F, detached: bool) -> (RequestHandle<T>, Option<F>)
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let arrival = now_ns();
+    // Counted active *before* the shutdown check (see Registry::should_exit).
+    let (id, tag) = reg.shared.alloc_request(arrival);
+    let shared = Arc::new(RequestShared {
+        id,
+        completion: Completion::new(),
+        registry: reg as *const Registry as usize,
+        waiter: AtomicUsize::new(0),
+        tag: tag.unwrap_or(NO_REQUEST),
+        control: Control::new(),
+        ext: Arc::clone(&reg.ext),
+        detached,
+    });
+    if reg.is_shutdown() {
+        match tag {
+            Some(t) => reg.shared.free_request(t),
+            None => reg.shared.complete_untracked(),
+        }
+        reg.request_finished();
+        shared.completion.complete((
+            Err(RequestError::ShutDown),
+            RequestStats {
+                id,
+                ..RequestStats::default()
+            },
+        ));
+        return (RequestHandle { shared }, Some(f));
+    }
+    reg.counters.submitted.fetch_add(1, Ordering::Relaxed);
+    let s2 = Arc::clone(&shared);
+    let tag = tag.unwrap_or(NO_REQUEST);
+    let job = HeapJob::new(move || run_request(tag, arrival, f, s2));
+    // SAFETY: the closure is 'static; the job is executed exactly once by
+    // the worker that admits it.
+    let job_ref = unsafe { job.into_job_ref(tag) };
+    reg.inject(job_ref);
+    (RequestHandle { shared }, None)
+}
+
+/// Runs the closure of a started request: `Aborted` if it was aborted while
+/// running (its value, or the abort's unwind, dropped), the panic otherwise.
+/// Everything of the request's that may panic on drop is dropped in here.
+fn run_started<F, T>(f: F, shared: &RequestShared<T>) -> Result<T, RequestError>
+where
+    F: FnOnce() -> T,
+{
+    let outcome = catch_unwind(AssertUnwindSafe(f));
+    let aborted = shared.control.finish(&shared.ext, shared.tag);
+    match outcome {
+        Ok(v) if aborted => {
+            drop_quietly(v);
+            Err(RequestError::Aborted)
+        }
+        Ok(v) => Ok(v),
+        Err(p) if p.is::<AbortUnwind>() => {
+            drop_quietly(p);
+            Err(RequestError::Aborted)
+        }
+        Err(p) => Err(RequestError::Panicked(RequestPanic::new(p))),
+    }
+}
+
 /// Body of a request's root job, on the worker that admitted it.
 fn run_request<F, T>(tag: u64, arrival: u64, f: F, shared: Arc<RequestShared<T>>)
 where
@@ -774,23 +1030,37 @@ where
     let tracked = tag != NO_REQUEST;
     let slot = tracked.then(|| reg.shared.request(tag_slot(tag)));
 
-    let result = if reg.cancel.load(Ordering::SeqCst) {
+    let mut result = if reg.cancel.load(Ordering::SeqCst) {
         reg.counters.cancelled.fetch_add(1, Ordering::Relaxed);
         Err(RequestError::Cancelled)
+    } else if !shared.control.start() {
+        // Aborted before it started: never runs.
+        drop_quietly(f);
+        shared.control.finish(&shared.ext, tag);
+        Err(RequestError::Aborted)
     } else {
         if let Some(q) = slot {
             q.set_state(REQ_RUNNING);
         }
-        match catch_unwind(AssertUnwindSafe(f)) {
-            Ok(v) => Ok(v),
-            Err(p) => {
-                reg.counters.panicked.fetch_add(1, Ordering::Relaxed);
-                Err(RequestError::Panicked {
-                    message: panic_message(&*p),
-                })
+        run_started(f, &shared)
+    };
+    let mut spawn_panic = None;
+    match result {
+        Err(RequestError::Aborted) => {
+            shared.ext.aborted.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(RequestError::Panicked(_)) => {
+            reg.counters.panicked.fetch_add(1, Ordering::Relaxed);
+            if shared.detached {
+                // Nobody reads a detached request's result: the payload goes
+                // to the panic handler once the request completed.
+                spawn_panic = std::mem::replace(&mut result, Err(RequestError::Cancelled))
+                    .err()
+                    .and_then(|e| e.try_into_panic().ok());
             }
         }
-    };
+        _ => {}
+    }
 
     wt.flush_work();
     let latency = Duration::from_nanos(now_ns().saturating_sub(arrival));
@@ -823,5 +1093,8 @@ where
     match shared.waiter.load(Ordering::SeqCst) {
         0 => {}
         w => reg.sleep.notify_worker(w - 1),
+    }
+    if let Some(p) = spawn_panic {
+        shared.ext.report_spawn_panic(p);
     }
 }

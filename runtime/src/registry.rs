@@ -27,6 +27,7 @@
 //! outside, e.g. the kernel or `serialize_current_request`, still works) but no
 //! clock is read and no pileup check runs.
 
+use crate::control::PoolExt;
 use crate::job::JobRef;
 use crate::policy::{check_pileup, Policy};
 use crate::shared_state::{
@@ -63,6 +64,7 @@ pub(crate) struct Config {
     pub(crate) target_latency: Option<Duration>,
     pub(crate) spin_rounds: u32,
     pub(crate) shared: SharedState,
+    pub(crate) ext: Arc<PoolExt>,
 }
 
 pub(crate) struct Registry {
@@ -81,6 +83,8 @@ pub(crate) struct Registry {
     pub(crate) cancel: AtomicBool,
     pub(crate) counters: Counters,
     submit_rng: AtomicU64,
+    /// Abort marks, spawn panic handler, handle gate (see `control`).
+    pub(crate) ext: Arc<PoolExt>,
 }
 
 impl Registry {
@@ -103,6 +107,7 @@ impl Registry {
             cancel: AtomicBool::new(false),
             counters: Counters::default(),
             submit_rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
+            ext: cfg.ext,
         };
         (Arc::new(reg), workers)
     }

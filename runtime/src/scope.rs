@@ -8,8 +8,10 @@
 //! running other tasks meanwhile, so borrowed data outlives every spawn. The
 //! first panic of a spawn is kept and re-raised by `scope` after all tasks
 //! finished. Outside a pool, `spawn` runs the task at once on the calling
-//! thread.
+//! thread. A spawn of an aborted request unwinds before its body (an abort
+//! checkpoint, see `control`).
 
+use crate::control::checkpoint;
 use crate::job::HeapJob;
 use crate::latch::CountLatch;
 use crate::registry::WorkerThread;
@@ -76,33 +78,47 @@ where
     OP: FnOnce(&Scope<'scope>) -> R + Send,
     R: Send,
 {
-    let wt = WorkerThread::current();
-    // SAFETY: non-null means this thread is a worker alive for this call.
-    let wt = if wt.is_null() {
-        None
-    } else {
-        Some(unsafe { &*wt })
-    };
-    let scope = Scope {
-        latch: wt.map(|wt| CountLatch::new(wt.index(), wt.registry())),
-        panic: Mutex::new(None),
-        marker: PhantomData,
-    };
-    let result = catch_unwind(AssertUnwindSafe(|| op(&scope)));
-    if let (Some(wt), Some(latch)) = (wt, scope.latch.as_ref()) {
-        // SAFETY: the latch lives on this frame; we wait for it below.
-        unsafe { CountLatch::set(latch) };
-        wt.wait_until(&|| latch.probe(), false);
-    }
-    let spawned_panic = scope.panic.lock().ok().and_then(|mut p| p.take());
-    match result {
-        Err(p) => resume_unwind(p),
-        Ok(_) if spawned_panic.is_some() => resume_unwind(spawned_panic.unwrap()),
-        Ok(r) => r,
-    }
+    let scope = Scope::new();
+    scope.complete(|| op(&scope))
 }
 
 impl<'scope> Scope<'scope> {
+    /// A scope owned by the calling worker (spawns run inline outside a pool).
+    pub(crate) fn new() -> Self {
+        let wt = WorkerThread::current();
+        // SAFETY: non-null means this thread is a worker alive for this call.
+        let wt = (!wt.is_null()).then(|| unsafe { &*wt });
+        Scope {
+            latch: wt.map(|wt| CountLatch::new(wt.index(), wt.registry())),
+            panic: Mutex::new(None),
+            marker: PhantomData,
+        }
+    }
+
+    /// Runs the scope's body `op`, then waits for every spawn (running other
+    /// tasks meanwhile), then re-raises the body's panic or else the first
+    /// spawn's. Must be called once, by the thread that made the scope.
+    pub(crate) fn complete<R>(&self, op: impl FnOnce() -> R) -> R {
+        let result = catch_unwind(AssertUnwindSafe(op));
+        if let Some(latch) = self.latch.as_ref() {
+            let wt = WorkerThread::current();
+            assert!(!wt.is_null(), "a scope completed off its worker");
+            // SAFETY: non-null: a live worker of this thread (the one that
+            // made the scope, per the contract), alive for this call.
+            let wt = unsafe { &*wt };
+            // SAFETY: the latch lives in `self`, borrowed until we return;
+            // we wait for it below.
+            unsafe { CountLatch::set(latch) };
+            wt.wait_until(&|| latch.probe(), false);
+        }
+        let spawned_panic = self.panic.lock().ok().and_then(|mut p| p.take());
+        match result {
+            Err(p) => resume_unwind(p),
+            Ok(_) if spawned_panic.is_some() => resume_unwind(spawned_panic.unwrap()),
+            Ok(r) => r,
+        }
+    }
+
     /// Spawns `body` into the scope; it may run on any worker, in parallel
     /// with the rest of the scope, and finishes before [`scope`] returns.
     ///
@@ -146,7 +162,13 @@ impl<'scope> Scope<'scope> {
             let ptr = ptr;
             // SAFETY: the scope waits for this job before it is dropped.
             let scope = unsafe { &*ptr.0 };
-            if let Err(p) = catch_unwind(AssertUnwindSafe(|| body(scope))) {
+            // An aborted request skips the body (see `control`); the unwind
+            // is recorded like a panic and re-raised by `scope`.
+            let run = || {
+                checkpoint();
+                body(scope)
+            };
+            if let Err(p) = catch_unwind(AssertUnwindSafe(run)) {
                 scope.record_panic(p);
             }
             // SAFETY: the latch is alive until this last access sets it.

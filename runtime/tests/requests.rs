@@ -193,7 +193,7 @@ fn scopes_and_parallel_for() {
 
 fn msg<T>(r: Result<T, RequestError>) -> String {
     match r {
-        Err(RequestError::Panicked { message }) => message,
+        Err(RequestError::Panicked(p)) => p.message().to_string(),
         other => panic!("expected a panic, got {:?}", other.map(|_| ())),
     }
 }
