@@ -108,7 +108,7 @@ fn split_console(out: impl std::io::Read, console: &Path) -> Result<Vec<String>>
     // runs before the kernel does, so none of it is the command's output.
     let mut kernel_up = false;
     for line in std::io::BufReader::new(out).split(b'\n') {
-        let line = String::from_utf8_lossy(&line?).into_owned();
+        let line = strip_ansi(&String::from_utf8_lossy(&line?));
         writeln!(file, "{line}")?;
         let kernel = is_kernel_log_line(&line);
         kernel_up |= kernel;
@@ -123,6 +123,32 @@ fn split_console(out: impl std::io::Read, console: &Path) -> Result<Vec<String>>
         }
     }
     Ok(tail.into())
+}
+
+/// `line` without terminal escape sequences (CSI `ESC [ ... final`, and
+/// two-byte `ESC x`) or carriage returns: the firmware paints the console
+/// with them, and a log file should be plain text.
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => {
+                // CSI: parameters and intermediates up to a final byte in @..~;
+                // any other escape is two bytes.
+                if chars.next() == Some('[') {
+                    for c in chars.by_ref() {
+                        if ('@'..='~').contains(&c) {
+                            break;
+                        }
+                    }
+                }
+            }
+            '\r' => {}
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// `[   12.345678] ...`: a line of the guest kernel's log.
@@ -384,6 +410,17 @@ mod tests {
             .join(" ");
         let out = Command::new("sh").arg("-c").arg(&line).output().unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout), "a b it's $HOME \n");
+    }
+
+    #[test]
+    fn escape_sequences_are_stripped_from_the_console_log() {
+        assert_eq!(strip_ansi("\u{1b}[2J\u{1b}[01;01HSeaBIOS\r"), "SeaBIOS");
+        assert_eq!(
+            strip_ansi("\u{1b}[1;31merror\u{1b}[0m: x \u{1b}cok"),
+            "error: x ok"
+        );
+        assert_eq!(strip_ansi("plain [ 1.0] text"), "plain [ 1.0] text");
+        assert_eq!(strip_ansi("cut \u{1b}["), "cut ");
     }
 
     #[test]

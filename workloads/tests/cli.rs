@@ -181,7 +181,10 @@ fn a_neighbour_runs_beside_every_run_and_is_gone_after_it() {
     for pid in started {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         // Gone, or (if the pid was reused already) not our busy loop.
-        assert!(!stat.contains("(sh)") || stat.contains(" Z "), "{pid}: {stat}");
+        assert!(
+            !stat.contains("(sh)") || stat.contains(" Z "),
+            "{pid}: {stat}"
+        );
     }
     std::fs::remove_dir_all(&out).ok();
 }
@@ -192,14 +195,14 @@ fn load_sets_the_rate_from_the_measured_capacity() {
         .parent()
         .unwrap();
     for bad in ["0", "1", "1.5", "-0.2", "half"] {
-        let (code, err) =
-            stderr_of(Command::new(bin("tailctl-experiment")).args(["--load", bad, "--dry-run"]));
+        let (code, err) = stderr_of(
+            Command::new(bin("tailctl-experiment")).args([&format!("--load={bad}"), "--dry-run"]),
+        );
         assert_ne!(code, 0, "--load {bad}");
         assert!(err.contains("is not a fraction in (0, 1)"), "{bad}: {err}");
     }
-    let (code, err) = stderr_of(
-        Command::new(bin("tailctl-experiment")).args(["--load", "0.5", "--rps", "40"]),
-    );
+    let (code, err) =
+        stderr_of(Command::new(bin("tailctl-experiment")).args(["--load", "0.5", "--rps", "40"]));
     assert_ne!(code, 0);
     assert!(err.contains("cannot be used with"), "{err}");
     let (code, err) =
@@ -222,7 +225,10 @@ fn load_sets_the_rate_from_the_measured_capacity() {
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     let config = report["config"].as_str().unwrap();
     assert!(config.contains("arrivals"), "{config}");
-    assert!(!config.contains("poisson:150 "), "the preset's rate was kept: {config}");
+    assert!(
+        !config.contains("poisson:150 "),
+        "the preset's rate was kept: {config}"
+    );
     std::fs::remove_dir_all(&out).ok();
 }
 
