@@ -52,9 +52,7 @@ pub struct Metrics {
         desc = "Watchdog timeout minus the longest throttle wait, ms (how close a throttled thread came to ejecting the scheduler)"
     )]
     pub watchdog_margin_ms: i64,
-    #[stat(
-        desc = "Tokens and wait counts found unaccounted for and reclaimed (must stay 0)"
-    )]
+    #[stat(desc = "Tokens and wait counts found unaccounted for and reclaimed (must stay 0)")]
     pub token_leaks: u64,
     #[stat(desc = "CPUs kicked by the wait-bound timer for a waiter past its bound")]
     pub bound_kicks: u64,

@@ -641,8 +641,8 @@ fn hog(secs: u64, threads: usize) -> Result<()> {
 
 /// Keep `requests` requests of 16 x 1 ms items in flight for `secs`.
 fn greedy(cli: &Cli, secs: u64, requests: usize, threshold_ns: Option<u64>) -> Result<()> {
-    let table =
-        threshold_ns.map(|ns| ThresholdTable::from_thresholds(vec![Some(Duration::from_nanos(ns))]));
+    let table = threshold_ns
+        .map(|ns| ThresholdTable::from_thresholds(vec![Some(Duration::from_nanos(ns))]));
     let pool = start_pool(cli, table.as_ref(), true)?;
     if !pool.is_kernel_assisted() {
         bail!("scx_tailctl did not accept the registration");
@@ -772,7 +772,9 @@ fn churn(cli: &Cli, secs: u64, requests: usize, threshold_ms: u64, k: ChurnKinds
                         // Wake/sleep churn: many short runs, each a running/stopping pair.
                         for j in 0..4u64 {
                             burn_cpu(Duration::from_micros(300));
-                            std::thread::sleep(Duration::from_micros(100 + (i as u64 * 37 + j * 91) % 400));
+                            std::thread::sleep(Duration::from_micros(
+                                100 + (i as u64 * 37 + j * 91) % 400,
+                            ));
                         }
                     } else {
                         burn_cpu(Duration::from_millis(2));
@@ -860,19 +862,28 @@ fn reuse(cli: &Cli, victim: bool) -> Result<()> {
     let items = if victim { 100_000 } else { 64 };
     let h = pool.submit(move || {
         parallel_for(0..items, 1, |_| {
-            s2.lock().unwrap().insert(tailctl_rt::current_worker_index());
+            s2.lock()
+                .unwrap()
+                .insert(tailctl_rt::current_worker_index());
             burn_cpu(Duration::from_millis(2));
         })
     });
-    let slot = find_slot(&pool, h.id(), Duration::from_secs(5)).context("request slot not found")?;
-    let tag = ((pool.shared_state().request(slot as usize).generation() as u64) << 32) | slot as u64;
+    let slot =
+        find_slot(&pool, h.id(), Duration::from_secs(5)).context("request slot not found")?;
+    let tag =
+        ((pool.shared_state().request(slot as usize).generation() as u64) << 32) | slot as u64;
     if victim {
         // Report once the kernel capped the request and threads queue for its token.
         let t0 = Instant::now();
         loop {
             let a = acct.get(svc, slot)?;
             if a.tag == tag && a.alloc != 0 && a.throttled > 0 {
-                println!("{}", serde_json::to_string(&json!({"service": svc, "tag": tag, "throttled": a.throttled}))?);
+                println!(
+                    "{}",
+                    serde_json::to_string(
+                        &json!({"service": svc, "tag": tag, "throttled": a.throttled})
+                    )?
+                );
                 use std::io::Write;
                 std::io::stdout().flush()?;
                 break;
