@@ -14,9 +14,9 @@
 #   races:     the same check under sleep/wake churn on many short capped
 #              requests, and no counter may ever wrap (CAS-then-zero resets and
 #              unguarded decrements used to).
-#   waitbound: 1 s slices, a 100 ms wait bound, an idle machine: a waiter must
-#              be let through near its bound though no CPU dispatches (only
-#              ops.dispatch enforced it before).
+#   waitbound: one CPU online, 1 s slices, a 100 ms wait bound: a waiter must
+#              be let through near its bound though no CPU dispatches before
+#              the holder's slice ends (only ops.dispatch enforced it before).
 #   slotreuse: a service killed mid-serialization; the next registration in its
 #              slot must not inherit its cap (same request tag).
 # Every test, old and new, also checks through stop_sched that the kernel
@@ -107,20 +107,32 @@ test_races() {
   case "$v" in ok*) pass races "${v#ok }" "\"churn\": $r";; *) fail races "${v#bad }";; esac
 }
 
+# CPUs 1.. offline (before the scheduler loads: sched_ext restarts a loaded
+# scheduler on hotplug) / back online.
+cpus_offline() { local c; for c in /sys/devices/system/cpu/cpu[1-9]*/online; do echo "$1" >"$c" 2>/dev/null; done; }
+
 test_waitbound() {
-  start_sched --slice-us 1000000 --max-throttle-wait-ms 100 || { fail waitbound "scheduler did not load"; return; }
-  local r; r=$(timeout 120 "$ktest" -w 2 hold --secs 4 2>"$out/ktest.err"); local rc=$?
-  sched_alive || { fail waitbound "scheduler ejected: $(sched_why)"; stop_sched; return; }
-  stop_sched || { fail waitbound "scheduler exit non-zero: $(sched_why)"; return; }
+  # One CPU, 1 s slices, a 100 ms bound: the holder runs a whole slice and
+  # nothing else dispatches (a task waking meanwhile queues behind it), so
+  # only the wait-bound timer can release the waiter before the slice ends.
+  cpus_offline 0
+  [ "$(nproc)" = 1 ] || { cpus_offline 1; fail waitbound "could not take CPUs offline ($(nproc) online)"; return; }
+  start_sched --slice-us 1000000 --max-throttle-wait-ms 100 || { cpus_offline 1; fail waitbound "scheduler did not load"; return; }
+  local r; r=$(timeout 120 "$ktest" -w 2 hold --secs 3 --threshold-ms 1500 2>"$out/ktest.err"); local rc=$?
+  local alive=yes; sched_alive || alive=no
+  stop_sched; local src=$?
+  cpus_offline 1
+  [ $alive = yes ] || { fail waitbound "scheduler ejected: $(sched_why)"; return; }
+  [ $src = 0 ] || { fail waitbound "scheduler exit non-zero: $(sched_why)"; return; }
   [ $rc = 0 ] || { fail waitbound "ktest hold failed: $(tail -c 300 "$out/ktest.err")"; return; }
   local verdict
   verdict=$("$PY" - "$r" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1])
 if not r["throttled"]: print("bad", f"no thread waited: {r}")
-# With 1 s slices nothing but the bound releases the waiter before ~1000 ms.
+# Without the timer nothing releases the waiter before the holder's 1 s slice ends.
 elif r["max_throttle_wait_ms"] > 500: print("bad", f"a waiter waited {r['max_throttle_wait_ms']:.0f} ms against a 100 ms bound: {r}")
-else: print("ok", f"longest wait {r['max_throttle_wait_ms']:.0f} ms (bound 100 ms, slices 1 s), {r['bound_kicks']} timer kicks, {r['overdue_runs']} overdue runs")
+else: print("ok", f"longest wait {r['max_throttle_wait_ms']:.0f} ms (bound 100 ms, 1 CPU, 1 s slices), {r['bound_kicks']} timer kicks, {r['overdue_runs']} overdue runs")
 PY
 )
   case "$verdict" in ok*) pass waitbound "${verdict#ok }" "\"hold\": $r";; *) fail waitbound "${verdict#bad }";; esac
@@ -130,8 +142,8 @@ test_slotreuse() {
   start_sched || { fail slotreuse "scheduler did not load"; return; }
   "$ktest" -w 4 reuse >"$out/victim.json" 2>"$out/victim.err" &
   local vp=$!
-  for _ in $(seq 1 300); do [ -s "$out/victim.json" ] && break; kill -0 $vp 2>/dev/null || break; sleep 0.2; done
-  [ -s "$out/victim.json" ] || { fail slotreuse "the victim was never capped with waiters: $(tail -c 300 "$out/victim.err")"; kill -9 $vp; stop_sched; return; }
+  for _ in $(seq 1 450); do [ -s "$out/victim.json" ] && break; kill -0 $vp 2>/dev/null || break; sleep 0.2; done
+  [ -s "$out/victim.json" ] || { fail slotreuse "the victim was never capped with waiters: $(tail -c 300 "$out/victim.err") $(sched_why)"; kill -9 $vp; stop_sched; return; }
   kill -9 $vp; wait $vp 2>/dev/null
   sleep 1  # the daemon sees the connection close and frees the slot
   local s; s=$(timeout 120 "$ktest" -w 4 reuse --successor 2>"$out/ktest.err"); local rc=$?

@@ -148,8 +148,14 @@ enum Cmd {
         sleep: bool,
     },
     Hold {
+        /// CPU work of each of the two halves.
         #[arg(long, default_value_t = 4)]
         secs: u64,
+        /// Serialization threshold: high enough on one CPU that both workers
+        /// are on the request before it is capped (the runtime stops stealing
+        /// from a capped request).
+        #[arg(long, default_value_t = 5)]
+        threshold_ms: u64,
     },
     Reuse {
         /// Register after the victim was killed (default: be the victim).
@@ -211,11 +217,18 @@ impl Acct {
             .map
             .lookup(&key, MapFlags::ANY)?
             .context("req_acct entry missing")?;
-        if v.len() < std::mem::size_of::<tailctl_request_acct>() {
-            bail!("req_acct value is {} bytes", v.len());
-        }
-        // SAFETY: size checked; plain-old-data struct of integers.
-        Ok(unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) })
+        // An older scx_tailctl has fewer (leading) fields; the rest read as 0.
+        // SAFETY: plain-old-data struct of integers; at most its size is copied.
+        let mut a: tailctl_request_acct = unsafe { std::mem::zeroed() };
+        let n = v.len().min(std::mem::size_of::<tailctl_request_acct>());
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                v.as_ptr(),
+                (&mut a as *mut tailctl_request_acct).cast(),
+                n,
+            )
+        };
+        Ok(a)
     }
 }
 
@@ -822,15 +835,15 @@ fn churn(cli: &Cli, secs: u64, requests: usize, threshold_ms: u64, k: ChurnKinds
 }
 
 /// Two workers on one request past its threshold, nothing else to run.
-fn hold(cli: &Cli, secs: u64) -> Result<()> {
-    let pool = start_pool(cli, Some(&threshold_table(5)), true)?;
+fn hold(cli: &Cli, secs: u64, threshold_ms: u64) -> Result<()> {
+    let pool = start_pool(cli, Some(&threshold_table(threshold_ms)), true)?;
     if !pool.is_kernel_assisted() {
         bail!("scx_tailctl did not accept the registration");
     }
     let d = Duration::from_secs(secs);
     let t0 = Instant::now();
-    // Both halves start before the cap (the second is stolen at once), then
-    // one waits for the token while the holder runs its long slice.
+    // Both halves start before the cap (the second is stolen), then one
+    // waits for the token while the holder runs its long slice.
     pool.submit(move || tailctl_rt::join(|| burn_cpu(d), || burn_cpu(d)))
         .wait()
         .map_err(|e| anyhow::anyhow!("{e:?}"))?;
@@ -889,7 +902,13 @@ fn reuse(cli: &Cli, victim: bool) -> Result<()> {
                 break;
             }
             if t0.elapsed() > Duration::from_secs(60) {
-                bail!("the request was never capped with waiters");
+                bail!(
+                    "the request was never capped with waiters (tag {tag:#x}; entry tag {:#x}, alloc {}, throttled {}, work {} ms)",
+                    a.tag,
+                    a.alloc,
+                    a.throttled,
+                    a.work_ns / 1_000_000
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -923,11 +942,13 @@ fn read_stats(pin_dir: &Path) -> Result<tailctl_stats> {
     // SAFETY: plain-old-data struct of u64s; all-zero is valid.
     let mut t: tailctl_stats = unsafe { std::mem::zeroed() };
     for v in per_cpu {
-        if v.len() < std::mem::size_of::<tailctl_stats>() {
-            bail!("stats value is {} bytes (an older scx_tailctl?)", v.len());
-        }
-        // SAFETY: size checked; plain-old-data.
-        let s: tailctl_stats = unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) };
+        // An older scx_tailctl has fewer (leading) fields; the rest read as 0.
+        // SAFETY: plain-old-data struct of u64s; at most its size is copied.
+        let mut s: tailctl_stats = unsafe { std::mem::zeroed() };
+        let n = v.len().min(std::mem::size_of::<tailctl_stats>());
+        unsafe {
+            std::ptr::copy_nonoverlapping(v.as_ptr(), (&mut s as *mut tailctl_stats).cast(), n)
+        };
         t.throttled += s.throttled;
         t.rotations += s.rotations;
         t.overdue_runs += s.overdue_runs;
@@ -1005,7 +1026,7 @@ fn main() -> Result<()> {
                 sleep,
             },
         ),
-        Cmd::Hold { secs } => hold(&cli, secs),
+        Cmd::Hold { secs, threshold_ms } => hold(&cli, secs, threshold_ms),
         Cmd::Reuse { successor } => reuse(&cli, !successor),
         Cmd::Stats => stats(&cli),
     }
