@@ -927,7 +927,14 @@ static __always_inline void release_waiters(u32 svc, u64 now)
 			tctx->overdue = overdue;
 			leave_wait(tctx);
 		}
-		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, task_vtime(p));
+		/*
+		 * No sleeper credit: the waiter was runnable all along, its
+		 * request's CPU time went to the holder; queueing it at the
+		 * current vtime keeps rotation from handing the service a
+		 * slice of credit on every turn.
+		 */
+		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
+					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
 		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, TAILCTL_SHARED_DSQ, 0)) {
 			/* Dequeued under us (it comes back through enqueue): nothing taken stays taken. */
 			if (tctx) {

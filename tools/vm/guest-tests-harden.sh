@@ -3,10 +3,14 @@
 # Each one fails on the scheduler before the fix:
 #   pinned:    workers pinned one per CPU get throttled; a waiter handed to a
 #              CPU it may not run on used to be a fatal scx_error (ejection).
-#   greedy:    a 1 ns threshold and 64 requests in flight beside an
-#              unregistered CPU-bound neighbour; the neighbour must keep >= 0.9x
-#              the CPU it gets beside a well-behaved twin of the same size
-#              (throttle queues used to outrank the fair queue).
+#   greedy:    a 1 ns threshold and 64 requests in flight (2 x 500 ms items,
+#              2 workers per CPU, so workers pair up on each capped request and
+#              hand its token back and forth, a waiter ready at every turn; it
+#              also clears the kernel's SERIALIZED marks so stealing goes on)
+#              beside an unregistered CPU-bound neighbour: the neighbour must
+#              keep >= 0.9x the CPU it gets beside a twin of the same size that
+#              is never capped (throttle queues used to outrank the fair queue:
+#              0.63x). 40 s beside the capped service: past the 30 s watchdog.
 #   leaks:     --partial; workers re-pinned, re-niced and switched in and out
 #              of SCHED_EXT while their requests are capped; after quiescing,
 #              no token, wait count or runner may be left in the kernel's
@@ -50,15 +54,15 @@ test_pinned() {
 }
 
 test_greedy() {
-  local w=$(($(nproc) * 2)) secs=${GREEDY_SECS:-40} base=${GREEDY_BASE_SECS:-20}
+  local w=${GREEDY_WORKERS:-$(($(nproc) * 2))} secs=${GREEDY_SECS:-40} base=${GREEDY_BASE_SECS:-20} shape="--items ${GREEDY_ITEMS:-2} --item-us ${GREEDY_ITEM_US:-500000} --sleep-us ${GREEDY_SLEEP_US:-0}"
   start_sched || { fail greedy "scheduler did not load"; return; }
   # The neighbour beside a well-behaved twin (same workers, same requests, never capped)...
-  "$ktest" -w "$w" greedy --benign --requests 64 --secs $((base + 4)) >"$out/greedy-benign.json" 2>"$out/ktest.err" &
+  "$ktest" -w "$w" greedy --benign --ignore-cap $shape --requests 64 --secs $((base + 4)) >"$out/greedy-benign.json" 2>"$out/ktest.err" &
   local sp=$!; sleep 2
   local nb; nb=$("$ktest" hog --secs "$base")
   wait $sp
   # ... and beside the same service with a 1 ns threshold (every request capped, waiters always queued).
-  "$ktest" -w "$w" greedy --threshold-ns 1 --requests 64 --secs $((secs + 4)) >"$out/greedy.json" 2>>"$out/ktest.err" &
+  "$ktest" -w "$w" greedy --threshold-ns 1 --ignore-cap $shape --requests 64 --secs $((secs + 4)) >"$out/greedy.json" 2>>"$out/ktest.err" &
   sp=$!; sleep 2
   local ng; ng=$("$ktest" hog --secs "$secs")
   wait $sp; local grc=$?

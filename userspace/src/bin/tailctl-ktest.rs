@@ -124,6 +124,17 @@ enum Cmd {
         /// No threshold: the same service, never capped.
         #[arg(long)]
         benign: bool,
+        /// Act hostile: keep clearing SERIALIZED in the region, so workers
+        /// keep stealing capped requests and queue for their tokens.
+        #[arg(long)]
+        ignore_cap: bool,
+        /// Items per request, CPU per item (us) and sleep after each (us).
+        #[arg(long, default_value_t = 2)]
+        items: usize,
+        #[arg(long, default_value_t = 500_000)]
+        item_us: u64,
+        #[arg(long, default_value_t = 0)]
+        sleep_us: u64,
     },
     Churn {
         #[arg(long, default_value_t = 20)]
@@ -652,8 +663,15 @@ fn hog(secs: u64, threads: usize) -> Result<()> {
     Ok(())
 }
 
-/// Keep `requests` requests of 16 x 1 ms items in flight for `secs`.
-fn greedy(cli: &Cli, secs: u64, requests: usize, threshold_ns: Option<u64>) -> Result<()> {
+/// Keep `requests` requests of `items` items in flight for `secs`.
+fn greedy(
+    cli: &Cli,
+    secs: u64,
+    requests: usize,
+    threshold_ns: Option<u64>,
+    ignore_cap: bool,
+    (items, item_us, sleep_us): (usize, u64, u64),
+) -> Result<()> {
     let table = threshold_ns
         .map(|ns| ThresholdTable::from_thresholds(vec![Some(Duration::from_nanos(ns))]));
     let pool = start_pool(cli, table.as_ref(), true)?;
@@ -662,22 +680,54 @@ fn greedy(cli: &Cli, secs: u64, requests: usize, threshold_ns: Option<u64>) -> R
     }
     let t0 = Instant::now();
     let deadline = t0 + Duration::from_secs(secs);
-    let mut inflight = std::collections::VecDeque::new();
+    let stop = AtomicBool::new(false);
     let mut done = 0u64;
-    let submit =
-        || pool.submit(|| parallel_for(0..16usize, 1, |_| burn_cpu(Duration::from_millis(1))));
-    while Instant::now() < deadline {
-        while inflight.len() < requests {
-            inflight.push_back(submit());
+    let cleared = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        if ignore_cap {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    for i in 0..MAX_REQUESTS {
+                        let slot = pool.shared_state().request(i) as *const _ as *const u8;
+                        // SAFETY: flags+generation is the u64 at offset 8 of a
+                        // request slot (intf.h); the region is ours to write.
+                        let gf = unsafe { &*(slot.add(8) as *const AtomicU64) };
+                        if gf.fetch_and(!(FLAG_SERIALIZED as u64), Ordering::SeqCst)
+                            & FLAG_SERIALIZED as u64
+                            != 0
+                        {
+                            cleared.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            });
         }
-        let h: RequestHandle<()> = inflight.pop_front().unwrap();
-        if h.wait().is_ok() {
-            done += 1;
+        let mut inflight = std::collections::VecDeque::new();
+        let submit = || {
+            pool.submit(move || {
+                parallel_for(0..items, 1, |_| {
+                    burn_cpu(Duration::from_micros(item_us));
+                    if sleep_us > 0 {
+                        std::thread::sleep(Duration::from_micros(sleep_us));
+                    }
+                })
+            })
+        };
+        while Instant::now() < deadline {
+            while inflight.len() < requests {
+                inflight.push_back(submit());
+            }
+            let h: RequestHandle<()> = inflight.pop_front().unwrap();
+            if h.wait().is_ok() {
+                done += 1;
+            }
         }
-    }
-    for h in inflight {
-        let _ = h.wait();
-    }
+        stop.store(true, Ordering::Relaxed);
+        for h in inflight {
+            let _ = h.wait();
+        }
+    });
     println!(
         "{}",
         serde_json::to_string(&json!({
@@ -685,6 +735,7 @@ fn greedy(cli: &Cli, secs: u64, requests: usize, threshold_ns: Option<u64>) -> R
             "requests": done,
             "rps": done as f64 / t0.elapsed().as_secs_f64(),
             "kernel_serialized": pool.shared_state().header().kernel_serialized(),
+            "marks_cleared": cleared.load(Ordering::Relaxed),
         }))?
     );
     Ok(())
@@ -1005,7 +1056,18 @@ fn main() -> Result<()> {
             requests,
             threshold_ns,
             benign,
-        } => greedy(&cli, secs, requests, (!benign).then_some(threshold_ns)),
+            ignore_cap,
+            items,
+            item_us,
+            sleep_us,
+        } => greedy(
+            &cli,
+            secs,
+            requests,
+            (!benign).then_some(threshold_ns),
+            ignore_cap,
+            (items, item_us, sleep_us),
+        ),
         Cmd::Churn {
             secs,
             requests,
