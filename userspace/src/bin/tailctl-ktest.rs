@@ -850,7 +850,7 @@ fn churn(cli: &Cli, secs: u64, requests: usize, threshold_ms: u64, k: ChurnKinds
         if h.wait().is_ok() {
             done += 1;
         }
-        if done % 64 == 0 {
+        if done.is_multiple_of(64) {
             // A wrapped counter shows as a huge value while it lasts.
             if let Ok(v) = acct_totals(&acct, svc) {
                 max_seen = max_seen.max(v["max_counter"].as_u64().unwrap_or(0) as u32);
