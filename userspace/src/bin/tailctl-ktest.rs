@@ -923,13 +923,15 @@ fn reuse(cli: &Cli, victim: bool) -> Result<()> {
     let acct = Acct::open(&cli.pin_dir)?;
     let seen = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
     let s2 = seen.clone();
-    let items = if victim { 100_000 } else { 64 };
+    // The victim's items are long, so the workers the cap preempts are
+    // still on the request and queue for its token.
+    let (items, item_ms) = if victim { (10_000, 20) } else { (64, 2) };
     let h = pool.submit(move || {
         parallel_for(0..items, 1, |_| {
             s2.lock()
                 .unwrap()
                 .insert(tailctl_rt::current_worker_index());
-            burn_cpu(Duration::from_millis(2));
+            burn_cpu(Duration::from_millis(item_ms));
         })
     });
     let slot =
@@ -955,6 +957,15 @@ fn reuse(cli: &Cli, victim: bool) -> Result<()> {
             if t0.elapsed() > Duration::from_secs(60) {
                 bail!(
                     "the request was never capped with waiters (tag {tag:#x}; entry tag {:#x}, alloc {}, throttled {}, work {} ms)",
+                    a.tag,
+                    a.alloc,
+                    a.throttled,
+                    a.work_ns / 1_000_000
+                );
+            }
+            if t0.elapsed().as_millis() % 5000 < 20 {
+                eprintln!(
+                    "victim: tag {tag:#x}, entry tag {:#x}, alloc {}, throttled {}, work {} ms",
                     a.tag,
                     a.alloc,
                     a.throttled,
