@@ -136,6 +136,12 @@ struct tailctl_service {
 	u32 nr_thresholds;
 	/* threshold_ns[q-1]: serialize a request once its work exceeds this at q active requests (0: never). */
 	u64 threshold_ns[TAILCTL_QMAX];
+	/*
+	 * Registration sequence number (0 if the daemon does not set one). With
+	 * pid it tells one registration of a slot from the next, so a reused slot
+	 * never inherits the previous service's accounting.
+	 */
+	u64 epoch;
 };
 
 /*
@@ -172,6 +178,11 @@ struct tailctl_request_acct {
 	/* Threads running now past the wait bound without a token, and how many times that happened. */
 	u32 overdue_running;
 	u64 overdue;
+	/* The registration this entry belongs to ((epoch << 32) + pid of the service): part of its identity with tag. */
+	u64 owner;
+	/* Tid of the thread holding the token when alloc is 1 (0: none or unknown); lets the kernel find leaked tokens. */
+	u32 holder;
+	u32 reserved0;
 };
 
 /*
@@ -210,6 +221,13 @@ struct tailctl_stats {
 	u64 overdue_runs;
 	/* Longest a throttled thread waited before being dispatched, in ns (max, not a sum). */
 	u64 max_throttle_wait_ns;
+	/*
+	 * Tokens and wait counts found unaccounted for (a release below zero, or
+	 * a token whose holder no longer holds it, reclaimed). Must stay 0.
+	 */
+	u64 token_leaks;
+	/* CPUs kicked by the wait-bound timer because a waiter passed its bound and no CPU dispatched. */
+	u64 bound_kicks;
 };
 
 #endif /* __TAILCTL_INTF_H */

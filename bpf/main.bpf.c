@@ -30,24 +30,41 @@
  *    threshold for the current number of active requests (header.active), the
  *    request is capped at alloc = 1 and SERIALIZED is set in its region slot,
  *    which the runtime reads as "not stealable".
- *  - Cap enforcement: a thread may be handed to a CPU only while holding one of
- *    its request's alloc tokens. Without one it waits in its service's throttle
- *    DSQ; ops.dispatch hands a freed token to the oldest waiter. Rotation: a
- *    holder whose request has waiters gets no slice extension, so at slice end
- *    it is re-enqueued (SCX_ENQ_LAST) behind them; a token freed while its
- *    holder keeps running (its worker left the request) kicks an idle CPU to
- *    hand it on. A thread caught running without a token (queued before the
- *    cap) is preempted.
+ *  - Cap enforcement: a thread may be queued for a CPU only while holding one
+ *    of its request's alloc tokens. Without one it waits in its service's
+ *    throttle DSQ; ops.dispatch hands a freed token to the oldest waiter and
+ *    moves it to the shared vtime queue, never straight to a CPU: a released
+ *    waiter competes by vtime like any task (a capped service never outranks
+ *    the fair queue), and the kernel only hands it to a CPU it may run on
+ *    (pinned or migration-disabled waiters included). A token taken for a move
+ *    that fails goes back. Rotation: a holder whose request has waiters gets no
+ *    slice extension, so at slice end it is re-enqueued (SCX_ENQ_LAST) behind
+ *    them; a token freed while its holder keeps running (its worker left the
+ *    request) kicks an idle CPU to hand it on. A thread caught running without
+ *    a token (queued before the cap) is preempted.
+ *  - Every path gives back: a token and a place in a wait count are returned
+ *    when the thread stops, changes request, is unregistered or rebound (also
+ *    a reused service slot: accounting entries carry their registration,
+ *    `owner`, and are reset for a new one), leaves its throttle queue through
+ *    a re-enqueue (affinity or nice change), leaves sched_ext (ops.disable) or
+ *    exits (ops.exit_task). Shared counters step down only through
+ *    compare-and-swap loops that stop at zero, and an entry being reset is
+ *    parked at ACCT_RESETTING so no thread counts itself into it meanwhile. A
+ *    count found missing (a release below zero, or a token whose recorded
+ *    holder no longer holds it, reclaimed by the timer) is a token_leak.
  *  - Counting runners: ops.running announces a thread in `arriving` before it
  *    reads the cap, and check_threshold sets the cap before reading running +
  *    arriving (full barriers on both sides), so a racing thread is either seen
  *    (and kicked) or backs out; only threads past the check count in
  *    `running`, so one that backs out never shows as a second runner.
- *  - Liveness: a waiter older than max_throttle_wait_ns is dispatched and runs
+ *  - Liveness: a waiter older than max_throttle_wait_ns is released and runs
  *    its slice regardless (it is not bounced again: that would livelock), so a
  *    token that is never handed on cannot stall a thread into the watchdog.
  *    Such runs break the cap on purpose and are counted (overdue_runs, and
- *    per request in req_acct.overdue).
+ *    per request in req_acct.overdue). Since only ops.dispatch releases
+ *    waiters, a BPF timer checks the throttle queues every quarter bound and
+ *    kicks the CPU of an overdue waiter, so the bound holds on an idle machine
+ *    too.
  */
 #include <scx/common.bpf.h>
 #include "intf.h"
@@ -137,6 +154,7 @@ struct {
 	__type(value, struct tailctl_request_acct);
 } req_acct SEC(".maps");
 
+
 /* Per-task state; svc < 0 means "not a registered worker". */
 struct task_ctx {
 	s32 svc;
@@ -144,6 +162,10 @@ struct task_ctx {
 	/* The request this task is charged to while it runs (tag, acct index), or tag ~0. */
 	u64 tag;
 	u32 acct_idx;
+	/* The task's tid (p->pid), recorded as a token's holder. */
+	u32 tid;
+	/* The registration the task is bound to (see tailctl_request_acct.owner). */
+	u64 owner;
 	bool bound;
 	bool holds_token;
 	bool counted_running;
@@ -153,6 +175,7 @@ struct task_ctx {
 	/* ... and counted in its request's overdue_running. */
 	bool counted_overdue;
 	bool evict;
+	/* In a throttle queue and counted in its request's `waiting`. */
 	bool throttled;
 	u64 charge_from_ns;
 	u64 throttled_at_ns;
@@ -166,6 +189,8 @@ struct {
 } task_ctxs SEC(".maps");
 
 #define NO_TAG (~0ULL)
+/* tailctl_request_acct.tag while the entry is being reset: never a real tag (slot < MAX_REQUESTS). */
+#define ACCT_RESETTING (~0ULL - 1)
 #define MAX_CPUS 1024
 
 /* What each CPU runs now, for registered workers: lets a serialization kick exactly the CPUs running the request. */
@@ -246,6 +271,148 @@ static __always_inline struct tailctl_region *service_region(u32 svc)
 }
 
 /*
+ * Counters shared by several CPUs only ever step down through this: a
+ * compare-and-swap loop that stops at zero, so a count reset under a racing
+ * thread can never wrap (a wrapped `holders` would lock the request out for
+ * good). Returns false if the count was already 0.
+ */
+static __always_inline bool dec_u32(u32 *v)
+{
+	u32 old, i;
+
+	bpf_for(i, 0, MAX_CPUS) {
+		old = READ_ONCE(*v);
+		if (!old)
+			return false;
+		if (__sync_val_compare_and_swap(v, old, old - 1) == old)
+			return true;
+	}
+	return true;
+}
+
+/* The registration identity of service slot @svc now (see tailctl_request_acct.owner). */
+static __always_inline u64 service_owner(u32 svc)
+{
+	struct tailctl_service *s = bpf_map_lookup_elem(&services, &svc);
+
+	if (!s || !s->pid)
+		return 0;
+	return (s->epoch << 32) + s->pid;
+}
+
+/* @tctx's request entry, if it still tracks @tctx's request of @tctx's registration. */
+static __always_inline struct tailctl_request_acct *acct_of(struct task_ctx *tctx)
+{
+	struct tailctl_request_acct *a;
+	u32 idx = tctx->acct_idx;
+
+	if (tctx->tag == NO_TAG)
+		return NULL;
+	a = bpf_map_lookup_elem(&req_acct, &idx);
+	if (!a || READ_ONCE(a->tag) != tctx->tag || READ_ONCE(a->owner) != tctx->owner)
+		return NULL;
+	return a;
+}
+
+/* A count that should have been there was not: log it once per occurrence. */
+static __always_inline void count_leak(void)
+{
+	STAT_INC(token_leaks);
+}
+
+/* Take one of the request's alloc tokens (CAS loop: a lost race retries, it does not fail). */
+static __always_inline bool claim_token(struct task_ctx *tctx, struct tailctl_request_acct *a)
+{
+	u32 h, i;
+
+	if (tctx->holds_token)
+		return true;
+	bpf_for(i, 0, MAX_CPUS) {
+		u32 alloc = READ_ONCE(a->alloc);
+
+		if (!alloc)
+			return false; /* no cap: no token needed (caller checks alloc first) */
+		h = READ_ONCE(a->holders);
+		if (h >= alloc)
+			return false;
+		if (__sync_val_compare_and_swap(&a->holders, h, h + 1) == h) {
+			tctx->holds_token = true;
+			WRITE_ONCE(a->holder, tctx->tid);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Give back @tctx's token; returns the entry if one was given back to it. */
+static __always_inline struct tailctl_request_acct *put_token(struct task_ctx *tctx)
+{
+	struct tailctl_request_acct *a;
+
+	if (!tctx->holds_token)
+		return NULL;
+	tctx->holds_token = false;
+	/* An entry that moved on (reset for a new request or registration) took its counts with it. */
+	a = acct_of(tctx);
+	if (!a)
+		return NULL;
+	if (READ_ONCE(a->holder) == tctx->tid)
+		__sync_val_compare_and_swap(&a->holder, tctx->tid, 0);
+	if (!dec_u32(&a->holders) && READ_ONCE(a->tag) == tctx->tag)
+		count_leak();
+	return a;
+}
+
+static __always_inline void release_token(struct task_struct *p, struct task_ctx *tctx)
+{
+	struct tailctl_request_acct *a = put_token(tctx);
+	s32 cpu;
+
+	/*
+	 * A waiter may take the token now, but only a CPU running ops.dispatch
+	 * hands it over: wake an idle one rather than wait for a busy CPU's
+	 * slice to end (the holder may release while it keeps running, e.g.
+	 * when its worker leaves the request to wait in a join).
+	 */
+	if (a && READ_ONCE(a->waiting) && tctx->svc >= 0 &&
+	    scx_bpf_dsq_nr_queued(TAILCTL_THROTTLE_DSQ_BASE + tctx->svc)) {
+		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+		if (cpu >= 0)
+			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+	}
+}
+
+/* @tctx no longer waits in a throttle queue: drop it from its request's wait count. */
+static __always_inline void leave_wait(struct task_ctx *tctx)
+{
+	struct tailctl_request_acct *a;
+
+	if (!tctx->throttled)
+		return;
+	tctx->throttled = false;
+	a = acct_of(tctx);
+	if (a && !dec_u32(&a->waiting) && READ_ONCE(a->tag) == tctx->tag)
+		count_leak();
+}
+
+/*
+ * @p stops being a worker of its service (unregistered, rebound, left
+ * sched_ext, exiting): give back everything it holds in its request's
+ * accounting, so no path leaves a token or a wait count behind.
+ */
+static __always_inline void unbind(struct task_ctx *tctx)
+{
+	put_token(tctx);
+	leave_wait(tctx);
+	tctx->bound = false;
+	tctx->svc = -1;
+	tctx->tag = NO_TAG;
+	tctx->overdue = false;
+	tctx->counted_running = false;
+	tctx->counted_overdue = false;
+}
+
+/*
  * (Re)bind @p to its service slot if the daemon registered its tid. Looked up
  * at every call: unregistration takes effect at once.
  */
@@ -254,29 +421,52 @@ static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
 	struct tailctl_worker_ref *ref;
 	struct task_ctx *tctx;
 	u32 tid = p->pid, zero = 0, *nr;
+	u64 owner;
 
 	nr = bpf_map_lookup_elem(&registered, &zero);
 	if (!nr || !*nr)
 		return NULL;
 	ref = bpf_map_lookup_elem(&worker_tids, &tid);
-	if (!ref || ref->service >= TAILCTL_MAX_SERVICES || ref->worker >= TAILCTL_MAX_WORKERS) {
+	owner = ref && ref->service < TAILCTL_MAX_SERVICES ? service_owner(ref->service) : 0;
+	if (!ref || ref->service >= TAILCTL_MAX_SERVICES || ref->worker >= TAILCTL_MAX_WORKERS || !owner) {
 		tctx = task_ctx(p);
-		if (tctx)
-			tctx->svc = -1;
+		if (tctx && tctx->svc >= 0)
+			unbind(tctx);
 		return NULL;
 	}
 	tctx = bpf_task_storage_get(&task_ctxs, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!tctx)
 		return NULL;
-	if (!tctx->bound || tctx->svc != (s32)ref->service || tctx->worker != ref->worker) {
+	if (!tctx->bound || tctx->svc != (s32)ref->service || tctx->worker != ref->worker ||
+	    tctx->owner != owner) {
+		/* What it held belongs to its old binding: give it back before rebinding. */
+		if (tctx->bound)
+			unbind(tctx);
 		tctx->bound = true;
 		tctx->tag = NO_TAG;
 		tctx->holds_token = false;
 		tctx->counted_running = false;
+		tctx->throttled = false;
+		tctx->overdue = false;
 	}
 	tctx->svc = ref->service;
 	tctx->worker = ref->worker;
+	tctx->owner = owner;
+	tctx->tid = tid;
 	return tctx;
+}
+
+/* Is @p (with ctx @tctx) still the worker @tctx says, of the same registration? No side effects. */
+static __always_inline bool still_bound(struct task_struct *p, struct task_ctx *tctx)
+{
+	struct tailctl_worker_ref *ref;
+	u32 tid = p->pid;
+
+	if (tctx->svc < 0)
+		return false;
+	ref = bpf_map_lookup_elem(&worker_tids, &tid);
+	return ref && ref->service == (u32)tctx->svc && ref->worker == tctx->worker &&
+	       service_owner(ref->service) == tctx->owner;
 }
 
 /*
@@ -319,8 +509,14 @@ static __always_inline u64 current_request(struct task_ctx *tctx, struct tailctl
 	return cur;
 }
 
-/* The kernel's entry for request @tag, reset when the slot holds a new request. */
-static __always_inline struct tailctl_request_acct *request_acct(u32 idx, u64 tag)
+/*
+ * The kernel's entry for request @tag of registration @owner, reset when the
+ * slot holds a new request or the service slot a new registration (a reused
+ * slot must not inherit a cap, serialized time or tokens). The reset parks
+ * the tag at ACCT_RESETTING while it zeroes, so no thread counts itself into
+ * an entry being wiped: it finds no match and backs off.
+ */
+static __always_inline struct tailctl_request_acct *request_acct(u32 idx, u64 tag, u64 owner)
 {
 	struct tailctl_request_acct *a = bpf_map_lookup_elem(&req_acct, &idx);
 	u64 old;
@@ -328,70 +524,32 @@ static __always_inline struct tailctl_request_acct *request_acct(u32 idx, u64 ta
 	if (!a)
 		return NULL;
 	old = READ_ONCE(a->tag);
-	if (old != tag) {
-		if (__sync_val_compare_and_swap(&a->tag, old, tag) != old)
-			return NULL;
-		a->work_ns = 0;
-		a->running = 0;
-		a->max_running_settled = 0;
-		a->holders = 0;
-		a->alloc = 0;
-		a->serialized_at_ns = 0;
-		a->settled_at_ns = 0;
-		a->throttled = 0;
-		a->waiting = 0;
-		a->max_running = 0;
-		a->bounces = 0;
-		a->bounced_ns = 0;
-		a->arriving = 0;
-		a->overdue_running = 0;
-		a->overdue = 0;
-	}
+	if (old == tag && READ_ONCE(a->owner) == owner)
+		return a;
+	if (old == ACCT_RESETTING)
+		return NULL;
+	if (__sync_val_compare_and_swap(&a->tag, old, ACCT_RESETTING) != old)
+		return NULL;
+	a->work_ns = 0;
+	a->running = 0;
+	a->max_running_settled = 0;
+	a->holders = 0;
+	a->alloc = 0;
+	a->serialized_at_ns = 0;
+	a->settled_at_ns = 0;
+	a->throttled = 0;
+	a->waiting = 0;
+	a->max_running = 0;
+	a->bounces = 0;
+	a->bounced_ns = 0;
+	a->arriving = 0;
+	a->overdue_running = 0;
+	a->overdue = 0;
+	a->holder = 0;
+	a->owner = owner;
+	/* Full barrier: the zeroes and the owner are visible before the tag. */
+	__sync_lock_test_and_set(&a->tag, tag);
 	return a;
-}
-
-/* Take one of the request's alloc tokens; always succeeds for uncapped requests. */
-static __always_inline bool claim_token(struct task_ctx *tctx, struct tailctl_request_acct *a)
-{
-	u32 h;
-
-	if (tctx->holds_token)
-		return true;
-	if (!a->alloc)
-		return false; /* no cap: no token needed (caller checks alloc first) */
-	h = READ_ONCE(a->holders);
-	if (h >= a->alloc)
-		return false;
-	if (__sync_val_compare_and_swap(&a->holders, h, h + 1) != h)
-		return false;
-	tctx->holds_token = true;
-	return true;
-}
-
-static __always_inline void release_token(struct task_struct *p, struct task_ctx *tctx)
-{
-	struct tailctl_request_acct *a;
-	u32 idx = tctx->acct_idx;
-	s32 cpu;
-
-	if (!tctx->holds_token)
-		return;
-	tctx->holds_token = false;
-	a = bpf_map_lookup_elem(&req_acct, &idx);
-	if (a && a->tag == tctx->tag && a->holders > 0)
-		__sync_fetch_and_sub(&a->holders, 1);
-	/*
-	 * A waiter may take the token now, but only a CPU running ops.dispatch
-	 * hands it over: wake an idle one rather than wait for a busy CPU's
-	 * slice to end (the holder may release while it keeps running, e.g.
-	 * when its worker leaves the request to wait in a join).
-	 */
-	if (a && a->waiting && tctx->svc >= 0 &&
-	    scx_bpf_dsq_nr_queued(TAILCTL_THROTTLE_DSQ_BASE + tctx->svc)) {
-		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
-		if (cpu >= 0)
-			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
-	}
 }
 
 /*
@@ -455,7 +613,7 @@ static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl
 					   u64 cpu_ns)
 {
 	struct tailctl_request_acct *a;
-	u32 idx = tctx->acct_idx, slot = (u32)tctx->tag, widx = tctx->worker;
+	u32 slot = (u32)tctx->tag, widx = tctx->worker;
 	u64 delta;
 
 	if (tctx->tag == NO_TAG || !tctx->charge_from_ns)
@@ -468,8 +626,8 @@ static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl
 	 * WORKING worker, and the interval that ends because the worker left the
 	 * request (its state already changed) is still the request's time.
 	 */
-	a = bpf_map_lookup_elem(&req_acct, &idx);
-	if (!a || a->tag != tctx->tag)
+	a = acct_of(tctx);
+	if (!a)
 		return;
 	/* A thread sent back for lack of a token did no work for the request; its time is tracked apart. */
 	if (tctx->bounced) {
@@ -490,7 +648,7 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 					  struct tailctl_region *r, u64 now)
 {
 	struct tailctl_request_acct *a;
-	u32 idx = 0, slot, running;
+	u32 idx = 0, slot, running, od;
 	u64 tag = current_request(tctx, r, &idx);
 
 	if (tag != tctx->tag)
@@ -504,7 +662,7 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 	tctx->evict = false;
 	if (tag == NO_TAG)
 		return;
-	a = request_acct(idx, tag);
+	a = request_acct(idx, tag, tctx->owner);
 	if (!a) {
 		tctx->tag = NO_TAG;
 		return;
@@ -519,13 +677,20 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 	 */
 	set_cpu_run(tag, idx);
 	__sync_fetch_and_add(&a->arriving, 1);
+	/* The entry was reset under us: our count went with it (or is about to); back off. */
+	if (READ_ONCE(a->tag) != tag) {
+		dec_u32(&a->arriving);
+		set_cpu_run(NO_TAG, 0);
+		tctx->tag = NO_TAG;
+		return;
+	}
 	if (READ_ONCE(a->alloc) && !claim_token(tctx, a) && !tctx->overdue) {
 		/*
 		 * Queued before the cap: back out; it never counts as running. An
 		 * overdue waiter is not sent back: bouncing it again would turn the
 		 * wait bound into a livelock whenever the token is never freed.
 		 */
-		__sync_fetch_and_sub(&a->arriving, 1);
+		dec_u32(&a->arriving);
 		set_cpu_run(NO_TAG, 0);
 		if (a->serialized_at_ns && !a->settled_at_ns && maybe_running(a) <= 1)
 			a->settled_at_ns = now;
@@ -535,7 +700,7 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 		return;
 	}
 	running = __sync_fetch_and_add(&a->running, 1) + 1;
-	__sync_fetch_and_sub(&a->arriving, 1);
+	dec_u32(&a->arriving);
 	/*
 	 * A thread let through by the wait bound is reported apart (overdue):
 	 * the cap's own accounting (max_running_settled) counts token holders.
@@ -545,7 +710,8 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 		__sync_fetch_and_add(&a->overdue_running, 1);
 		__sync_fetch_and_add(&a->overdue, 1);
 	}
-	running -= READ_ONCE(a->overdue_running);
+	od = READ_ONCE(a->overdue_running);
+	running = running > od ? running - od : 0;
 	tctx->counted_running = true;
 	if (running > a->max_running)
 		a->max_running = running;
@@ -561,7 +727,7 @@ static __always_inline void end_request(struct task_struct *p, struct task_ctx *
 					struct tailctl_region *r, u64 now)
 {
 	struct tailctl_request_acct *a;
-	u32 idx = tctx->acct_idx, slot = (u32)tctx->tag, running;
+	u32 slot = (u32)tctx->tag, running;
 
 	if (tctx->tag == NO_TAG)
 		return;
@@ -571,14 +737,14 @@ static __always_inline void end_request(struct task_struct *p, struct task_ctx *
 		return;
 	tctx->counted_running = false;
 	set_cpu_run(NO_TAG, 0);
-	a = bpf_map_lookup_elem(&req_acct, &idx);
-	if (!a || a->tag != tctx->tag || !a->running)
+	a = acct_of(tctx);
+	if (!a)
 		return;
-	running = __sync_fetch_and_sub(&a->running, 1) - 1;
+	dec_u32(&a->running);
+	running = READ_ONCE(a->running);
 	if (tctx->counted_overdue) {
 		tctx->counted_overdue = false;
-		if (a->overdue_running)
-			__sync_fetch_and_sub(&a->overdue_running, 1);
+		dec_u32(&a->overdue_running);
 	}
 	if (r && slot < TAILCTL_MAX_REQUESTS)
 		r->requests[slot].kernel_running = running;
@@ -609,8 +775,8 @@ static __always_inline bool must_throttle(struct task_struct *p, struct task_ctx
 		tctx->tag = tag;
 		tctx->acct_idx = idx;
 	}
-	a = request_acct(idx, tag);
-	if (!a || !a->alloc)
+	a = request_acct(idx, tag, tctx->owner);
+	if (!a || !READ_ONCE(a->alloc))
 		return false;
 	if (tctx->holds_token)
 		return false;
@@ -679,14 +845,21 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	}
 
 	tctx = resolve_task(p);
+	/*
+	 * Still marked throttled: it left its throttle queue without being
+	 * dispatched (an affinity or nice change dequeues and re-enqueues it);
+	 * its old place in the wait count goes, it is counted again below if it
+	 * waits again.
+	 */
+	if (tctx)
+		leave_wait(tctx);
 	if (tctx && must_throttle(p, tctx)) {
 		struct tailctl_request_acct *a;
-		u32 idx = tctx->acct_idx;
 
-		tctx->throttled = true;
 		tctx->throttled_at_ns = bpf_ktime_get_ns();
-		a = bpf_map_lookup_elem(&req_acct, &idx);
+		a = acct_of(tctx);
 		if (a) {
+			tctx->throttled = true;
 			__sync_fetch_and_add(&a->throttled, 1);
 			__sync_fetch_and_add(&a->waiting, 1);
 		}
@@ -714,50 +887,75 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 }
 
 /*
- * Hand a freed token to the oldest waiter of service @svc whose request has
- * one (or whose wait exceeded the bound, or whose request is gone).
+ * Release the waiters of service @svc that may go now: those whose request
+ * has a free token (taken here), whose wait passed the bound, or that are no
+ * longer waiting for anything (request or registration gone). A released
+ * waiter is moved to the shared vtime queue, not to this CPU: there it
+ * competes with every other task by vtime (a throttle queue never outranks
+ * the fair queue, so a service cannot take more CPU than it would get
+ * unregistered), and the kernel's consume path only hands it to a CPU it may
+ * run on (a pinned or migration-disabled waiter waits for its own CPU, which
+ * is kicked if idle). A token taken for a move that fails goes back.
  */
-static __always_inline bool dispatch_throttled(u32 svc, u64 now)
+static __always_inline void release_waiters(u32 svc, u64 now)
 {
 	struct task_struct *p;
 	u64 dsq = TAILCTL_THROTTLE_DSQ_BASE + svc;
 
 	if (!scx_bpf_dsq_nr_queued(dsq))
-		return false;
+		return;
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct tailctl_request_acct *a = NULL;
 		struct task_ctx *tctx = task_ctx(p);
-		bool go = true;
-		u32 idx;
+		bool claimed = false, overdue = false;
+		u64 waited = 0;
+		s32 cpu;
 
+		if (tctx && tctx->svc >= 0 && still_bound(p, tctx)) {
+			a = acct_of(tctx);
+			if (a && READ_ONCE(a->alloc)) {
+				claimed = claim_token(tctx, a);
+				if (!claimed) {
+					if (now - tctx->throttled_at_ns <= max_throttle_wait_ns)
+						continue;
+					overdue = true;
+				}
+			}
+		}
 		if (tctx) {
-			idx = tctx->acct_idx;
-			a = bpf_map_lookup_elem(&req_acct, &idx);
-			if (a && a->tag != tctx->tag)
-				a = NULL;
-			if (a && a->alloc && !claim_token(tctx, a)) {
-				go = now - tctx->throttled_at_ns > max_throttle_wait_ns;
-				tctx->overdue = go;
-			}
+			waited = now - tctx->throttled_at_ns;
+			tctx->overdue = overdue;
+			leave_wait(tctx);
 		}
-		if (!go)
-			continue;
-		if (scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL, 0)) {
-			if (a && a->waiting)
-				__sync_fetch_and_sub(&a->waiting, 1);
+		/*
+		 * No sleeper credit: the waiter was runnable all along, its
+		 * request's CPU time went to the holder; queueing it at the
+		 * current vtime keeps rotation from handing the service a
+		 * slice of credit on every turn.
+		 */
+		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
+					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
+		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, TAILCTL_SHARED_DSQ, 0)) {
+			/* Dequeued under us (it comes back through enqueue): nothing taken stays taken. */
 			if (tctx) {
-				u64 waited = now - tctx->throttled_at_ns;
-				struct tailctl_stats *st = stats_cpu();
-
-				tctx->throttled = false;
-				if (st && waited > st->max_throttle_wait_ns)
-					st->max_throttle_wait_ns = waited;
+				if (claimed)
+					put_token(tctx);
+				tctx->overdue = false;
 			}
-			STAT_INC(rotations);
-			return true;
+			continue;
 		}
+		if (tctx) {
+			struct tailctl_stats *st = stats_cpu();
+
+			if (st && waited > st->max_throttle_wait_ns)
+				st->max_throttle_wait_ns = waited;
+		}
+		STAT_INC(rotations);
+		/* A waiter this CPU may not run goes to one that may (its own, if pinned). */
+		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+		if (cpu >= 0)
+			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
 	}
-	return false;
 }
 
 void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
@@ -765,10 +963,8 @@ void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 	u64 now = bpf_ktime_get_ns();
 	u32 svc;
 
-	bpf_for(svc, 0, TAILCTL_MAX_SERVICES) {
-		if (dispatch_throttled(svc, now))
-			return;
-	}
+	bpf_for(svc, 0, TAILCTL_MAX_SERVICES)
+		release_waiters(svc, now);
 
 	if (scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0)) {
 		STAT_INC(shared_dispatches);
@@ -792,10 +988,9 @@ void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 		 * get the token within a few slices rather than at the wait bound.
 		 */
 		if (ptctx && ptctx->svc >= 0 && ptctx->holds_token) {
-			u32 idx = ptctx->acct_idx;
-			struct tailctl_request_acct *a = bpf_map_lookup_elem(&req_acct, &idx);
+			struct tailctl_request_acct *a = acct_of(ptctx);
 
-			if (a && a->tag == ptctx->tag && READ_ONCE(a->waiting))
+			if (a && READ_ONCE(a->waiting))
 				return;
 		}
 		charge_vtime(prev);
@@ -845,9 +1040,9 @@ void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 	}
 	charge_request(tctx, r, now, p->se.sum_exec_runtime);
 	if (tctx->tag != NO_TAG) {
-		struct tailctl_request_acct *a = bpf_map_lookup_elem(&req_acct, &idx);
+		struct tailctl_request_acct *a = acct_of(tctx);
 
-		if (a && a->tag == tctx->tag && a->alloc && !claim_token(tctx, a) && !tctx->overdue)
+		if (a && READ_ONCE(a->alloc) && !claim_token(tctx, a) && !tctx->overdue)
 			bounce(p, tctx);
 	}
 }
@@ -866,6 +1061,11 @@ void BPF_STRUCT_OPS(tailctl_stopping, struct task_struct *p, bool runnable)
 		tctx->overdue = false;
 		STAT_INC(overdue_runs);
 	}
+	/* Unregistered while it ran (resolve_task runs only when it is queued or starts): give back now. */
+	if (!still_bound(p, tctx)) {
+		unbind(tctx);
+		return;
+	}
 	/* Rotation: a freed token goes to a waiter; make sure some CPU looks. */
 	if (tctx->holds_token) {
 		release_token(p, tctx);
@@ -879,9 +1079,150 @@ void BPF_STRUCT_OPS(tailctl_enable, struct task_struct *p)
 	p->scx.dsq_vtime = vtime_now;
 }
 
+/*
+ * @p leaves sched_ext (a --partial task switched to another policy, or the
+ * scheduler unloading): it may be queued with a token or a place in a wait
+ * count that no later callback would give back.
+ */
+void BPF_STRUCT_OPS(tailctl_disable, struct task_struct *p)
+{
+	struct task_ctx *tctx = task_ctx(p);
+
+	if (tctx && tctx->svc >= 0)
+		unbind(tctx);
+}
+
+/* @p is gone: whatever it still held goes back (the last safety net; stopping normally did it). */
+void BPF_STRUCT_OPS(tailctl_exit_task, struct task_struct *p, struct scx_exit_task_args *args)
+{
+	struct task_ctx *tctx = task_ctx(p);
+
+	if (tctx && tctx->svc >= 0)
+		unbind(tctx);
+}
+
+/* ---- the wait bound without a dispatching CPU --------------------------- */
+
+/*
+ * Waiters are released only by a CPU running ops.dispatch; on an idle machine
+ * (or one whose busy CPUs run long slices) none may for a long time. This
+ * timer looks every quarter of the wait bound: a waiter past its bound gets
+ * its CPU kicked (preempting it if busy, so it goes through ops.dispatch),
+ * and a token whose recorded holder no longer holds it is reclaimed and
+ * counted as a leak.
+ */
+struct wait_timer {
+	struct bpf_timer timer;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct wait_timer);
+} wait_timers SEC(".maps");
+
+/* A token holder seen not holding: reclaimed only if seen again one period later (no race with a release in flight). */
+struct leak_suspect {
+	u32 idx;
+	u32 tid;
+	u64 tag;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TAILCTL_MAX_SERVICES);
+	__type(key, u32);
+	__type(value, struct leak_suspect);
+} leak_suspects SEC(".maps");
+
+static __always_inline u64 wait_timer_period(void)
+{
+	u64 period = max_throttle_wait_ns / 4;
+
+	return period < 1000000 ? 1000000 : period;
+}
+
+/* Does thread @tid hold a token of entry @a? */
+static __always_inline bool holder_holds(u32 tid, struct tailctl_request_acct *a)
+{
+	struct task_struct *t = bpf_task_from_pid(tid);
+	struct task_ctx *tc;
+	bool held = false;
+
+	if (!t)
+		return false;
+	tc = bpf_task_storage_get(&task_ctxs, t, 0, 0);
+	if (tc && tc->holds_token && tc->tag == READ_ONCE(a->tag) && tc->owner == READ_ONCE(a->owner))
+		held = true;
+	bpf_task_release(t);
+	return held;
+}
+
+/* The oldest overdue waiter's request: is its one token held by a thread that does not know it? */
+static __always_inline void check_leaked_token(u32 svc, u32 idx, struct tailctl_request_acct *a)
+{
+	struct leak_suspect *s = bpf_map_lookup_elem(&leak_suspects, &svc);
+	u32 tid = READ_ONCE(a->holder);
+	u64 tag = READ_ONCE(a->tag);
+
+	if (!s)
+		return;
+	if (READ_ONCE(a->alloc) != 1 || !READ_ONCE(a->holders) || !tid || holder_holds(tid, a)) {
+		s->tid = 0;
+		return;
+	}
+	if (s->tid != tid || s->idx != idx || s->tag != tag) {
+		s->tid = tid;
+		s->idx = idx;
+		s->tag = tag;
+		return;
+	}
+	s->tid = 0;
+	if (__sync_val_compare_and_swap(&a->holder, tid, 0) == tid && dec_u32(&a->holders))
+		count_leak();
+}
+
+static __always_inline void check_waiters(u32 svc, u64 now)
+{
+	struct task_struct *p;
+	u64 dsq = TAILCTL_THROTTLE_DSQ_BASE + svc;
+
+	if (!scx_bpf_dsq_nr_queued(dsq))
+		return;
+	bpf_for_each(scx_dsq, p, dsq, 0) {
+		struct task_ctx *tctx = task_ctx(p);
+		struct tailctl_request_acct *a;
+
+		if (!tctx || now - tctx->throttled_at_ns <= max_throttle_wait_ns)
+			continue;
+		a = acct_of(tctx);
+		if (a)
+			check_leaked_token(svc, tctx->acct_idx, a);
+		/* One kick per service: the CPU's ops.dispatch releases every overdue waiter. */
+		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_PREEMPT);
+		STAT_INC(bound_kicks);
+		break;
+	}
+}
+
+static int wait_timer_fn(void *map, int *key, struct bpf_timer *timer)
+{
+	u64 now = bpf_ktime_get_ns();
+	u32 svc;
+
+	bpf_rcu_read_lock();
+	bpf_for(svc, 0, TAILCTL_MAX_SERVICES)
+		check_waiters(svc, now);
+	bpf_rcu_read_unlock();
+	bpf_timer_start(timer, wait_timer_period(), 0);
+	return 0;
+}
+
 s32 BPF_STRUCT_OPS_SLEEPABLE(tailctl_init)
 {
-	u32 svc;
+	struct wait_timer *wt;
+	u32 svc, zero = 0;
 	s32 ret;
 
 	ret = scx_bpf_create_dsq(TAILCTL_SHARED_DSQ, -1);
@@ -892,7 +1233,16 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(tailctl_init)
 		if (ret)
 			return ret;
 	}
-	return 0;
+	wt = bpf_map_lookup_elem(&wait_timers, &zero);
+	if (!wt)
+		return -ENOENT;
+	ret = bpf_timer_init(&wt->timer, &wait_timers, CLOCK_MONOTONIC);
+	if (ret)
+		return ret;
+	ret = bpf_timer_set_callback(&wt->timer, wait_timer_fn);
+	if (ret)
+		return ret;
+	return bpf_timer_start(&wt->timer, wait_timer_period(), 0);
 }
 
 void BPF_STRUCT_OPS(tailctl_exit, struct scx_exit_info *ei)
@@ -908,6 +1258,8 @@ SCX_OPS_DEFINE(tailctl_ops,
 	       .stopping = (void *)tailctl_stopping,
 	       .tick = (void *)tailctl_tick,
 	       .enable = (void *)tailctl_enable,
+	       .disable = (void *)tailctl_disable,
+	       .exit_task = (void *)tailctl_exit_task,
 	       .init = (void *)tailctl_init,
 	       .exit = (void *)tailctl_exit,
 	       .name = "tailctl");

@@ -11,7 +11,7 @@ set -uo pipefail
 bin=$(readlink -f "$1"); out=$2; shift 2
 ktest=$(dirname "$bin")/tailctl-ktest
 wl=$(dirname "$bin")
-all_tests=(load stress service serialize account isolation fault nosyscall experiment maps top)
+all_tests=(load stress service serialize account isolation fault nosyscall experiment maps top pinned greedy leaks races waitbound slotreuse)
 tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=("${all_tests[@]}")
 # --list: print the default tests (tools/test.sh resumes from them).
 if [ "${tests[0]}" = --list ]; then echo "${all_tests[*]}"; exit 0; fi
@@ -39,11 +39,15 @@ start_sched() {
   done
   return 1
 }
-# Ask it to stop (SIGINT) and return its exit status.
+# Ask it to stop (SIGINT) and return its exit status; non-zero too if the
+# kernel counted a leaked token (check_token_leaks, guest-tests-harden.sh).
 stop_sched() {
+  local leaks=""
+  declare -F check_token_leaks >/dev/null && leaks=$(check_token_leaks)
   kill -INT "$sched_pid" 2>/dev/null
   wait "$sched_pid"; local rc=$?
   sched_pid=""
+  [ -z "$leaks" ] || { echo "$leaks"; return 97; }
   return $rc
 }
 cleanup() { [ -n "$sched_pid" ] && kill -INT "$sched_pid" 2>/dev/null; wait 2>/dev/null; }
@@ -297,6 +301,10 @@ test_experiment() {
 ops_tests="$(dirname "$(readlink -f "$0")")/guest-tests-ops.sh"
 # shellcheck source=/dev/null
 [ -f "$ops_tests" ] && . "$ops_tests"
+# Hardening tests (issue 15, kernel half) and check_token_leaks.
+harden_tests="$(dirname "$(readlink -f "$0")")/guest-tests-harden.sh"
+# shellcheck source=/dev/null
+[ -f "$harden_tests" ] && . "$harden_tests"
 
 [ -e /sys/kernel/sched_ext/state ] || { echo "FAIL setup: kernel $kver has no sched_ext"; echo "guest: 0 passed, 1 failed"; exit 1; }
 log "$(nproc) CPUs; running: ${tests[*]}"

@@ -52,6 +52,10 @@ pub struct Metrics {
         desc = "Watchdog timeout minus the longest throttle wait, ms (how close a throttled thread came to ejecting the scheduler)"
     )]
     pub watchdog_margin_ms: i64,
+    #[stat(desc = "Tokens and wait counts found unaccounted for and reclaimed (must stay 0)")]
+    pub token_leaks: u64,
+    #[stat(desc = "CPUs kicked by the wait-bound timer for a waiter past its bound")]
+    pub bound_kicks: u64,
 }
 
 /// sched_ext's watchdog timeout when ops.timeout_ms is 0 (ours is): a runnable
@@ -74,6 +78,8 @@ impl Metrics {
         self.cap_preemptions += s.cap_preemptions;
         self.invalid_hints += s.invalid_hints;
         self.overdue_runs += s.overdue_runs;
+        self.token_leaks += s.token_leaks;
+        self.bound_kicks += s.bound_kicks;
         self.max_throttle_wait_ns = self.max_throttle_wait_ns.max(s.max_throttle_wait_ns);
         self.watchdog_margin_ms =
             WATCHDOG_TIMEOUT_MS - (self.max_throttle_wait_ns / 1_000_000) as i64;
@@ -106,6 +112,8 @@ impl Metrics {
             // Maxima, not counters: report the current value.
             max_throttle_wait_ns: self.max_throttle_wait_ns,
             watchdog_margin_ms: self.watchdog_margin_ms,
+            token_leaks: self.token_leaks.saturating_sub(prev.token_leaks),
+            bound_kicks: self.bound_kicks.saturating_sub(prev.bound_kicks),
         }
     }
 
@@ -125,7 +133,7 @@ impl Metrics {
         )?;
         writeln!(
             w,
-            "[{}] serialize {:>6} throttled {:>8} rotate {:>8} cap-preempt {:>6} invalid {:>4} overdue {:>4} max-wait {:>6} us watchdog-margin {:>6} ms",
+            "[{}] serialize {:>6} throttled {:>8} rotate {:>8} cap-preempt {:>6} invalid {:>4} overdue {:>4} max-wait {:>6} us watchdog-margin {:>6} ms token-leaks {} bound-kicks {}",
             crate::SCHEDULER_NAME,
             self.serializations,
             self.throttled,
@@ -135,6 +143,8 @@ impl Metrics {
             self.overdue_runs,
             self.max_throttle_wait_ns / 1000,
             self.watchdog_margin_ms,
+            self.token_leaks,
+            self.bound_kicks,
         )?;
         Ok(())
     }

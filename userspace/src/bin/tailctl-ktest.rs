@@ -12,6 +12,19 @@
 //!   the runtime's wall-clock figure.
 //! - `serve`: a well-behaved service; reports requests per second.
 //! - `rogue`: registers, then writes random garbage into its own region.
+//! - `hog`: an unregistered CPU-bound neighbour; reports the CPU it got.
+//! - `greedy`: a service keeping many requests in flight, with a 1 ns
+//!   threshold (every request capped) or none (`--benign`, its twin).
+//! - `churn`: a serialized service whose workers are re-pinned, re-niced,
+//!   switched in and out of SCHED_EXT and/or sleep and wake all the time;
+//!   then it quiesces and reports the kernel's per-request counters, which
+//!   must all be back at zero (no leaked token, wait count or runner).
+//! - `hold`: two workers on one serialized request, nothing else running:
+//!   the wait bound must hold without any other CPU dispatching.
+//! - `reuse`: the victim serializes a request and waits to be killed;
+//!   `--successor` then registers into the same slot and reports
+//!   whether its first request (same tag) inherited anything.
+//! - `stats`: the scheduler's counters summed over CPUs (the pinned map).
 
 #[path = "../bpf_intf.rs"]
 #[allow(dead_code, clippy::all)]
@@ -29,9 +42,9 @@ use serde_json::json;
 use tailctl_rt::kernel::link::{AssistedPool, DEFAULT_SOCKET};
 use tailctl_rt::shared_state::{FLAG_SERIALIZED, MAX_REQUESTS, REQ_FREE, WORKER_WORKING};
 use tailctl_rt::threshold::ThresholdTable;
-use tailctl_rt::{parallel_for, Policy, Pool};
+use tailctl_rt::{parallel_for, Policy, Pool, RequestHandle};
 
-use bpf_intf::tailctl_request_acct;
+use bpf_intf::{tailctl_request_acct, tailctl_stats};
 
 #[derive(Parser)]
 #[command(about = "kernel-assisted tail-control experiments (run beside scx_tailctl)")]
@@ -66,6 +79,9 @@ enum Cmd {
         /// Do not register: the runtime's own (lazy, wall-clock) serialization.
         #[arg(long)]
         user_only: bool,
+        /// Pin worker w to CPU w (mod the CPU count) before the huge request.
+        #[arg(long)]
+        pin: bool,
     },
     Account {
         /// CPU time of each sequential request (ms), and how many.
@@ -89,6 +105,75 @@ enum Cmd {
         #[arg(long)]
         benign: bool,
     },
+    Hog {
+        #[arg(long, default_value_t = 10)]
+        secs: u64,
+        /// CPU-bound threads (default: one per CPU).
+        #[arg(long)]
+        threads: Option<usize>,
+    },
+    Greedy {
+        #[arg(long, default_value_t = 40)]
+        secs: u64,
+        /// Requests kept in flight.
+        #[arg(long, default_value_t = 64)]
+        requests: usize,
+        /// Serialization threshold in ns (at every load).
+        #[arg(long, default_value_t = 1)]
+        threshold_ns: u64,
+        /// No threshold: the same service, never capped.
+        #[arg(long)]
+        benign: bool,
+        /// Act hostile: keep clearing SERIALIZED in the region, so workers
+        /// keep stealing capped requests and queue for their tokens.
+        #[arg(long)]
+        ignore_cap: bool,
+        /// Items per request, CPU per item (us) and sleep after each (us).
+        #[arg(long, default_value_t = 2)]
+        items: usize,
+        #[arg(long, default_value_t = 500_000)]
+        item_us: u64,
+        #[arg(long, default_value_t = 0)]
+        sleep_us: u64,
+    },
+    Churn {
+        #[arg(long, default_value_t = 20)]
+        secs: u64,
+        /// Requests kept in flight.
+        #[arg(long, default_value_t = 16)]
+        requests: usize,
+        #[arg(long, default_value_t = 2)]
+        threshold_ms: u64,
+        /// Re-pin workers to random CPUs (or all) all the time.
+        #[arg(long)]
+        affinity: bool,
+        /// Re-nice workers all the time.
+        #[arg(long)]
+        nice: bool,
+        /// Switch workers between SCHED_EXT and SCHED_OTHER (for --partial),
+        /// leaving half of them outside sched_ext at the end.
+        #[arg(long)]
+        policy: bool,
+        /// Work items sleep and wake (sub-ms) between bursts.
+        #[arg(long)]
+        sleep: bool,
+    },
+    Hold {
+        /// CPU work of each of the two halves.
+        #[arg(long, default_value_t = 4)]
+        secs: u64,
+        /// Serialization threshold: high enough on one CPU that both workers
+        /// are on the request before it is capped (the runtime stops stealing
+        /// from a capped request).
+        #[arg(long, default_value_t = 5)]
+        threshold_ms: u64,
+    },
+    Reuse {
+        /// Register after the victim was killed (default: be the victim).
+        #[arg(long)]
+        successor: bool,
+    },
+    Stats,
 }
 
 /// Burn exactly `d` of this thread's CPU time, however often it is preempted.
@@ -143,11 +228,18 @@ impl Acct {
             .map
             .lookup(&key, MapFlags::ANY)?
             .context("req_acct entry missing")?;
-        if v.len() < std::mem::size_of::<tailctl_request_acct>() {
-            bail!("req_acct value is {} bytes", v.len());
-        }
-        // SAFETY: size checked; plain-old-data struct of integers.
-        Ok(unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) })
+        // An older scx_tailctl has fewer (leading) fields; the rest read as 0.
+        // SAFETY: plain-old-data struct of integers; at most its size is copied.
+        let mut a: tailctl_request_acct = unsafe { std::mem::zeroed() };
+        let n = v.len().min(std::mem::size_of::<tailctl_request_acct>());
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                v.as_ptr(),
+                (&mut a as *mut tailctl_request_acct).cast(),
+                n,
+            )
+        };
+        Ok(a)
     }
 }
 
@@ -185,6 +277,61 @@ fn find_slot(pool: &Pool, id: u64, limit: Duration) -> Option<u32> {
     None
 }
 
+fn nr_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The pool's worker tids (from its region), waiting until every worker published its own.
+fn worker_tids(pool: &Pool) -> Result<Vec<u32>> {
+    let t0 = Instant::now();
+    loop {
+        let tids: Vec<u32> = (0..pool.workers())
+            .map(|w| pool.shared_state().worker(w).tid())
+            .collect();
+        if tids.iter().all(|t| *t != 0) {
+            return Ok(tids);
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            bail!("workers did not publish their tids: {tids:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn set_affinity(tid: u32, cpus: &[usize]) -> Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_SET stays in bounds for small CPU numbers.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            libc::CPU_SET(c, &mut set);
+        }
+        if libc::sched_setaffinity(tid as i32, std::mem::size_of_val(&set), &set) != 0 {
+            bail!(
+                "sched_setaffinity({tid}, {cpus:?}): {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    Ok(())
+}
+
+const SCHED_EXT: i32 = 7;
+
+fn set_policy(tid: u32, policy: i32) -> std::io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: valid pointer to a sched_param.
+    if unsafe { libc::sched_setscheduler(tid as i32, policy, &param) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn set_nice(tid: u32, nice: i32) {
+    // SAFETY: plain system call; PRIO_PROCESS with a tid re-nices that thread.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) };
+}
+
+#[allow(clippy::too_many_arguments)]
 fn serialize(
     cli: &Cli,
     huge_ms: u64,
@@ -192,9 +339,16 @@ fn serialize(
     small_ms: u64,
     every_ms: u64,
     user_only: bool,
+    pin: bool,
 ) -> Result<()> {
     let table = threshold_table(threshold_ms);
     let pool = start_pool(cli, Some(&table), !user_only)?;
+    if pin {
+        let n = nr_cpus();
+        for (w, tid) in worker_tids(&pool)?.into_iter().enumerate() {
+            set_affinity(tid, &[w % n])?;
+        }
+    }
     if !user_only && !pool.is_kernel_assisted() {
         bail!(
             "scx_tailctl did not accept the registration (is it running? socket {})",
@@ -480,6 +634,408 @@ fn rogue(cli: &Cli, secs: u64, benign: bool) -> Result<()> {
     std::process::exit(0);
 }
 
+fn hog(secs: u64, threads: usize) -> Result<()> {
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(secs);
+    let hs: Vec<_> = (0..threads)
+        .map(|_| {
+            std::thread::spawn(move || {
+                while Instant::now() < deadline {
+                    for _ in 0..10_000 {
+                        std::hint::spin_loop();
+                    }
+                }
+                thread_cpu()
+            })
+        })
+        .collect();
+    let cpu: Duration = hs.into_iter().map(|h| h.join().unwrap()).sum();
+    let wall = t0.elapsed().as_secs_f64();
+    println!(
+        "{}",
+        serde_json::to_string(&json!({
+            "threads": threads,
+            "cpu_s": cpu.as_secs_f64(),
+            "wall_s": wall,
+            "cpus": cpu.as_secs_f64() / wall,
+        }))?
+    );
+    Ok(())
+}
+
+/// Keep `requests` requests of `items` items in flight for `secs`.
+fn greedy(
+    cli: &Cli,
+    secs: u64,
+    requests: usize,
+    threshold_ns: Option<u64>,
+    ignore_cap: bool,
+    (items, item_us, sleep_us): (usize, u64, u64),
+) -> Result<()> {
+    let table = threshold_ns
+        .map(|ns| ThresholdTable::from_thresholds(vec![Some(Duration::from_nanos(ns))]));
+    let pool = start_pool(cli, table.as_ref(), true)?;
+    if !pool.is_kernel_assisted() {
+        bail!("scx_tailctl did not accept the registration");
+    }
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(secs);
+    let stop = AtomicBool::new(false);
+    let mut done = 0u64;
+    let cleared = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        if ignore_cap {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    for i in 0..MAX_REQUESTS {
+                        let slot = pool.shared_state().request(i) as *const _ as *const u8;
+                        // SAFETY: flags+generation is the u64 at offset 8 of a
+                        // request slot (intf.h); the region is ours to write.
+                        let gf = unsafe { &*(slot.add(8) as *const AtomicU64) };
+                        if gf.fetch_and(!(FLAG_SERIALIZED as u64), Ordering::SeqCst)
+                            & FLAG_SERIALIZED as u64
+                            != 0
+                        {
+                            cleared.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            });
+        }
+        let mut inflight = std::collections::VecDeque::new();
+        let submit = || {
+            pool.submit(move || {
+                parallel_for(0..items, 1, |_| {
+                    burn_cpu(Duration::from_micros(item_us));
+                    if sleep_us > 0 {
+                        std::thread::sleep(Duration::from_micros(sleep_us));
+                    }
+                })
+            })
+        };
+        while Instant::now() < deadline {
+            while inflight.len() < requests {
+                inflight.push_back(submit());
+            }
+            let h: RequestHandle<()> = inflight.pop_front().unwrap();
+            if h.wait().is_ok() {
+                done += 1;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for h in inflight {
+            let _ = h.wait();
+        }
+    });
+    println!(
+        "{}",
+        serde_json::to_string(&json!({
+            "threshold_ns": threshold_ns,
+            "requests": done,
+            "rps": done as f64 / t0.elapsed().as_secs_f64(),
+            "kernel_serialized": pool.shared_state().header().kernel_serialized(),
+            "marks_cleared": cleared.load(Ordering::Relaxed),
+        }))?
+    );
+    Ok(())
+}
+
+struct ChurnKinds {
+    affinity: bool,
+    nice: bool,
+    policy: bool,
+    sleep: bool,
+}
+
+/// Per-service sums and maxima of the kernel's request counters.
+fn acct_totals(acct: &Acct, svc: u32) -> Result<serde_json::Value> {
+    let (mut holders, mut waiting, mut running, mut arriving, mut overdue_running) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut max, mut throttled, mut capped) = (0u32, 0u64, 0u64);
+    for slot in 0..MAX_REQUESTS as u32 {
+        let a = acct.get(svc, slot)?;
+        holders += a.holders as u64;
+        waiting += a.waiting as u64;
+        running += a.running as u64;
+        arriving += a.arriving as u64;
+        overdue_running += a.overdue_running as u64;
+        throttled += a.throttled;
+        capped += (a.alloc != 0) as u64;
+        max = max
+            .max(a.holders)
+            .max(a.waiting)
+            .max(a.running)
+            .max(a.arriving)
+            .max(a.overdue_running);
+    }
+    Ok(json!({
+        "holders": holders, "waiting": waiting, "running": running, "arriving": arriving,
+        "overdue_running": overdue_running, "max_counter": max,
+        "throttled_total": throttled, "capped_requests": capped,
+    }))
+}
+
+fn churn(cli: &Cli, secs: u64, requests: usize, threshold_ms: u64, k: ChurnKinds) -> Result<()> {
+    let table = threshold_table(threshold_ms);
+    let pool = start_pool(cli, Some(&table), true)?;
+    if !pool.is_kernel_assisted() {
+        bail!("scx_tailctl did not accept the registration");
+    }
+    let svc = pool.service().unwrap_or(0);
+    let acct = Acct::open(&cli.pin_dir)?;
+    let tids = worker_tids(&pool)?;
+    let n = nr_cpus();
+    let all: Vec<usize> = (0..n).collect();
+    if k.policy {
+        for &t in &tids {
+            set_policy(t, SCHED_EXT).context("SCHED_EXT (is scx_tailctl in --partial mode?)")?;
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let changes = Arc::new(AtomicU64::new(0));
+    let churner = {
+        let (stop, changes, tids, all) = (stop.clone(), changes.clone(), tids.clone(), all.clone());
+        let (affinity, nice, policy) = (k.affinity, k.nice, k.policy);
+        std::thread::spawn(move || {
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            while !stop.load(Ordering::Relaxed) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let t = tids[(x % tids.len() as u64) as usize];
+                if affinity {
+                    let c = ((x >> 8) % (n as u64 + 1)) as usize;
+                    let _ = if c == n {
+                        set_affinity(t, &all)
+                    } else {
+                        set_affinity(t, &[c])
+                    };
+                }
+                if nice {
+                    set_nice(t, ((x >> 16) % 10) as i32);
+                }
+                if policy {
+                    let _ = set_policy(t, if (x >> 24) & 1 == 0 { SCHED_EXT } else { 0 });
+                }
+                changes.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_micros(2000 + (x >> 40) % 3000));
+            }
+        })
+    };
+    let sleep = k.sleep;
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut inflight = std::collections::VecDeque::new();
+    let mut done = 0u64;
+    let mut max_seen = 0u32;
+    while Instant::now() < deadline {
+        while inflight.len() < requests {
+            inflight.push_back(pool.submit(move || {
+                parallel_for(0..8usize, 1, |i| {
+                    if sleep {
+                        // Wake/sleep churn: many short runs, each a running/stopping pair.
+                        for j in 0..4u64 {
+                            burn_cpu(Duration::from_micros(300));
+                            std::thread::sleep(Duration::from_micros(
+                                100 + (i as u64 * 37 + j * 91) % 400,
+                            ));
+                        }
+                    } else {
+                        burn_cpu(Duration::from_millis(2));
+                    }
+                })
+            }));
+        }
+        let h: RequestHandle<()> = inflight.pop_front().unwrap();
+        if h.wait().is_ok() {
+            done += 1;
+        }
+        if done.is_multiple_of(64) {
+            // A wrapped counter shows as a huge value while it lasts.
+            if let Ok(v) = acct_totals(&acct, svc) {
+                max_seen = max_seen.max(v["max_counter"].as_u64().unwrap_or(0) as u32);
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    churner.join().unwrap();
+    for h in inflight {
+        let _ = h.wait();
+    }
+    if k.policy {
+        // Half the workers end outside sched_ext: whatever they held must have been given back.
+        for (i, &t) in tids.iter().enumerate() {
+            let _ = set_policy(t, if i % 2 == 0 { 0 } else { SCHED_EXT });
+        }
+    }
+    for &t in &tids {
+        let _ = set_affinity(t, &all);
+        set_nice(t, 0);
+    }
+    // Quiesce: every worker parks, every thread stops; counters must drain to zero.
+    std::thread::sleep(Duration::from_millis(1500));
+    let totals = acct_totals(&acct, svc)?;
+    println!(
+        "{}",
+        serde_json::to_string(&json!({
+            "service": svc, "requests": done, "changes": changes.load(Ordering::Relaxed),
+            "max_counter_during": max_seen, "after_quiesce": totals,
+        }))?
+    );
+    Ok(())
+}
+
+/// Two workers on one request past its threshold, nothing else to run.
+fn hold(cli: &Cli, secs: u64, threshold_ms: u64) -> Result<()> {
+    let pool = start_pool(cli, Some(&threshold_table(threshold_ms)), true)?;
+    if !pool.is_kernel_assisted() {
+        bail!("scx_tailctl did not accept the registration");
+    }
+    let d = Duration::from_secs(secs);
+    let t0 = Instant::now();
+    // Both halves start before the cap (the second is stolen), then one
+    // waits for the token while the holder runs its long slice.
+    pool.submit(move || tailctl_rt::join(|| burn_cpu(d), || burn_cpu(d)))
+        .wait()
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let s = read_stats(&cli.pin_dir)?;
+    println!(
+        "{}",
+        serde_json::to_string(&json!({
+            "wall_ms": t0.elapsed().as_secs_f64() * 1e3,
+            "kernel_serialized": pool.shared_state().header().kernel_serialized(),
+            "max_throttle_wait_ms": s.max_throttle_wait_ns as f64 / 1e6,
+            "overdue_runs": s.overdue_runs,
+            "bound_kicks": s.bound_kicks,
+            "throttled": s.throttled,
+        }))?
+    );
+    Ok(())
+}
+
+fn reuse(cli: &Cli, victim: bool) -> Result<()> {
+    let table = threshold_table(2);
+    let pool = start_pool(cli, victim.then_some(&table), true)?;
+    if !pool.is_kernel_assisted() {
+        bail!("scx_tailctl did not accept the registration");
+    }
+    let svc = pool.service().unwrap_or(0);
+    let acct = Acct::open(&cli.pin_dir)?;
+    let seen = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    let s2 = seen.clone();
+    // The victim's items are long, so the workers the cap preempts are
+    // still on the request and queue for its token.
+    let (items, item_ms) = if victim { (10_000, 20) } else { (64, 2) };
+    let h = pool.submit(move || {
+        parallel_for(0..items, 1, |_| {
+            s2.lock()
+                .unwrap()
+                .insert(tailctl_rt::current_worker_index());
+            burn_cpu(Duration::from_millis(item_ms));
+        })
+    });
+    let slot =
+        find_slot(&pool, h.id(), Duration::from_secs(5)).context("request slot not found")?;
+    let tag =
+        ((pool.shared_state().request(slot as usize).generation() as u64) << 32) | slot as u64;
+    if victim {
+        // Report once the kernel capped the request and threads queue for its token.
+        let t0 = Instant::now();
+        loop {
+            let a = acct.get(svc, slot)?;
+            if a.tag == tag && a.alloc != 0 && a.throttled > 0 {
+                println!(
+                    "{}",
+                    serde_json::to_string(
+                        &json!({"service": svc, "tag": tag, "throttled": a.throttled})
+                    )?
+                );
+                use std::io::Write;
+                std::io::stdout().flush()?;
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(60) {
+                bail!(
+                    "the request was never capped with waiters (tag {tag:#x}; entry tag {:#x}, alloc {}, throttled {}, work {} ms)",
+                    a.tag,
+                    a.alloc,
+                    a.throttled,
+                    a.work_ns / 1_000_000
+                );
+            }
+            if t0.elapsed().as_millis() % 5000 < 20 {
+                eprintln!(
+                    "victim: tag {tag:#x}, entry tag {:#x}, alloc {}, throttled {}, work {} ms",
+                    a.tag,
+                    a.alloc,
+                    a.throttled,
+                    a.work_ns / 1_000_000
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Mid-serialization until killed.
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+    h.wait().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    std::thread::sleep(Duration::from_millis(100));
+    let a = acct.get(svc, slot)?;
+    let parallel = seen.lock().unwrap().len();
+    println!(
+        "{}",
+        serde_json::to_string(&json!({
+            "service": svc, "tag": tag, "acct_tag": a.tag, "alloc": a.alloc, "holders": a.holders,
+            "throttled": a.throttled, "serialized": a.serialized_at_ns != 0,
+            "workers_seen": parallel,
+        }))?
+    );
+    Ok(())
+}
+
+fn read_stats(pin_dir: &Path) -> Result<tailctl_stats> {
+    let path = pin_dir.join("stats");
+    let map = MapHandle::from_pinned_path(&path)
+        .with_context(|| format!("opening {} (is scx_tailctl running?)", path.display()))?;
+    let per_cpu = map
+        .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?
+        .context("stats entry missing")?;
+    // SAFETY: plain-old-data struct of u64s; all-zero is valid.
+    let mut t: tailctl_stats = unsafe { std::mem::zeroed() };
+    for v in per_cpu {
+        // An older scx_tailctl has fewer (leading) fields; the rest read as 0.
+        // SAFETY: plain-old-data struct of u64s; at most its size is copied.
+        let mut s: tailctl_stats = unsafe { std::mem::zeroed() };
+        let n = v.len().min(std::mem::size_of::<tailctl_stats>());
+        unsafe {
+            std::ptr::copy_nonoverlapping(v.as_ptr(), (&mut s as *mut tailctl_stats).cast(), n)
+        };
+        t.throttled += s.throttled;
+        t.rotations += s.rotations;
+        t.overdue_runs += s.overdue_runs;
+        t.serializations += s.serializations;
+        t.token_leaks += s.token_leaks;
+        t.bound_kicks += s.bound_kicks;
+        t.max_throttle_wait_ns = t.max_throttle_wait_ns.max(s.max_throttle_wait_ns);
+    }
+    Ok(t)
+}
+
+fn stats(cli: &Cli) -> Result<()> {
+    let s = read_stats(&cli.pin_dir)?;
+    println!(
+        "{}",
+        serde_json::to_string(&json!({
+            "token_leaks": s.token_leaks, "bound_kicks": s.bound_kicks,
+            "overdue_runs": s.overdue_runs, "throttled": s.throttled, "rotations": s.rotations,
+            "serializations": s.serializations,
+            "max_throttle_wait_ms": s.max_throttle_wait_ns as f64 / 1e6,
+        }))?
+    );
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
@@ -489,6 +1045,7 @@ fn main() -> Result<()> {
             small_ms,
             small_every_ms,
             user_only,
+            pin,
         } => serialize(
             &cli,
             huge_ms,
@@ -496,6 +1053,7 @@ fn main() -> Result<()> {
             small_ms,
             small_every_ms,
             user_only,
+            pin,
         ),
         Cmd::Account { ms, count } => account(&cli, ms, count),
         Cmd::Serve {
@@ -503,5 +1061,46 @@ fn main() -> Result<()> {
             require_kernel,
         } => serve(&cli, secs, require_kernel),
         Cmd::Rogue { secs, benign } => rogue(&cli, secs, benign),
+        Cmd::Hog { secs, threads } => hog(secs, threads.unwrap_or_else(nr_cpus)),
+        Cmd::Greedy {
+            secs,
+            requests,
+            threshold_ns,
+            benign,
+            ignore_cap,
+            items,
+            item_us,
+            sleep_us,
+        } => greedy(
+            &cli,
+            secs,
+            requests,
+            (!benign).then_some(threshold_ns),
+            ignore_cap,
+            (items, item_us, sleep_us),
+        ),
+        Cmd::Churn {
+            secs,
+            requests,
+            threshold_ms,
+            affinity,
+            nice,
+            policy,
+            sleep,
+        } => churn(
+            &cli,
+            secs,
+            requests,
+            threshold_ms,
+            ChurnKinds {
+                affinity,
+                nice,
+                policy,
+                sleep,
+            },
+        ),
+        Cmd::Hold { secs, threshold_ms } => hold(&cli, secs, threshold_ms),
+        Cmd::Reuse { successor } => reuse(&cli, !successor),
+        Cmd::Stats => stats(&cli),
     }
 }

@@ -1,0 +1,166 @@
+# Hardening guest tests (issue 15, the kernel half), sourced by guest-tests.sh
+# (which provides start_sched/stop_sched/pass/fail/jget, $bin, $out, $PY, $ktest).
+# Each one fails on the scheduler before the fix:
+#   pinned:    workers pinned one per CPU get throttled; a waiter handed to a
+#              CPU it may not run on used to be a fatal scx_error (ejection).
+#   greedy:    a 1 ns threshold and 64 requests in flight (2 x 500 ms items,
+#              2 workers per CPU, so workers pair up on each capped request and
+#              hand its token back and forth, a waiter ready at every turn; it
+#              also clears the kernel's SERIALIZED marks so stealing goes on)
+#              beside an unregistered CPU-bound neighbour: the neighbour must
+#              keep >= 0.9x the CPU it gets beside a twin of the same size that
+#              is never capped (throttle queues used to outrank the fair queue:
+#              0.63x). 40 s beside the capped service: past the 30 s watchdog.
+#   leaks:     --partial; workers re-pinned, re-niced and switched in and out
+#              of SCHED_EXT while their requests are capped; after quiescing,
+#              no token, wait count or runner may be left in the kernel's
+#              accounting (no ops.disable / re-enqueue fix-up before).
+#   races:     the same check under sleep/wake churn on many short capped
+#              requests, and no counter may ever wrap (CAS-then-zero resets and
+#              unguarded decrements used to).
+#   waitbound: one CPU online, 1 s slices, a 100 ms wait bound: a waiter must
+#              be let through near its bound though no CPU dispatches before
+#              the holder's slice ends (only ops.dispatch enforced it before).
+#   slotreuse: a service killed mid-serialization; the next registration in its
+#              slot must not inherit its cap (same request tag).
+# Every test, old and new, also checks through stop_sched that the kernel
+# counted no leaked token (check_token_leaks).
+
+# The running scheduler's token_leaks, or nothing if it cannot be read (not
+# running, or a scheduler from before the counter existed).
+token_leaks() {
+  "$ktest" stats 2>/dev/null | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["token_leaks"])' 2>/dev/null
+}
+# Prints why and fails if the running scheduler found a leaked token.
+check_token_leaks() {
+  local n; n=$(token_leaks)
+  [ -z "$n" ] || [ "$n" = 0 ] || { echo "token_leaks = $n (a token or wait count was lost)"; return 1; }
+  return 0
+}
+sched_alive() { kill -0 "$sched_pid" 2>/dev/null && [ "$(state)" = enabled ]; }
+sched_why() { grep -iE 'disabled|error|exit' "$out/sched.log" | tail -n 3 | tr '\n"' ' '; }
+
+test_pinned() {
+  local w; w=$(nproc)
+  start_sched || { fail pinned "scheduler did not load"; return; }
+  local k; k=$(timeout 300 "$ktest" -w "$w" serialize --pin --threshold-ms 20 --huge-ms 1500 --small-every-ms 40 2>"$out/ktest.err"); local rc=$?
+  sched_alive || { fail pinned "scheduler ejected while pinned workers were throttled: $(sched_why)"; stop_sched; return; }
+  stop_sched || { fail pinned "scheduler exit non-zero: $(sched_why)"; return; }
+  [ $rc = 0 ] || { fail pinned "ktest failed: $(tail -c 300 "$out/ktest.err")"; return; }
+  local thr; thr=$(jget "$k" kernel.throttled)
+  [ "$(jget "$k" kernel.serialized)" = True ] && [ "${thr:-0}" -gt 0 ] 2>/dev/null \
+    || { fail pinned "no pinned worker was throttled, nothing tested: $k"; return; }
+  pass pinned "$w workers pinned one per CPU, $thr throttled waits, scheduler stayed enabled" "\"kernel\": $k"
+}
+
+test_greedy() {
+  local w=${GREEDY_WORKERS:-$(($(nproc) * 2))} secs=${GREEDY_SECS:-40} base=${GREEDY_BASE_SECS:-20} shape="--items ${GREEDY_ITEMS:-2} --item-us ${GREEDY_ITEM_US:-500000} --sleep-us ${GREEDY_SLEEP_US:-0}"
+  start_sched || { fail greedy "scheduler did not load"; return; }
+  # The neighbour beside a well-behaved twin (same workers, same requests, never capped)...
+  "$ktest" -w "$w" greedy --benign --ignore-cap $shape --requests 64 --secs $((base + 4)) >"$out/greedy-benign.json" 2>"$out/ktest.err" &
+  local sp=$!; sleep 2
+  local nb; nb=$("$ktest" hog --secs "$base")
+  wait $sp
+  # ... and beside the same service with a 1 ns threshold (every request capped, waiters always queued).
+  "$ktest" -w "$w" greedy --threshold-ns 1 --ignore-cap $shape --requests 64 --secs $((secs + 4)) >"$out/greedy.json" 2>>"$out/ktest.err" &
+  sp=$!; sleep 2
+  local ng; ng=$("$ktest" hog --secs "$secs")
+  wait $sp; local grc=$?
+  sched_alive || { fail greedy "scheduler ejected beside the 1 ns service: $(sched_why)"; stop_sched; return; }
+  stop_sched || { fail greedy "scheduler exit non-zero: $(sched_why)"; return; }
+  [ $grc = 0 ] && [ -n "$nb" ] && [ -n "$ng" ] || { fail greedy "a run failed: $(tail -c 300 "$out/ktest.err")"; return; }
+  local ser; ser=$(jget "$(cat "$out/greedy.json")" kernel_serialized)
+  local ratio; ratio=$($PY -c "import json,sys; print(round(json.loads(sys.argv[2])['cpus']/json.loads(sys.argv[1])['cpus'],3))" "$nb" "$ng")
+  [ "${ser:-0}" -gt 0 ] 2>/dev/null || { fail greedy "the 1 ns service was never capped: $(cat "$out/greedy.json")"; return; }
+  $PY -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.9 else 1)" "$ratio" \
+    || { fail greedy "neighbour got $ratio x its CPU beside the twin (< 0.9): twin $nb, capped $ng"; return; }
+  pass greedy "neighbour CPU beside the 1 ns service / beside its twin = $ratio ($ser requests capped, ${secs} s)" \
+    "\"ratio\": $ratio, \"beside_twin\": $nb, \"beside_capped\": $ng"
+}
+
+# A churn run's verdict: every counter drained, something was throttled.
+churn_verdict() {
+  "$PY" - "$1" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1]); q = r["after_quiesce"]
+left = {k: q[k] for k in ("holders", "waiting", "running", "arriving", "overdue_running") if q[k]}
+if left: print("bad", f"left in the kernel's accounting after quiescing: {left}")
+elif r["max_counter_during"] >= 1 << 20: print("bad", f"a counter wrapped (saw {r['max_counter_during']})")
+elif not q["throttled_total"]: print("bad", "nothing was throttled: the test proves nothing")
+else: print("ok", f"{r['requests']} requests, {r['changes']} changes, {q['throttled_total']} throttled waits; all counters back to 0, none wrapped")
+PY
+}
+
+test_leaks() {
+  start_sched --partial || { fail leaks "scheduler did not load (--partial)"; return; }
+  # LEAKS_AFFINITY=0 leaves re-pinning out (before the fix it ejected the scheduler first).
+  local kinds="--nice --policy"; [ "${LEAKS_AFFINITY:-1}" = 1 ] && kinds="--affinity $kinds"
+  # shellcheck disable=SC2086
+  local r; r=$(timeout 300 "$ktest" -w 8 churn --secs 20 $kinds 2>"$out/ktest.err"); local rc=$?
+  sched_alive || { fail leaks "scheduler ejected: $(sched_why)"; stop_sched; return; }
+  stop_sched || { fail leaks "scheduler exit non-zero: $(sched_why)"; return; }
+  [ $rc = 0 ] || { fail leaks "ktest churn failed: $(tail -c 300 "$out/ktest.err")"; return; }
+  local v; v=$(churn_verdict "$r")
+  case "$v" in ok*) pass leaks "${v#ok }" "\"churn\": $r";; *) fail leaks "${v#bad }";; esac
+}
+
+test_races() {
+  start_sched || { fail races "scheduler did not load"; return; }
+  local r; r=$(timeout 300 "$ktest" -w 8 churn --secs 20 --sleep --requests 32 --threshold-ms 1 2>"$out/ktest.err"); local rc=$?
+  sched_alive || { fail races "scheduler ejected: $(sched_why)"; stop_sched; return; }
+  stop_sched || { fail races "scheduler exit non-zero: $(sched_why)"; return; }
+  [ $rc = 0 ] || { fail races "ktest churn failed: $(tail -c 300 "$out/ktest.err")"; return; }
+  local v; v=$(churn_verdict "$r")
+  case "$v" in ok*) pass races "${v#ok }" "\"churn\": $r";; *) fail races "${v#bad }";; esac
+}
+
+# CPUs 1.. offline (before the scheduler loads: sched_ext restarts a loaded
+# scheduler on hotplug) / back online.
+cpus_offline() { local c; for c in /sys/devices/system/cpu/cpu[1-9]*/online; do echo "$1" >"$c" 2>/dev/null; done; }
+
+test_waitbound() {
+  # One CPU, 1 s slices, a 100 ms bound: the holder runs a whole slice and
+  # nothing else dispatches (a task waking meanwhile queues behind it), so
+  # only the wait-bound timer can release the waiter before the slice ends.
+  cpus_offline 0
+  [ "$(nproc)" = 1 ] || { cpus_offline 1; fail waitbound "could not take CPUs offline ($(nproc) online)"; return; }
+  start_sched --slice-us 1000000 --max-throttle-wait-ms 100 || { cpus_offline 1; fail waitbound "scheduler did not load"; return; }
+  local r; r=$(timeout 120 "$ktest" -w 2 hold --secs 3 --threshold-ms 1500 2>"$out/ktest.err"); local rc=$?
+  local alive=yes; sched_alive || alive=no
+  stop_sched; local src=$?
+  cpus_offline 1
+  [ $alive = yes ] || { fail waitbound "scheduler ejected: $(sched_why)"; return; }
+  [ $src = 0 ] || { fail waitbound "scheduler exit non-zero: $(sched_why)"; return; }
+  [ $rc = 0 ] || { fail waitbound "ktest hold failed: $(tail -c 300 "$out/ktest.err")"; return; }
+  local verdict
+  verdict=$("$PY" - "$r" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+if not r["throttled"]: print("bad", f"no thread waited: {r}")
+# Without the timer nothing releases the waiter before the holder's 1 s slice ends.
+elif r["max_throttle_wait_ms"] > 500: print("bad", f"a waiter waited {r['max_throttle_wait_ms']:.0f} ms against a 100 ms bound: {r}")
+else: print("ok", f"longest wait {r['max_throttle_wait_ms']:.0f} ms (bound 100 ms, 1 CPU, 1 s slices), {r['bound_kicks']} timer kicks, {r['overdue_runs']} overdue runs")
+PY
+)
+  case "$verdict" in ok*) pass waitbound "${verdict#ok }" "\"hold\": $r";; *) fail waitbound "${verdict#bad }";; esac
+}
+
+test_slotreuse() {
+  start_sched || { fail slotreuse "scheduler did not load"; return; }
+  "$ktest" -w 4 reuse >"$out/victim.json" 2>"$out/victim.err" &
+  local vp=$!
+  for _ in $(seq 1 450); do [ -s "$out/victim.json" ] && break; kill -0 $vp 2>/dev/null || break; sleep 0.2; done
+  [ -s "$out/victim.json" ] || { fail slotreuse "the victim was never capped with waiters: $(tail -c 300 "$out/victim.err") $(sched_why)"; kill -9 $vp; stop_sched; return; }
+  kill -9 $vp; wait $vp 2>/dev/null
+  sleep 1  # the daemon sees the connection close and frees the slot
+  local s; s=$(timeout 120 "$ktest" -w 4 reuse --successor 2>"$out/ktest.err"); local rc=$?
+  sched_alive || { fail slotreuse "scheduler ejected: $(sched_why)"; stop_sched; return; }
+  stop_sched || { fail slotreuse "scheduler exit non-zero: $(sched_why)"; return; }
+  [ $rc = 0 ] || { fail slotreuse "successor failed: $(tail -c 300 "$out/ktest.err")"; return; }
+  local v; v=$(cat "$out/victim.json")
+  [ "$(jget "$v" service)" = "$(jget "$s" service)" ] && [ "$(jget "$v" tag)" = "$(jget "$s" tag)" ] \
+    || { fail slotreuse "the successor did not reuse the victim's slot and tag, nothing tested: victim $v, successor $s"; return; }
+  [ "$(jget "$s" alloc)" = 0 ] && [ "$(jget "$s" throttled)" = 0 ] && [ "$(jget "$s" serialized)" = False ] && [ "$(jget "$s" workers_seen)" -gt 1 ] \
+    || { fail slotreuse "the successor's first request inherited the victim's accounting: $s (victim $v)"; return; }
+  pass slotreuse "slot $(jget "$s" service) reused, same tag: no cap, no throttling, $(jget "$s" workers_seen) workers in parallel" "\"victim\": $v, \"successor\": $s"
+}
