@@ -130,6 +130,37 @@ struct {
 	__type(value, struct tailctl_worker_ref);
 } worker_tids SEC(".maps");
 
+/* ---- tid bindings name threads, not tid numbers (issue 15, item 6) ------ */
+
+/* Length of /proc's clock tick (1e9 / USER_HZ), the unit of start_ticks; set by user space. */
+const volatile u64 tid_start_tick_ns = 10000000ULL;
+
+/*
+ * Whether @ref (a worker_tids entry) names @p itself: a tid is reused by the
+ * next thread the kernel creates, in any process, so the daemon also records
+ * the thread's process and start time, and a later thread with the same tid
+ * is never taken for a worker.
+ */
+static __always_inline bool tid_binding_matches(struct task_struct *p, struct tailctl_worker_ref *ref)
+{
+	u64 tick = tid_start_tick_ns ? tid_start_tick_ns : 1;
+
+	return ref->tgid == (u32)p->tgid && ref->start_ticks == p->start_boottime / tick;
+}
+
+/* A bound thread that exits takes its binding along (only its own: the tid may be bound again already). */
+static __always_inline void unbind_exited_task(struct task_struct *p)
+{
+	struct tailctl_worker_ref *ref;
+	u32 tid = p->pid;
+
+	ref = bpf_map_lookup_elem(&worker_tids, &tid);
+	if (ref && tid_binding_matches(p, ref))
+		bpf_map_delete_elem(&worker_tids, &tid);
+}
+
+/* ---- end of tid bindings ------------------------------------------------- */
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, TAILCTL_MAX_SERVICES * TAILCTL_MAX_REQUESTS);
@@ -259,7 +290,8 @@ static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
 	if (!nr || !*nr)
 		return NULL;
 	ref = bpf_map_lookup_elem(&worker_tids, &tid);
-	if (!ref || ref->service >= TAILCTL_MAX_SERVICES || ref->worker >= TAILCTL_MAX_WORKERS) {
+	if (!ref || ref->service >= TAILCTL_MAX_SERVICES || ref->worker >= TAILCTL_MAX_WORKERS ||
+	    !tid_binding_matches(p, ref)) {
 		tctx = task_ctx(p);
 		if (tctx)
 			tctx->svc = -1;
@@ -874,6 +906,12 @@ void BPF_STRUCT_OPS(tailctl_stopping, struct task_struct *p, bool runnable)
 	}
 }
 
+/* (If another exit_task appears, call unbind_exited_task() from it instead.) */
+void BPF_STRUCT_OPS(tailctl_exit_task, struct task_struct *p, struct scx_exit_task_args *args)
+{
+	unbind_exited_task(p);
+}
+
 void BPF_STRUCT_OPS(tailctl_enable, struct task_struct *p)
 {
 	p->scx.dsq_vtime = vtime_now;
@@ -907,6 +945,7 @@ SCX_OPS_DEFINE(tailctl_ops,
 	       .running = (void *)tailctl_running,
 	       .stopping = (void *)tailctl_stopping,
 	       .tick = (void *)tailctl_tick,
+	       .exit_task = (void *)tailctl_exit_task,
 	       .enable = (void *)tailctl_enable,
 	       .init = (void *)tailctl_init,
 	       .exit = (void *)tailctl_exit,
