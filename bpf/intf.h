@@ -123,6 +123,15 @@ struct tailctl_region {
 struct tailctl_worker_ref {
 	u32 service;
 	u32 worker;
+	/*
+	 * The thread the binding names, not just its tid number (tids are
+	 * reused): its process (init pid namespace) and its start time in clock
+	 * ticks since boot, as /proc/<pid>/task/<tid>/stat field 22 shows it
+	 * (task->start_boottime / tid_start_tick_ns).
+	 */
+	u32 tgid;
+	u32 reserved;
+	u64 start_ticks;
 };
 
 /* Daemon-written, one per service slot. */

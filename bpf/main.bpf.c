@@ -147,6 +147,37 @@ struct {
 	__type(value, struct tailctl_worker_ref);
 } worker_tids SEC(".maps");
 
+/* ---- tid bindings name threads, not tid numbers (issue 15, item 6) ------ */
+
+/* Length of /proc's clock tick (1e9 / USER_HZ), the unit of start_ticks; set by user space. */
+const volatile u64 tid_start_tick_ns = 10000000ULL;
+
+/*
+ * Whether @ref (a worker_tids entry) names @p itself: a tid is reused by the
+ * next thread the kernel creates, in any process, so the daemon also records
+ * the thread's process and start time, and a later thread with the same tid
+ * is never taken for a worker.
+ */
+static __always_inline bool tid_binding_matches(struct task_struct *p, struct tailctl_worker_ref *ref)
+{
+	u64 tick = tid_start_tick_ns ? tid_start_tick_ns : 1;
+
+	return ref->tgid == (u32)p->tgid && ref->start_ticks == p->start_boottime / tick;
+}
+
+/* A bound thread that exits takes its binding along (only its own: the tid may be bound again already). */
+static __always_inline void unbind_exited_task(struct task_struct *p)
+{
+	struct tailctl_worker_ref *ref;
+	u32 tid = p->pid;
+
+	ref = bpf_map_lookup_elem(&worker_tids, &tid);
+	if (ref && tid_binding_matches(p, ref))
+		bpf_map_delete_elem(&worker_tids, &tid);
+}
+
+/* ---- end of tid bindings ------------------------------------------------- */
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, TAILCTL_MAX_SERVICES * TAILCTL_MAX_REQUESTS);
@@ -428,7 +459,8 @@ static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
 		return NULL;
 	ref = bpf_map_lookup_elem(&worker_tids, &tid);
 	owner = ref && ref->service < TAILCTL_MAX_SERVICES ? service_owner(ref->service) : 0;
-	if (!ref || ref->service >= TAILCTL_MAX_SERVICES || ref->worker >= TAILCTL_MAX_WORKERS || !owner) {
+	if (!ref || ref->service >= TAILCTL_MAX_SERVICES || ref->worker >= TAILCTL_MAX_WORKERS || !owner ||
+	    !tid_binding_matches(p, ref)) {
 		tctx = task_ctx(p);
 		if (tctx && tctx->svc >= 0)
 			unbind(tctx);
@@ -466,7 +498,7 @@ static __always_inline bool still_bound(struct task_struct *p, struct task_ctx *
 		return false;
 	ref = bpf_map_lookup_elem(&worker_tids, &tid);
 	return ref && ref->service == (u32)tctx->svc && ref->worker == tctx->worker &&
-	       service_owner(ref->service) == tctx->owner;
+	       service_owner(ref->service) == tctx->owner && tid_binding_matches(p, ref);
 }
 
 /*
@@ -1092,13 +1124,18 @@ void BPF_STRUCT_OPS(tailctl_disable, struct task_struct *p)
 		unbind(tctx);
 }
 
-/* @p is gone: whatever it still held goes back (the last safety net; stopping normally did it). */
+/*
+ * @p is gone: whatever it still held goes back (the last safety net; stopping
+ * normally did it), and its tid binding with it, so a later thread that
+ * reuses the tid is never taken for a worker.
+ */
 void BPF_STRUCT_OPS(tailctl_exit_task, struct task_struct *p, struct scx_exit_task_args *args)
 {
 	struct task_ctx *tctx = task_ctx(p);
 
 	if (tctx && tctx->svc >= 0)
 		unbind(tctx);
+	unbind_exited_task(p);
 }
 
 /* ---- the wait bound without a dispatching CPU --------------------------- */

@@ -70,8 +70,31 @@ struct Opts {
     socket: std::path::PathBuf,
 
     /// Permissions of the registration socket (octal): who may register.
-    #[arg(long, default_value = "666", value_parser = parse_octal)]
+    /// The default lets root and the socket's group (--socket-group) in;
+    /// 666 lets every local user register (see the README's security section).
+    #[arg(long, default_value = "660", value_parser = parse_octal)]
     socket_mode: u32,
+
+    /// Group owning the registration socket. Default: `tailctl` if that group
+    /// exists, else root's group (then only root may register with mode 660).
+    #[arg(long)]
+    socket_group: Option<String>,
+
+    /// Services one non-root user may have registered at once (0: no limit).
+    #[arg(long, default_value_t = 4)]
+    max_services_per_uid: u32,
+
+    /// Connections one non-root user may hold (registered or not yet).
+    #[arg(long, default_value_t = 8)]
+    max_connections_per_uid: u32,
+
+    /// Connections of all non-root users together.
+    #[arg(long, default_value_t = 64)]
+    max_connections: u32,
+
+    /// Time a client has to send its whole request line, in milliseconds.
+    #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    request_timeout_ms: u64,
 
     /// Print scheduler statistics every SECS seconds while running.
     #[arg(long, value_name = "SECS")]
@@ -128,7 +151,30 @@ fn check_kernel() -> Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("{SCHEDULER_NAME} must run as root (loading a sched_ext scheduler needs CAP_SYS_ADMIN and CAP_BPF)");
     }
-    Ok(())
+    services::identity::check_init_pid_ns()
+}
+
+/// The socket's group: the one asked for (which must exist), or `tailctl`
+/// when it exists, or none (root's).
+fn socket_group(name: Option<&str>) -> Result<Option<u32>> {
+    let lookup = |n: &str| {
+        nix::unistd::Group::from_name(n)
+            .with_context(|| format!("looking up group {n}"))
+            .map(|g| g.map(|g| g.gid.as_raw()))
+    };
+    match name {
+        Some(n) => match lookup(n)? {
+            Some(gid) => Ok(Some(gid)),
+            None => bail!("--socket-group {n}: no such group"),
+        },
+        None => {
+            let gid = lookup("tailctl")?;
+            if gid.is_none() {
+                info!("no group `tailctl`: only root may register (see --socket-group, --socket-mode)");
+            }
+            Ok(gid)
+        }
+    }
 }
 
 fn kernel_release() -> String {
@@ -168,6 +214,7 @@ impl<'a> Scheduler<'a> {
         let rodata = skel.maps.rodata_data.as_mut().unwrap();
         rodata.slice_ns = opts.slice_us * 1000;
         rodata.max_throttle_wait_ns = opts.max_throttle_wait_ms * 1_000_000;
+        rodata.tid_start_tick_ns = services::identity::clock_tick_ns();
 
         let mut skel = scx_ops_load!(skel, tailctl_ops, uei)?;
 
@@ -190,7 +237,16 @@ impl<'a> Scheduler<'a> {
         let struct_ops = Some(scx_ops_attach!(skel, tailctl_ops)?);
         let registration = Some(services::RegistrationServer::start(
             &opts.socket,
-            opts.socket_mode,
+            &services::SocketAccess {
+                mode: opts.socket_mode,
+                gid: socket_group(opts.socket_group.as_deref())?,
+            },
+            services::Limits {
+                services_per_uid: opts.max_services_per_uid,
+                connections_per_uid: opts.max_connections_per_uid,
+                connections: opts.max_connections,
+                request_timeout: Duration::from_millis(opts.request_timeout_ms),
+            },
             &skel.maps.regions,
             &skel.maps.services,
             &skel.maps.worker_tids,

@@ -3,46 +3,60 @@
 //!
 //! A runtime connects to the unix socket and sends its worker tids. The
 //! daemon:
-//!  1. takes the peer's pid and uid from SO_PEERCRED (never from the message);
-//!  2. checks that every tid is a thread of that process (`/proc/<tid>/status`
-//!     Tgid) and not bound to another service;
-//!  3. gives the service a slot: a fresh BPF_F_MMAPABLE region map, or the one
-//!     the runtime passes back after a daemon restart (validated: type, sizes,
-//!     flags), installed in the `regions` array-of-maps;
-//!  4. writes the service's threshold table and tid -> (service, worker) in
-//!     maps only the daemon writes;
-//!  5. replies with the region fd over SCM_RIGHTS. That fd is all the service
+//!  1. identifies the peer: pid and uid from SO_PEERCRED (never from the
+//!     message), and a pidfd for that process (see `identity`); connections
+//!     beyond the per-uid and global caps are refused before anything else;
+//!  2. reads the request under one deadline for the whole line;
+//!  3. checks that every tid is a live thread of that process, listed once,
+//!     and not bound to another service; tids of a peer in a child pid
+//!     namespace are translated to the scheduler's;
+//!  4. gives the service a slot (within its uid's quota): a fresh
+//!     BPF_F_MMAPABLE region map, or the one the runtime passes back after a
+//!     daemon restart (validated: type, sizes, flags, layout version),
+//!     installed in the `regions` array-of-maps;
+//!  5. writes the service's threshold table and tid -> (service, worker,
+//!     thread identity) in maps only the daemon writes, all or nothing;
+//!  6. replies with the region fd over SCM_RIGHTS. That fd is all the service
 //!     gets: it can reach its own region and nothing else.
 //!
-//! The connection then stays open; when it closes, the service's tids and slot
-//! are released. Each connection is served by its own thread with its own map
-//! handles (file descriptors), so the scheduler's main loop is never involved.
+//! The connection then stays open; when it closes, or the process exits, the
+//! service's tids and slot are released. Each connection is served by its own
+//! thread; all threads share one set of map handles.
 
-use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapInfo, MapType};
 use log::{info, warn};
-use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
-use tailctl_rt::kernel::protocol::{Bind, Register, Reply, MAX_LINE};
-use tailctl_rt::kernel::wire::{recv_line, send_line};
+use tailctl_rt::kernel::protocol::{Bind, Register, Reply, MAX_LINE, MAX_WORKERS};
+use tailctl_rt::kernel::wire::{recv_line_until, send_line};
 
 use crate::bpf_intf::{tailctl_region, tailctl_service, tailctl_worker_ref};
+
+mod binding;
+pub mod identity;
+mod limits;
+
+use binding::TidMap;
+use identity::{Peer, Thread};
+pub use limits::Limits;
+use limits::Book;
 
 /// Where the daemon listens unless `--socket` says otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/tailctl/tailctl.sock";
 
 const MAX_SERVICES: usize = crate::bpf_intf::tailctl_consts_TAILCTL_MAX_SERVICES as usize;
 const QMAX: usize = crate::bpf_intf::tailctl_consts_TAILCTL_QMAX as usize;
+const REGION_MAGIC: u32 = crate::bpf_intf::tailctl_consts_TAILCTL_REGION_MAGIC;
+const REGION_VERSION: u32 = crate::bpf_intf::tailctl_consts_TAILCTL_REGION_VERSION;
 
-/// The maps registration writes, as independent handles (one set per thread).
+/// The maps registration writes.
 pub struct RegistryMaps {
     regions: MapHandle,
     services: MapHandle,
@@ -50,36 +64,81 @@ pub struct RegistryMaps {
     registered: MapHandle,
 }
 
-impl RegistryMaps {
-    fn dup(&self) -> Result<Self> {
-        Ok(Self {
-            regions: MapHandle::try_from(&self.regions)?,
-            services: MapHandle::try_from(&self.services)?,
-            worker_tids: MapHandle::try_from(&self.worker_tids)?,
-            registered: MapHandle::try_from(&self.registered)?,
-        })
+impl TidMap for MapHandle {
+    fn get(&self, tid: u32) -> Option<tailctl_worker_ref> {
+        let v = self.lookup(&tid.to_ne_bytes(), MapFlags::ANY).ok()??;
+        (v.len() >= std::mem::size_of::<tailctl_worker_ref>())
+            // SAFETY: size checked; plain-old-data struct of integers.
+            .then(|| unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) })
+    }
+    fn insert_new(&self, tid: u32, v: &tailctl_worker_ref) -> Result<(), String> {
+        self.update(&tid.to_ne_bytes(), as_bytes(v), MapFlags::NO_EXIST)
+            .map_err(|e| e.to_string())
+    }
+    fn remove(&self, tid: u32) {
+        let _ = self.delete(&tid.to_ne_bytes());
     }
 }
 
-/// Slot bookkeeping shared by the connection threads.
-#[derive(Default)]
-struct Slots {
-    used: [bool; MAX_SERVICES],
-    count: u32,
+/// Everything the connection threads share.
+struct Registry {
+    maps: RegistryMaps,
+    book: Mutex<Book>,
+    limits: Limits,
+    shutdown: AtomicBool,
+}
+
+impl Registry {
+    /// Claim a slot for `uid` and publish the new count, under the lock:
+    /// `registered` must never show a count another thread already replaced.
+    fn claim(&self, uid: u32) -> Result<u32, String> {
+        let mut book = self.book.lock().unwrap();
+        let slot = book.claim(uid, &self.limits)?;
+        self.publish_count(&book);
+        Ok(slot)
+    }
+
+    fn release(&self, slot: u32) {
+        let mut book = self.book.lock().unwrap();
+        book.release(slot);
+        self.publish_count(&book);
+    }
+
+    /// Publish how many services are registered; the BPF side skips all
+    /// per-task look-ups while it is zero. Called with the book locked.
+    fn publish_count(&self, book: &Book) {
+        if let Err(e) = self.maps.registered.update(
+            &0u32.to_ne_bytes(),
+            &book.count().to_ne_bytes(),
+            MapFlags::ANY,
+        ) {
+            warn!("updating the registered-services count: {e}");
+        }
+    }
+}
+
+/// Who may connect to the socket.
+#[derive(Clone, Debug)]
+pub struct SocketAccess {
+    /// Permission bits of the socket file.
+    pub mode: u32,
+    /// Group owning the socket file (None: root's).
+    pub gid: Option<u32>,
 }
 
 /// The listening side; dropping it removes the socket file.
 pub struct RegistrationServer {
     path: PathBuf,
-    shutdown: Arc<AtomicBool>,
+    registry: Arc<Registry>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl RegistrationServer {
-    /// Listen on `path` (mode `mode`), serving registrations into `maps`.
+    /// Listen on `path`, serving registrations into the maps.
     pub fn start(
         path: &Path,
-        mode: u32,
+        access: &SocketAccess,
+        limits: Limits,
         regions: &libbpf_rs::MapMut<'_>,
         services: &libbpf_rs::MapMut<'_>,
         worker_tids: &libbpf_rs::MapMut<'_>,
@@ -106,19 +165,35 @@ impl RegistrationServer {
         }
         let listener =
             UnixListener::bind(path).with_context(|| format!("listening on {}", path.display()))?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        // Group first, then the mode: the socket is never open wider than asked.
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        if let Some(gid) = access.gid {
+            std::os::unix::fs::chown(path, None, Some(gid))
+                .with_context(|| format!("giving {} to group {gid}", path.display()))?;
+        }
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(access.mode))
             .with_context(|| format!("setting the mode of {}", path.display()))?;
         listener.set_nonblocking(true)?;
-        let shutdown = Arc::new(AtomicBool::new(false));
-        let slots = Arc::new(Mutex::new(Slots::default()));
-        let sd = shutdown.clone();
+        let registry = Arc::new(Registry {
+            maps,
+            book: Mutex::new(Book::default()),
+            limits,
+            shutdown: AtomicBool::new(false),
+        });
+        let r = registry.clone();
         let thread = std::thread::Builder::new()
             .name("tailctl-registry".into())
-            .spawn(move || accept_loop(listener, maps, slots, sd))?;
-        info!("registration socket {} (mode {mode:o})", path.display());
+            .spawn(move || accept_loop(listener, r))?;
+        info!(
+            "registration socket {} (mode {:o}, group {}; {:?})",
+            path.display(),
+            access.mode,
+            access.gid.map_or("root".into(), |g| g.to_string()),
+            registry.limits
+        );
         Ok(Self {
             path: path.to_path_buf(),
-            shutdown,
+            registry,
             thread: Some(thread),
         })
     }
@@ -126,7 +201,7 @@ impl RegistrationServer {
 
 impl Drop for RegistrationServer {
     fn drop(&mut self) {
-        self.shutdown.store(true, Ordering::Relaxed);
+        self.registry.shutdown.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -134,34 +209,12 @@ impl Drop for RegistrationServer {
     }
 }
 
-fn accept_loop(
-    listener: UnixListener,
-    maps: RegistryMaps,
-    slots: Arc<Mutex<Slots>>,
-    shutdown: Arc<AtomicBool>,
-) {
-    while !shutdown.load(Ordering::Relaxed) {
+fn accept_loop(listener: UnixListener, reg: Arc<Registry>) {
+    while !reg.shutdown.load(Ordering::Relaxed) {
         match listener.accept() {
-            Ok((stream, _)) => {
-                let maps = match maps.dup() {
-                    Ok(m) => m,
-                    Err(e) => {
-                        warn!("registration: duplicating map handles: {e:#}");
-                        continue;
-                    }
-                };
-                let slots = slots.clone();
-                let sd = shutdown.clone();
-                let _ = std::thread::Builder::new()
-                    .name("tailctl-service".into())
-                    .spawn(move || {
-                        if let Err(e) = serve(stream, &maps, &slots, &sd) {
-                            warn!("registration: {e:#}");
-                        }
-                    });
-            }
+            Ok((stream, _)) => admit(stream, &reg),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(50));
+                std::thread::sleep(Duration::from_millis(20));
             }
             Err(e) => {
                 warn!("registration: accept: {e}");
@@ -171,21 +224,46 @@ fn accept_loop(
     }
 }
 
-fn recv_request(stream: &UnixStream) -> Result<(String, Option<OwnedFd>)> {
-    recv_line(stream, MAX_LINE).context("reading the request")
+/// Identify a new connection and give it a thread, unless its uid (or
+/// everyone) is over the connection cap: then it costs no thread at all.
+fn admit(stream: UnixStream, reg: &Arc<Registry>) {
+    let peer = match Peer::identify(&stream) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = quick_refusal(&stream, &format!("cannot identify the peer: {e}"));
+            return;
+        }
+    };
+    let uid = peer.uid;
+    if let Err(why) = reg.book.lock().unwrap().admit(uid, &reg.limits) {
+        warn!("refused a connection from pid {} (uid {uid}): {why}", peer.pid);
+        let _ = quick_refusal(&stream, &why);
+        return;
+    }
+    let r = reg.clone();
+    let spawned = std::thread::Builder::new()
+        .name("tailctl-service".into())
+        .spawn(move || {
+            if let Err(e) = serve(stream, &r, &peer) {
+                warn!("registration: {e:#}");
+            }
+            r.book.lock().unwrap().leave(peer.uid);
+        });
+    if let Err(e) = spawned {
+        warn!("registration: no thread for a connection: {e}");
+        reg.book.lock().unwrap().leave(uid);
+    }
+}
+
+/// An ERR line to a connection we will not serve, without ever blocking the
+/// accept loop on it.
+fn quick_refusal(stream: &UnixStream, why: &str) -> std::io::Result<()> {
+    stream.set_nonblocking(true)?;
+    send_line(stream, &Reply::Err(why.to_string()).to_line(), None)
 }
 
 fn send_reply(stream: &UnixStream, reply: &Reply, fd: Option<RawFd>) -> Result<()> {
     send_line(stream, &reply.to_line(), fd).context("sending the reply")
-}
-
-/// The thread group of `tid`, from /proc.
-fn tgid_of(tid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))
-        .and_then(|v| v.trim().parse().ok())
 }
 
 /// A region map of the right shape: the one the runtime hands back after a restart.
@@ -204,6 +282,37 @@ fn check_region_map(fd: &OwnedFd) -> Result<()> {
             info.info.value_size,
             info.info.map_flags
         );
+    }
+    Ok(())
+}
+
+/// A region whose header claims our magic must have our layout version: a
+/// runtime built for another layout would have the scheduler misread it.
+/// (An uninitialised region is fine: the scheduler ignores it.)
+fn check_region_header(fd: &OwnedFd) -> Result<(), String> {
+    let mut value = vec![0u8; std::mem::size_of::<tailctl_region>()];
+    let key = 0u32;
+    // SAFETY: key and value buffers of the map's key and value sizes
+    // (check_region_map or new_region_map made sure of them).
+    let rc = unsafe {
+        libbpf_rs::libbpf_sys::bpf_map_lookup_elem(
+            fd.as_raw_fd(),
+            (&key as *const u32).cast(),
+            value.as_mut_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        return Err(format!(
+            "reading the region: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let word = |at: usize| u32::from_ne_bytes(value[at..at + 4].try_into().unwrap());
+    let (magic, version) = (word(0), word(4));
+    if magic == REGION_MAGIC && version != REGION_VERSION {
+        return Err(format!(
+            "region layout version {version} not supported (this daemon reads version {REGION_VERSION})"
+        ));
     }
     Ok(())
 }
@@ -232,159 +341,249 @@ fn as_bytes<T>(v: &T) -> &[u8] {
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
 }
 
-/// Register one service and hold its slot until the connection closes.
-fn serve(
-    stream: UnixStream,
+/// How reading one request line ended, for the reply.
+enum Request {
+    Line(String, Option<OwnedFd>),
+    /// Refuse with this reason (the peer is still there to read it).
+    Refuse(String),
+    /// The peer went away.
+    Gone,
+}
+
+/// The REGISTER line, within the deadline. Oversized, non-UTF-8 and too-slow
+/// requests get an ERR saying so.
+fn read_request(stream: &UnixStream, deadline: Instant) -> Request {
+    match recv_line_until(stream, MAX_LINE, Some(deadline)) {
+        Ok((line, fd)) => Request::Line(line, fd),
+        Err(e) => match e.kind() {
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+                Request::Refuse("the request did not arrive in time".into())
+            }
+            std::io::ErrorKind::InvalidData => Request::Refuse(format!("malformed request: {e}")),
+            _ => Request::Gone,
+        },
+    }
+}
+
+/// Bind `threads` as workers `first..` of `slot`, then make sure the peer
+/// and every thread are still alive: only then did the start times read
+/// from /proc belong to the threads the tids now name. All or nothing.
+fn bind_checked(
     maps: &RegistryMaps,
-    slots: &Mutex<Slots>,
-    shutdown: &AtomicBool,
-) -> Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let cred = getsockopt(&stream, PeerCredentials).context("SO_PEERCRED")?;
-    let (pid, uid) = (cred.pid() as u32, cred.uid());
+    peer: &Peer,
+    slot: u32,
+    first: u32,
+    threads: &[Thread],
+) -> Result<(), String> {
+    binding::bind_all(&maps.worker_tids, slot, first, threads)?;
+    if !peer.alive() || !identity::all_alive(threads) {
+        binding::unbind(&maps.worker_tids, slot, threads);
+        return Err("a thread exited while it was being bound".into());
+    }
+    Ok(())
+}
+
+/// Register one service and hold its slot until the connection closes.
+fn serve(stream: UnixStream, reg: &Registry, peer: &Peer) -> Result<()> {
+    let (pid, uid) = (peer.pid, peer.uid);
+    let maps = &reg.maps;
     let refuse = |why: String| -> Result<()> {
         warn!("refused registration from pid {pid} (uid {uid}): {why}");
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
         send_reply(&stream, &Reply::Err(why), None)
     };
+    stream.set_nonblocking(false)?;
 
-    let (line, passed_fd) = recv_request(&stream)?;
+    let deadline = Instant::now() + reg.limits.request_timeout;
+    let (line, passed_fd) = match read_request(&stream, deadline) {
+        Request::Line(l, fd) => (l, fd),
+        Request::Refuse(why) => return refuse(why),
+        Request::Gone => return Ok(()),
+    };
     let req = match Register::parse(&line) {
         Ok(r) => r,
         Err(e) => return refuse(format!("malformed request: {e}")),
     };
-    if let Err(why) = check_tids(maps, pid, &req.workers) {
-        return refuse(why);
-    }
     if req.thresholds_ns.len() > QMAX {
         return refuse(format!(
             "{} thresholds, at most {QMAX}",
             req.thresholds_ns.len()
         ));
     }
+    if let Err(why) = binding::check_unique(&req.workers) {
+        return refuse(why);
+    }
+    let threads = match peer.threads(&req.workers) {
+        Ok(t) => t,
+        Err(why) => return refuse(why),
+    };
     let region_fd = match (req.reuse_region, passed_fd) {
-        (true, Some(fd)) => match check_region_map(&fd) {
+        (true, Some(fd)) => match check_region_map(&fd)
+            .map_err(|e| format!("{e:#}"))
+            .and_then(|()| check_region_header(&fd))
+        {
             Ok(()) => fd,
-            Err(e) => return refuse(format!("{e:#}")),
+            Err(why) => return refuse(why),
         },
         (true, None) => return refuse("region=1 but no map fd attached".into()),
         (false, _) => new_region_map()?,
     };
 
-    let slot = {
-        let mut s = slots.lock().unwrap();
-        match s.used.iter().position(|u| !u) {
-            Some(i) => {
-                s.used[i] = true;
-                s.count += 1;
-                i as u32
-            }
-            None => {
-                drop(s);
-                return refuse(format!("all {MAX_SERVICES} service slots are in use"));
-            }
-        }
+    let slot = match reg.claim(uid) {
+        Ok(s) => s,
+        Err(why) => return refuse(why),
     };
-    let result = install(maps, slot, pid, uid, &req, &region_fd);
-    if let Err(e) = result {
-        uninstall(maps, slot, &req.workers);
-        release_slot(slots, slot, maps);
-        return refuse(format!("installing the service: {e:#}"));
+    if let Err(why) = install(maps, peer, slot, &req, &threads, &region_fd) {
+        uninstall(maps, slot, &[]);
+        reg.release(slot);
+        return refuse(format!("installing the service: {why}"));
     }
-    send_reply(
+    let mut bound = threads;
+    let outcome = send_reply(
         &stream,
         &Reply::Ok { service: slot },
         Some(region_fd.as_raw_fd()),
-    )?;
-    update_registered(maps, slots);
-    info!(
-        "registered service {slot}: pid {pid} uid {uid}, {} workers, {} thresholds{}",
-        req.workers.len(),
-        req.thresholds_ns.len(),
-        if req.reuse_region {
-            " (re-registration)"
-        } else {
-            ""
-        }
-    );
+    )
+    .map(|()| {
+        info!(
+            "registered service {slot}: pid {pid} uid {uid}, {} workers, {} thresholds{}",
+            req.workers.len(),
+            req.thresholds_ns.len(),
+            if req.reuse_region {
+                " (re-registration)"
+            } else {
+                ""
+            }
+        );
+        hold(&stream, reg, peer, slot, &region_fd, &mut bound)
+    });
+    uninstall(maps, slot, &bound);
+    reg.release(slot);
+    info!("service {slot} (pid {pid}) unregistered");
+    outcome
+}
 
-    // Hold the slot while the service is connected; serve BIND lines.
-    let mut bound = req.workers.clone();
-    stream.set_read_timeout(Some(Duration::from_millis(200)))?;
+/// While the service is connected: serve BIND lines, notice the connection
+/// closing or the process exiting.
+fn hold(
+    stream: &UnixStream,
+    reg: &Registry,
+    peer: &Peer,
+    slot: u32,
+    region_fd: &OwnedFd,
+    bound: &mut Vec<Thread>,
+) {
+    let _ = stream.set_nonblocking(true);
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
-    'conn: loop {
-        if shutdown.load(Ordering::Relaxed) {
-            break;
+    // When the unfinished line in `buf` started: it must end within the deadline.
+    let mut partial_since: Option<Instant> = None;
+    while !reg.shutdown.load(Ordering::Relaxed) {
+        let mut fds = [
+            libc::pollfd {
+                fd: stream.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: peer.pidfd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds.
+        unsafe { libc::poll(fds.as_mut_ptr(), 2, 200) };
+        if fds[1].revents != 0 {
+            // The process is gone, even if a child still holds the socket.
+            return;
         }
-        match (&stream).read(&mut chunk) {
-            Ok(0) => break,
+        match std::io::Read::read(&mut &*stream, &mut chunk) {
+            Ok(0) => return,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                continue
-            }
-            Err(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
         }
         if buf.len() > MAX_LINE {
             let _ = send_reply(
-                &stream,
+                stream,
                 &Reply::Err(format!("line longer than {MAX_LINE} bytes")),
                 None,
             );
-            break;
+            return;
         }
         while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = buf.drain(..=nl).collect();
-            let line = String::from_utf8_lossy(&line);
-            let reply = match Bind::parse(&line) {
-                Err(e) => Reply::Err(format!("malformed request: {e}")),
-                Ok(b)
-                    if bound.len() + b.workers.len()
-                        > tailctl_rt::kernel::protocol::MAX_WORKERS =>
-                {
-                    Reply::Err("too many workers".into())
-                }
-                Ok(b) => match check_tids(maps, pid, &b.workers) {
-                    Err(why) => Reply::Err(why),
-                    Ok(()) => match bind_tids(maps, slot, bound.len() as u32, &b.workers) {
-                        Ok(()) => {
-                            bound.extend_from_slice(&b.workers);
-                            info!("service {slot}: bound {} workers", bound.len());
-                            Reply::Ok { service: slot }
-                        }
-                        Err(e) => Reply::Err(format!("{e:#}")),
-                    },
-                },
+            let reply = match std::str::from_utf8(&line) {
+                Err(_) => Reply::Err("malformed request: line is not UTF-8".into()),
+                Ok(line) => bind_line(reg, peer, slot, region_fd, bound, line),
             };
-            if send_reply(&stream, &reply, None).is_err() {
-                break 'conn;
+            if send_reply(stream, &reply, None).is_err() {
+                return;
             }
         }
+        partial_since = match (buf.is_empty(), partial_since) {
+            (true, _) => None,
+            (false, None) => Some(Instant::now()),
+            (false, Some(t)) if t.elapsed() > reg.limits.request_timeout => {
+                let _ = send_reply(
+                    stream,
+                    &Reply::Err("the request did not arrive in time".into()),
+                    None,
+                );
+                return;
+            }
+            (false, since) => since,
+        };
     }
-    uninstall(maps, slot, &bound);
-    release_slot(slots, slot, maps);
-    info!("service {slot} (pid {pid}) unregistered");
-    Ok(())
+}
+
+/// Serve one BIND line.
+fn bind_line(
+    reg: &Registry,
+    peer: &Peer,
+    slot: u32,
+    region_fd: &OwnedFd,
+    bound: &mut Vec<Thread>,
+    line: &str,
+) -> Reply {
+    let b = match Bind::parse(line) {
+        Ok(b) => b,
+        Err(e) => return Reply::Err(format!("malformed request: {e}")),
+    };
+    if bound.len() + b.workers.len() > MAX_WORKERS {
+        return Reply::Err("too many workers".into());
+    }
+    let threads = match binding::check_unique(&b.workers)
+        .and_then(|()| check_region_header(region_fd))
+        .and_then(|()| peer.threads(&b.workers))
+    {
+        Ok(t) => t,
+        Err(why) => return Reply::Err(why),
+    };
+    match bind_checked(&reg.maps, peer, slot, bound.len() as u32, &threads) {
+        Ok(()) => {
+            bound.extend(threads.into_iter().map(|t| Thread { fd: None, ..t }));
+            info!("service {slot}: bound {} workers", bound.len());
+            Reply::Ok { service: slot }
+        }
+        Err(why) => Reply::Err(why),
+    }
 }
 
 fn install(
     maps: &RegistryMaps,
+    peer: &Peer,
     slot: u32,
-    pid: u32,
-    uid: u32,
     req: &Register,
+    threads: &[Thread],
     region: &OwnedFd,
-) -> Result<()> {
+) -> Result<(), String> {
     let key = slot.to_ne_bytes();
     // SAFETY: tailctl_service is plain old data; all-zero is a valid value.
     let mut svc: tailctl_service = unsafe { std::mem::zeroed() };
-    svc.pid = pid;
-    svc.uid = uid;
+    svc.pid = peer.pid;
+    svc.uid = peer.uid;
     svc.allot = 0;
     svc.nr_thresholds = req.thresholds_ns.len() as u32;
     for (i, t) in req.thresholds_ns.iter().enumerate() {
@@ -392,50 +591,19 @@ fn install(
     }
     maps.services
         .update(&key, as_bytes(&svc), MapFlags::ANY)
-        .context("writing the service entry")?;
+        .map_err(|e| format!("writing the service entry: {e}"))?;
     maps.regions
         .update(
             &key,
             &(region.as_raw_fd() as u32).to_ne_bytes(),
             MapFlags::ANY,
         )
-        .context("installing the region map")?;
-    bind_tids(maps, slot, 0, &req.workers)
+        .map_err(|e| format!("installing the region map: {e}"))?;
+    bind_checked(maps, peer, slot, 0, threads)
 }
 
-/// Bind `tids` as workers `first..` of service `slot`.
-fn bind_tids(maps: &RegistryMaps, slot: u32, first: u32, tids: &[u32]) -> Result<()> {
-    for (w, &tid) in tids.iter().enumerate() {
-        let r = tailctl_worker_ref {
-            service: slot,
-            worker: first + w as u32,
-        };
-        maps.worker_tids
-            .update(&tid.to_ne_bytes(), as_bytes(&r), MapFlags::NO_EXIST)
-            .with_context(|| format!("binding tid {tid}"))?;
-    }
-    Ok(())
-}
-
-/// Every tid must be a thread of the peer and not bound already.
-fn check_tids(maps: &RegistryMaps, pid: u32, tids: &[u32]) -> Result<(), String> {
-    for &tid in tids {
-        if tgid_of(tid) != Some(pid) {
-            return Err(format!(
-                "tid {tid} is not a thread of the connecting process {pid}"
-            ));
-        }
-        if let Ok(Some(_)) = maps.worker_tids.lookup(&tid.to_ne_bytes(), MapFlags::ANY) {
-            return Err(format!("tid {tid} is already registered"));
-        }
-    }
-    Ok(())
-}
-
-fn uninstall(maps: &RegistryMaps, slot: u32, tids: &[u32]) {
-    for tid in tids {
-        let _ = maps.worker_tids.delete(&tid.to_ne_bytes());
-    }
+fn uninstall(maps: &RegistryMaps, slot: u32, threads: &[Thread]) {
+    binding::unbind(&maps.worker_tids, slot, threads);
     let key = slot.to_ne_bytes();
     let _ = maps.regions.delete(&key);
     // SAFETY: plain old data; zero means "free slot".
@@ -443,25 +611,43 @@ fn uninstall(maps: &RegistryMaps, slot: u32, tids: &[u32]) {
     let _ = maps.services.update(&key, as_bytes(&empty), MapFlags::ANY);
 }
 
-fn release_slot(slots: &Mutex<Slots>, slot: u32, maps: &RegistryMaps) {
-    {
-        let mut s = slots.lock().unwrap();
-        if s.used[slot as usize] {
-            s.used[slot as usize] = false;
-            s.count -= 1;
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn reply_to(bytes: &[u8], deadline: Duration) -> Option<String> {
+        let (a, b) = UnixStream::pair().unwrap();
+        (&a).write_all(bytes).unwrap();
+        match read_request(&b, Instant::now() + deadline) {
+            Request::Refuse(why) => Some(why),
+            _ => None,
         }
     }
-    update_registered(maps, slots);
-}
 
-/// Publish how many services are registered; the BPF side skips all
-/// per-task look-ups while it is zero.
-fn update_registered(maps: &RegistryMaps, slots: &Mutex<Slots>) {
-    let count = slots.lock().unwrap().count;
-    if let Err(e) = maps
-        .registered
-        .update(&0u32.to_ne_bytes(), &count.to_ne_bytes(), MapFlags::ANY)
-    {
-        warn!("updating the registered-services count: {e}");
+    #[test]
+    fn bad_requests_are_answered() {
+        let long = vec![b'x'; MAX_LINE + 10];
+        assert!(reply_to(&long, Duration::from_secs(5))
+            .unwrap()
+            .contains("longer than"));
+        assert!(reply_to(b"REGISTER 1 workers=\xff\n", Duration::from_secs(5))
+            .unwrap()
+            .contains("UTF-8"));
+        // A slow sender: half a line, then nothing.
+        assert!(reply_to(b"REGISTER 1 wor", Duration::from_millis(100))
+            .unwrap()
+            .contains("in time"));
+    }
+
+    #[test]
+    fn a_peer_that_hangs_up_gets_no_reply() {
+        let (a, b) = UnixStream::pair().unwrap();
+        (&a).write_all(b"REGIS").unwrap();
+        drop(a);
+        assert!(matches!(
+            read_request(&b, Instant::now() + Duration::from_secs(5)),
+            Request::Gone
+        ));
     }
 }

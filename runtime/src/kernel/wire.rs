@@ -5,6 +5,7 @@
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
+use std::time::Instant;
 
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 
@@ -36,6 +37,29 @@ pub fn send_line(stream: &UnixStream, line: &str, fd: Option<RawFd>) -> io::Resu
 /// assert!(fd.is_none());
 /// ```
 pub fn recv_line(stream: &UnixStream, max: usize) -> io::Result<(String, Option<OwnedFd>)> {
+    recv_line_until(stream, max, None)
+}
+
+/// [`recv_line`] with a deadline for the whole line: a peer that sends a
+/// byte now and then cannot keep the read alive past it (the socket's read
+/// timeout is set to the time left before each read). Past the deadline the
+/// error is [`io::ErrorKind::TimedOut`].
+///
+/// ```
+/// use std::os::unix::net::UnixStream;
+/// use std::time::{Duration, Instant};
+/// use tailctl_rt::kernel::wire::recv_line_until;
+/// let (a, b) = UnixStream::pair().unwrap();
+/// std::io::Write::write_all(&mut &a, b"REGIS").unwrap();
+/// let deadline = Instant::now() + Duration::from_millis(50);
+/// let e = recv_line_until(&b, 64, Some(deadline)).unwrap_err();
+/// assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+/// ```
+pub fn recv_line_until(
+    stream: &UnixStream,
+    max: usize,
+    deadline: Option<Instant>,
+) -> io::Result<(String, Option<OwnedFd>)> {
     let mut buf = vec![0u8; max];
     let mut len = 0;
     let mut fd = None;
@@ -46,14 +70,34 @@ pub fn recv_line(stream: &UnixStream, max: usize) -> io::Result<(String, Option<
                 format!("line longer than {max} bytes"),
             ));
         }
+        if let Some(d) = deadline {
+            let left = d.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the line did not arrive in time",
+                ));
+            }
+            stream.set_read_timeout(Some(left))?;
+        }
         let mut cmsg = nix::cmsg_space!([RawFd; 1]);
         let mut iov = [IoSliceMut::new(&mut buf[len..])];
-        let msg = recvmsg::<()>(
+        let msg = match recvmsg::<()>(
             stream.as_raw_fd(),
             &mut iov,
             Some(&mut cmsg),
             MsgFlags::MSG_CMSG_CLOEXEC,
-        )?;
+        ) {
+            Ok(m) => m,
+            // The read timeout (ours, or the caller's) ran out.
+            Err(nix::errno::Errno::EAGAIN) if deadline.is_some() => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the line did not arrive in time",
+                ))
+            }
+            Err(e) => return Err(e.into()),
+        };
         let n = msg.bytes;
         for c in msg.cmsgs().map_err(io::Error::from)? {
             if let ControlMessageOwned::ScmRights(fds) = c {

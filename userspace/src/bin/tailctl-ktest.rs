@@ -12,7 +12,8 @@
 //!   the runtime's wall-clock figure.
 //! - `serve`: a well-behaved service; reports requests per second.
 //! - `rogue`: registers, then writes random garbage into its own region.
-//! - `hog`: an unregistered CPU-bound neighbour; reports the CPU it got.
+//! - `hog`: an unregistered CPU-bound neighbour; reports the CPU it got
+//!   (`cpus`, also as `share`: CPUs' worth of time over wall time).
 //! - `greedy`: a service keeping many requests in flight, with a 1 ns
 //!   threshold (every request capped) or none (`--benign`, its twin).
 //! - `churn`: a serialized service whose workers are re-pinned, re-niced,
@@ -25,13 +26,18 @@
 //!   `--successor` then registers into the same slot and reports
 //!   whether its first request (same tag) inherited anything.
 //! - `stats`: the scheduler's counters summed over CPUs (the pinned map).
+//! - `fuzz`: registers spinning threads as workers and writes random bytes
+//!   and random *coherent* values (valid magic, its own and other processes'
+//!   tids, request tags that match their slots, tiny thresholds) into its
+//!   region, so the scheduler's accounting and throttling run on nonsense;
+//!   `--benign` is the same process writing into private memory.
 
 #[path = "../bpf_intf.rs"]
 #[allow(dead_code, clippy::all)]
 mod bpf_intf;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -174,6 +180,16 @@ enum Cmd {
         successor: bool,
     },
     Stats,
+    Fuzz {
+        #[arg(long, default_value_t = 60)]
+        secs: u64,
+        /// Registered threads (they spin and sleep in bursts).
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        /// Same threads and writes, into private memory: the well-behaved twin.
+        #[arg(long)]
+        benign: bool,
+    },
 }
 
 /// Burn exactly `d` of this thread's CPU time, however often it is preempted.
@@ -560,10 +576,15 @@ fn serve(cli: &Cli, secs: u64, require_kernel: bool) -> Result<()> {
         }
     }
     let uid = nix::unistd::Uid::current().as_raw();
+    // What the scheduler charged to our workers: 0 unless it treats them as ours.
+    let kernel_work_ns: u64 = (0..pool.workers())
+        .map(|w| pool.shared_state().worker(w).kernel_work_ns())
+        .sum();
     println!(
         "{}",
         serde_json::to_string(&json!({
             "uid": uid,
+            "kernel_work_ms": kernel_work_ns as f64 / 1e6,
             "kernel_assisted": pool.is_kernel_assisted(),
             "requests": done,
             "failed": failed,
@@ -634,30 +655,53 @@ fn rogue(cli: &Cli, secs: u64, benign: bool) -> Result<()> {
     std::process::exit(0);
 }
 
+fn process_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// An unregistered CPU-bound neighbour: `threads` spinning threads. Its share
+/// (CPU time over wall time, both from the guest's own clocks) is what the
+/// isolation tests compare between runs beside different services.
 fn hog(secs: u64, threads: usize) -> Result<()> {
-    let t0 = Instant::now();
-    let deadline = t0 + Duration::from_secs(secs);
-    let hs: Vec<_> = (0..threads)
+    let stop = Arc::new(AtomicBool::new(false));
+    let spins: Vec<_> = (0..threads)
         .map(|_| {
+            let stop = stop.clone();
             std::thread::spawn(move || {
-                while Instant::now() < deadline {
-                    for _ in 0..10_000 {
-                        std::hint::spin_loop();
-                    }
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    n = n.wrapping_add(1);
+                    std::hint::spin_loop();
                 }
-                thread_cpu()
+                n
             })
         })
         .collect();
-    let cpu: Duration = hs.into_iter().map(|h| h.join().unwrap()).sum();
-    let wall = t0.elapsed().as_secs_f64();
+    let (c0, t0) = (process_cpu(), mono_ns());
+    std::thread::sleep(Duration::from_secs(secs));
+    let (c1, t1) = (process_cpu(), mono_ns());
+    stop.store(true, Ordering::Relaxed);
+    let loops: u64 = spins.into_iter().map(|h| h.join().unwrap()).sum();
+    let cpu_ns = (c1 - c0).as_nanos() as u64;
+    let wall_ns = t1 - t0;
     println!(
         "{}",
         serde_json::to_string(&json!({
             "threads": threads,
-            "cpu_s": cpu.as_secs_f64(),
-            "wall_s": wall,
-            "cpus": cpu.as_secs_f64() / wall,
+            "cpu_s": cpu_ns as f64 / 1e9,
+            "wall_s": wall_ns as f64 / 1e9,
+            "cpus": cpu_ns as f64 / wall_ns as f64,
+            "cpu_ms": cpu_ns as f64 / 1e6,
+            "wall_ms": wall_ns as f64 / 1e6,
+            // CPUs' worth of time the hog got.
+            "share": cpu_ns as f64 / wall_ns as f64,
+            "loops": loops,
         }))?
     );
     Ok(())
@@ -1033,6 +1077,146 @@ fn stats(cli: &Cli) -> Result<()> {
             "max_throttle_wait_ms": s.max_throttle_wait_ns as f64 / 1e6,
         }))?
     );
+/// Offsets in a region (see tailctl_rt::shared_state's layout table).
+const HDR_MAGIC: usize = 0;
+const HDR_VERSION: usize = 4;
+const HDR_ACTIVE: usize = 16;
+const WORKERS_AT: usize = 64;
+const REQUESTS_AT: usize = 64 + 64 * tailctl_rt::shared_state::MAX_WORKERS;
+
+/// Threads of other processes: real tids to scribble into worker slots.
+fn foreign_tids() -> Vec<u32> {
+    let mut v: Vec<u32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    v.truncate(256);
+    v
+}
+
+fn fuzz(cli: &Cli, secs: u64, threads: usize, benign: bool) -> Result<()> {
+    use tailctl_rt::kernel::link;
+    let threads = threads.clamp(1, tailctl_rt::shared_state::MAX_WORKERS);
+    // The smallest thresholds there are: every charged request is serialized at once.
+    let (stream, service, fd) = link::register(&cli.socket, &[1; 256], None)
+        .context("registering (is scx_tailctl running?)")?;
+    let fd = fd.context("no region fd")?;
+    let region = link::MappedRegion::map(std::os::fd::AsFd::as_fd(&fd))?;
+    // SAFETY: page-aligned mapping of a whole region, alive until we exit.
+    let shared = unsafe { tailctl_rt::shared_state::SharedState::from_raw(region.as_ptr(), threads) };
+    let stop = Arc::new(AtomicBool::new(false));
+
+    // The registered threads: bursts of spinning and short sleeps, so they go
+    // through enqueue/dispatch (and the throttle queues) all the time.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let workers: Vec<_> = (0..threads)
+        .map(|i| {
+            let stop = stop.clone();
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                tx.send(nix::unistd::gettid().as_raw() as u32).unwrap();
+                let mut x = 0x2545_f491_4f6c_dd1du64 ^ i as u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    burn_cpu(Duration::from_micros(x % 3000));
+                    if x % 4 == 0 {
+                        std::thread::sleep(Duration::from_micros(x % 500));
+                    }
+                }
+            })
+        })
+        .collect();
+    let tids: Vec<u32> = (0..threads).map(|_| rx.recv().unwrap()).collect();
+    link::bind(&stream, &tids).context("binding the threads")?;
+
+    let len = std::mem::size_of::<tailctl_rt::shared_state::SharedRegion>();
+    let private: &'static [AtomicU64] =
+        Box::leak((0..len / 8).map(|_| AtomicU64::new(0)).collect());
+    let base = if benign {
+        private.as_ptr() as usize
+    } else {
+        shared.region() as *const _ as usize
+    };
+    let others = foreign_tids();
+    let writers: Vec<_> = (0..2u64)
+        .map(|seed| {
+            let stop = stop.clone();
+            let (tids, others) = (tids.clone(), others.clone());
+            std::thread::spawn(move || {
+                let w32 = |off: usize, v: u32| {
+                    // SAFETY: in bounds of our own region (or private copy);
+                    // every field there is an atomic integer.
+                    unsafe { (*((base + off) as *const AtomicU32)).store(v, Ordering::Relaxed) }
+                };
+                let w64 = |off: usize, v: u64| {
+                    // SAFETY: as above, 8-byte aligned offsets.
+                    unsafe { (*((base + off) as *const AtomicU64)).store(v, Ordering::Relaxed) }
+                };
+                let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (seed + 1);
+                let mut writes = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let r = x >> 8;
+                    // Mostly plausible: a worker on a request whose slot carries the tag's generation.
+                    let nw = if r % 8 == 0 { 64 } else { tids.len() as u64 };
+                    let w = WORKERS_AT + 64 * (r % nw) as usize;
+                    let slot = if r % 32 == 1 { (r >> 8) as u32 } else { ((r >> 8) % 16) as u32 };
+                    let gen = ((r >> 24) % 4) as u32;
+                    let tag = ((gen as u64) << 32) | slot as u64;
+                    match x % 10 {
+                        0 => w64((r as usize % (len / 8)) * 8, x.rotate_left(17)),
+                        1 => w32(HDR_ACTIVE, (r % 300) as u32),
+                        2 => w32(HDR_MAGIC, if r % 16 == 0 { r as u32 } else { 0x5452_4354 }),
+                        3 => w32(HDR_VERSION, if r % 16 == 0 { r as u32 } else { 1 }),
+                        4 => {
+                            let t = if r % 2 == 0 { tids[(r >> 4) as usize % tids.len()] } else { others[(r >> 4) as usize % others.len().max(1)] };
+                            w32(w + 16, t)
+                        }
+                        5 => w32(w + 20, (r % 4) as u32),
+                        6 => w64(w, if r % 16 == 0 { u64::MAX } else { tag }),
+                        _ => {
+                            if (slot as usize) < tailctl_rt::shared_state::MAX_REQUESTS {
+                                let q = REQUESTS_AT + 64 * slot as usize;
+                                // flags | generation << 32: one u64 at +8.
+                                w64(q + 8, ((gen as u64) << 32) | (r >> 40) % 2);
+                                w32(q + 32, (r % 3) as u32);
+                            }
+                        }
+                    }
+                    writes += 1;
+                }
+                writes
+            })
+        })
+        .collect();
+    let t0 = Instant::now();
+    let c0 = process_cpu();
+    while t0.elapsed() < Duration::from_secs(secs) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let cpu = process_cpu() - c0;
+    stop.store(true, Ordering::Relaxed);
+    let writes: u64 = writers.into_iter().map(|w| w.join().unwrap()).sum();
+    for w in workers {
+        let _ = w.join();
+    }
+    println!(
+        "{}",
+        serde_json::to_string(&json!({
+            "benign": benign,
+            "service": service,
+            "threads": threads,
+            "writes": writes,
+            "share": cpu.as_secs_f64() / t0.elapsed().as_secs_f64(),
+        }))?
+    );
+    drop(stream);
     Ok(())
 }
 
@@ -1102,5 +1286,10 @@ fn main() -> Result<()> {
         Cmd::Hold { secs, threshold_ms } => hold(&cli, secs, threshold_ms),
         Cmd::Reuse { successor } => reuse(&cli, !successor),
         Cmd::Stats => stats(&cli),
+        Cmd::Fuzz {
+            secs,
+            threads,
+            benign,
+        } => fuzz(&cli, secs, threads, benign),
     }
 }

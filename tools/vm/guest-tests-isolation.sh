@@ -1,0 +1,171 @@
+# Isolation guest tests (issue 15), sourced by guest-tests.sh (which provides
+# start_sched/stop_sched/pass/fail/log/jget, $bin, $out, $PY, $ktest).
+#   tidreuse: a bound worker exits and a forked child's thread gets its tid:
+#             the child must not be charged as the service's worker.
+#   bindleak: BIND t,t is refused and leaves no binding behind.
+#   regdos:   one unprivileged user takes what it can (17 registrations, 1000
+#             connections, a slow sender); another user's service still
+#             registers and is served; oversized / non-UTF-8 requests get ERR.
+#   pidns:    a service in a child pid namespace registers and its workers are
+#             charged (its tids are translated, not taken for someone else's).
+#   fuzz:     a registered service writes random and coherent garbage into its
+#             region; the scheduler stays loaded and an unregistered neighbour
+#             keeps >= 0.9x the CPU it gets beside a well-behaved twin.
+# Nothing here asserts a raw timing: shares are compared between runs of the
+# same guest, alternated so that drift hits both sides.
+
+client="$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/tailctl-client.py"
+sock=/run/tailctl/tailctl.sock
+export TAILCTL="$(dirname "$bin")/tailctl"
+
+# The scheduler must still be loaded, and its daemon alive.
+sched_alive() { kill -0 "$sched_pid" 2>/dev/null && [ "$(state)" = enabled ]; }
+sched_tail() { tail -n 3 "$out/sched.log" | tr '\n"' ' '; }
+
+test_tidreuse() {
+  start_sched || { fail tidreuse "scheduler did not load"; return; }
+  local r; r=$(timeout 300 "$PY" "$client" tidreuse "$sock" 2>"$out/tidreuse.err") \
+    || { fail tidreuse "client failed: $(tail -c 300 "$out/tidreuse.err")"; stop_sched; return; }
+  sched_alive || { fail tidreuse "scheduler died: $(sched_tail)"; return; }
+  stop_sched || { fail tidreuse "scheduler exit non-zero"; return; }
+  echo "$r" >"$out/tidreuse.json"
+  local verdict
+  verdict=$($PY - "$r" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+why = []
+# The setup must charge a real worker, or "not charged" below proves nothing.
+if r["worker_charged_ms"] < 0.5 * r["worker_cpu_ms"]:
+    why.append(f"the bound worker itself was not charged ({r['worker_charged_ms']:.1f} of {r['worker_cpu_ms']:.1f} ms)")
+if not r["reused"]:
+    why.append("no thread of the child got the tid (cannot test)")
+elif r["child_charged_ms"] > 0.1 * r["child_cpu_ms"]:
+    why.append(f"the child's thread with the reused tid {r['tid']} was charged {r['child_charged_ms']:.1f} of its {r['child_cpu_ms']:.1f} ms as the service's worker")
+if r["bound_after_exit"]:
+    why.append("the binding outlived its thread")
+print("bad " + "; ".join(why) if why else
+      f"ok worker charged {r['worker_charged_ms']:.0f}/{r['worker_cpu_ms']:.0f} ms; child thread with the reused tid {r['tid']} charged {r['child_charged_ms']:.1f}/{r['child_cpu_ms']:.0f} ms; binding gone when the worker exited")
+PY
+)
+  case "$verdict" in ok*) pass tidreuse "${verdict#ok }" "\"result\": $r";; *) fail tidreuse "${verdict#bad }";; esac
+}
+
+test_bindleak() {
+  start_sched || { fail bindleak "scheduler did not load"; return; }
+  local r; r=$(timeout 120 "$PY" "$client" binddup "$sock" 2>"$out/bindleak.err") \
+    || { fail bindleak "client failed: $(tail -c 300 "$out/bindleak.err")"; stop_sched; return; }
+  sched_alive || { fail bindleak "scheduler died: $(sched_tail)"; return; }
+  stop_sched || { fail bindleak "scheduler exit non-zero"; return; }
+  echo "$r" >"$out/bindleak.json"
+  local verdict
+  verdict=$($PY - "$r" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+why = []
+if not (r["dup_reply"] or "").startswith("ERR"):
+    why.append(f"BIND t,t was answered {r['dup_reply']!r}")
+if r["bound_during"] is not None:
+    why.append(f"BIND t,t left a binding {r['bound_during']} while connected")
+if r["bound_after_close"] is not None:
+    why.append(f"... and it outlived the connection: {r['bound_after_close']}")
+if not (r["single_reply"] or "").startswith("OK") or r["single_bound"] is None or r["single_after_close"] is not None:
+    why.append(f"a plain BIND t then: reply {r['single_reply']!r}, bound {r['single_bound']}, after close {r['single_after_close']}")
+print("bad " + "; ".join(why) if why else f"ok BIND t,t: {r['dup_reply']}; no binding left; BIND t afterwards binds and unbinds cleanly")
+PY
+)
+  case "$verdict" in ok*) pass bindleak "${verdict#ok }" "\"result\": $r";; *) fail bindleak "${verdict#bad }";; esac
+}
+
+test_regdos() {
+  # Open to every user, as an operator who wants unprivileged services would.
+  start_sched --socket-mode 666 || { fail regdos "scheduler did not load"; return; }
+  local mark=/tmp/tailctl-flood.ready; rm -f "$mark"
+  (ulimit -n 4096; exec setpriv --reuid=65534 --regid=65534 --clear-groups \
+     timeout 200 "$PY" "$client" flood "$sock" 30 "$mark") >"$out/flood.json" 2>"$out/flood.err" &
+  local fp=$!
+  for _ in $(seq 1 600); do [ -e "$mark" ] && break; kill -0 $fp 2>/dev/null || break; sleep 0.2; done
+  [ -e "$mark" ] || { fail regdos "the flood did not get going: $(tail -c 300 "$out/flood.err")"; kill $fp; stop_sched; return; }
+  # While it holds everything: another user's service registers and is served.
+  local threads fds legit rc
+  threads=$(awk '/^Threads:/ {print $2}' /proc/"$sched_pid"/status)
+  fds=$(ls /proc/"$sched_pid"/fd | wc -l)
+  legit=$(setpriv --reuid=65533 --regid=65533 --clear-groups timeout 120 "$ktest" -w 2 serve --secs 4 --require-kernel 2>"$out/legit.err"); rc=$?
+  local bad; bad=$(timeout 60 "$PY" "$client" badreq "$sock" 2>>"$out/flood.err")
+  wait $fp
+  sched_alive || { fail regdos "scheduler died: $(sched_tail)"; return; }
+  stop_sched || { fail regdos "scheduler exit non-zero"; return; }
+  local f; f=$(cat "$out/flood.json")
+  local verdict
+  verdict=$($PY - "$f" "$rc" "${legit:-null}" "$threads" "$fds" "${bad:-null}" <<'PY'
+import json, sys
+f, rc, legit, threads, fds, bad = json.loads(sys.argv[1] or "{}"), int(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), json.loads(sys.argv[6])
+why = []
+if f.get("registered", 99) > 4:
+    why.append(f"one user registered {f.get('registered')} services (quota 4)")
+if rc != 0 or not legit or not legit.get("kernel_assisted") or legit.get("requests", 0) <= 0:
+    why.append(f"another user's service was not served during the flood (exit {rc}: {legit})")
+if (f.get("slow_reply") or "").startswith("OK"):
+    why.append("a request sent one byte per 0.5 s was accepted")
+if threads > 64:
+    why.append(f"the daemon ran {threads} threads during the flood")
+for k in ("oversized", "non_utf8"):
+    if not (bad or {}).get(k, "").startswith("ERR"):
+        why.append(f"{k} REGISTER got {(bad or {}).get(k)!r}, not an ERR")
+print("bad " + "; ".join(why) if why else
+      f"ok flood user: {f['registered']} of 17 registered, {f['conns_refused']} of 1000 connections refused, slow sender: {f['slow_reply']!r}; "
+      f"daemon {threads} threads {fds} fds; other user's service: {legit['requests']} requests; oversized/non-UTF-8: ERR")
+PY
+)
+  case "$verdict" in ok*) pass regdos "${verdict#ok }" "\"flood\": $f";; *) fail regdos "${verdict#bad }";; esac
+}
+
+test_pidns() {
+  start_sched || { fail pidns "scheduler did not load"; return; }
+  local r; r=$(timeout 120 unshare --pid --fork --kill-child "$ktest" -w 2 serve --secs 4 --require-kernel 2>"$out/pidns.err"); local rc=$?
+  sched_alive || { fail pidns "scheduler died: $(sched_tail)"; return; }
+  stop_sched || { fail pidns "scheduler exit non-zero"; return; }
+  [ $rc = 0 ] || { fail pidns "a service in a child pid namespace could not register: $(tail -c 300 "$out/pidns.err")"; return; }
+  local k; k=$(jget "$r" kernel_work_ms)
+  $PY -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0 else 1)' "$k" \
+    || { fail pidns "registered, but the kernel charged its workers nothing: $r"; return; }
+  pass pidns "served $(jget "$r" requests) requests from a child pid namespace; the kernel charged its workers $k ms" "\"serve\": $r"
+}
+
+# neighbour_share SECS CMD...: run CMD (a registered service) in the
+# background, and beside it an unregistered 2-thread hog for SECS; prints the
+# hog's share (CPUs' worth of time it got). CMD's output goes to $out/beside.json.
+neighbour_share() {
+  local secs=$1; shift
+  "$@" >"$out/beside.json" 2>>"$out/beside.err" &
+  local p=$!
+  sleep 3
+  local h; h=$("$ktest" hog --threads 2 --secs "$secs" 2>>"$out/beside.err")
+  wait $p || return 1
+  jget "$h" share
+}
+
+# share_ratio "BASE..." "OTHER...": mean(OTHER) / mean(BASE).
+share_ratio() { $PY -c 'import sys; a=[float(x) for x in sys.argv[1].split()]; b=[float(x) for x in sys.argv[2].split()]; print(round((sum(b)/len(b))/(sum(a)/len(a)), 3))' "$1" "$2"; }
+at_least() { $PY -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)' "$1" "$2"; }
+
+test_fuzz() {
+  start_sched --socket-mode 666 || { fail fuzz "scheduler did not load"; return; }
+  local twin="" fz="" s i secs=${FUZZ_SECS:-27}
+  # Twin, fuzzer, twin, fuzzer: 2 x 30 s of fuzzing, unprivileged.
+  for i in 1 2; do
+    s=$(neighbour_share "$secs" setpriv --reuid=65534 --regid=65534 --clear-groups "$ktest" fuzz --threads 4 --secs $((secs + 3)) --benign) \
+      || { fail fuzz "twin run $i: $(tail -c 300 "$out/beside.err")"; stop_sched; return; }
+    twin+="$s "
+    sched_alive || { fail fuzz "scheduler died beside the twin: $(sched_tail)"; return; }
+    s=$(neighbour_share "$secs" setpriv --reuid=65534 --regid=65534 --clear-groups "$ktest" fuzz --threads 4 --secs $((secs + 3))) \
+      || { fail fuzz "fuzz run $i: $(tail -c 300 "$out/beside.err")"; stop_sched; return; }
+    fz+="$s "
+    cp "$out/beside.json" "$out/fuzz-$i.json"
+    sched_alive || { fail fuzz "scheduler ejected while the fuzzer ran: $(sched_tail); $(dmesg | grep -i sched_ext | tail -n 2 | tr '\n"' ' ')"; return; }
+  done
+  stop_sched || { fail fuzz "scheduler exit non-zero: $(sched_tail)"; return; }
+  local ratio; ratio=$(share_ratio "$twin" "$fz")
+  at_least "$ratio" 0.9 || { fail fuzz "an unregistered neighbour got $ratio x its CPU beside the fuzzer (shares beside twin: $twin, beside fuzzer: $fz)"; return; }
+  pass fuzz "2 x ${secs} s of fuzzing, scheduler loaded; neighbour's CPU beside the fuzzer / beside a benign twin = $ratio (shares $twin / $fz)" \
+    "\"ratio\": $ratio, \"twin_shares\": \"$twin\", \"fuzz_shares\": \"$fz\""
+}

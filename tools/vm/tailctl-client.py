@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+"""A raw client of scx_tailctl's registration protocol, for the isolation
+guest tests (tools/vm/guest-tests-isolation.sh). It speaks the protocol of
+tailctl_rt::kernel::protocol by hand, so it can send what a well-behaved
+runtime never would. Each subcommand prints one JSON object.
+
+  tidreuse SOCKET         bind a thread, let it exit, make a forked child's
+                          thread get the same tid: is the child charged?
+  binddup SOCKET          BIND t,t: does a binding outlive the refusal?
+  flood SOCKET HOLD MARK  one user's denial-of-service attempt: 17
+                          registrations, 1000 connections, a slow sender;
+                          touches MARK once all is set up, holds HOLD seconds
+  badreq SOCKET           an oversized and a non-UTF-8 REGISTER: replies?
+"""
+import array
+import json
+import mmap
+import os
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+# struct tailctl_region (bpf/intf.h): header, 64 worker slots, 1024 request slots, 64 bytes each.
+MAGIC, VERSION = 0x54524354, 1
+REGION_SIZE = 64 + 64 * 64 + 64 * 1024
+WORKER = lambda w: 64 + 64 * w
+REQUEST = lambda r: 64 + 64 * 64 + 64 * r
+REGISTER = "REGISTER 1 workers= thresholds= region=0\n"
+
+
+def connect(path, timeout=20):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(path)
+    return s
+
+
+def recv_reply(s):
+    """One reply line and the fds that came with it; None if the daemon closed."""
+    buf, fds = b"", []
+    while b"\n" not in buf:
+        msg, anc, _, _ = s.recvmsg(4096, socket.CMSG_SPACE(4 * 4))
+        for lvl, typ, data in anc:
+            if lvl == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                fds += array.array("i", data[: len(data) - len(data) % 4])
+        if not msg:
+            return None, fds
+        buf += msg
+    return buf.split(b"\n")[0].decode(errors="replace"), fds
+
+
+def request(s, line):
+    s.sendall(line if isinstance(line, bytes) else line.encode())
+    return recv_reply(s)
+
+
+def register(path):
+    s = connect(path)
+    reply, fds = request(s, REGISTER)
+    if not reply or not reply.startswith("OK service="):
+        raise SystemExit(f"registration refused: {reply}")
+    return s, int(reply.split("=")[1]), fds[0]
+
+
+def worker_tids(tl):
+    out = subprocess.run([tl, "maps", "dump", "worker_tids", "--json"], capture_output=True, text=True, check=True)
+    return {e["key"]: e["value"] for e in json.loads(out.stdout)}
+
+
+def burn(secs):
+    t = time.thread_time()
+    while time.thread_time() - t < secs:
+        pass
+    return time.thread_time() - t
+
+
+def tidreuse(path, tl):
+    s, svc, fd = register(path)
+    m = mmap.mmap(fd, (REGION_SIZE + 4095) // 4096 * 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    u32 = lambda off, v: struct.pack_into("<I", m, off, v)
+    u64 = lambda off, v: struct.pack_into("<Q", m, off, v)
+    get64 = lambda off: struct.unpack_from("<Q", m, off)[0]
+    # A running request in slot 0 (generation 5), worker 0 working on it, no thresholds:
+    # whatever runs as worker 0 is charged to it.
+    u32(8, 1), u32(12, 1024), u32(16, 1), u32(60, 1)
+    u64(REQUEST(0) + 8, 5 << 32)
+    u32(REQUEST(0) + 32, 2)
+    u64(WORKER(0), 5 << 32)
+    u32(WORKER(0) + 20, 0)
+    u32(4, VERSION), u32(0, MAGIC)
+
+    # The worker: bound, burns a little (the positive control), exits.
+    ready, leave, t_info = threading.Event(), threading.Event(), {}
+
+    def worker():
+        t_info["tid"] = threading.get_native_id()
+        ready.set()
+        leave.wait()
+        t_info["cpu"] = burn(0.4)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    ready.wait()
+    tid = t_info["tid"]
+    reply, _ = request(s, f"BIND {tid}\n")
+    if not reply or not reply.startswith("OK"):
+        raise SystemExit(f"BIND {tid} refused: {reply}")
+    u32(WORKER(0) + 16, tid)
+    k0 = get64(WORKER(0) + 32)
+    leave.set()
+    t.join()
+    time.sleep(0.5)
+    k1 = get64(WORKER(0) + 32)
+    bound_after_exit = tid in worker_tids(tl)
+
+    # A forked child (another process) makes threads until one gets that tid:
+    # ns_last_pid makes the next tid tid-1+1 at once, if nobody takes it first.
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(r)
+        got = {}
+
+        def victim():
+            got["tid"] = threading.get_native_id()
+            if got["tid"] == tid:
+                got["cpu"] = burn(1.5)
+
+        for _ in range(500):
+            try:
+                with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+                    f.write(str(tid - 1))
+            except OSError:
+                pass
+            v = threading.Thread(target=victim)
+            v.start()
+            v.join()
+            if got["tid"] == tid:
+                break
+        os.write(w, json.dumps(got).encode())
+        os._exit(0)
+    os.close(w)
+    got = json.loads(os.read(r, 4096) or b"{}")
+    os.waitpid(child, 0)
+    time.sleep(0.5)
+    k2 = get64(WORKER(0) + 32)
+    print(json.dumps({
+        "service": svc, "tid": tid,
+        "worker_cpu_ms": t_info["cpu"] * 1e3, "worker_charged_ms": (k1 - k0) / 1e6,
+        "bound_after_exit": bound_after_exit,
+        "reused": got.get("tid") == tid, "child_cpu_ms": got.get("cpu", 0) * 1e3,
+        "child_charged_ms": (k2 - k1) / 1e6,
+    }))
+
+
+def binddup(path, tl):
+    s, svc, _ = register(path)
+    me = threading.get_native_id()
+    reply, _ = request(s, f"BIND {me},{me}\n")
+    during = worker_tids(tl).get(me)
+    s.close()
+    time.sleep(0.5)
+    after = worker_tids(tl).get(me)
+    # The same tid bound properly, for comparison: present while connected, gone after.
+    s, svc2, _ = register(path)
+    ok, _ = request(s, f"BIND {me}\n")
+    bound = worker_tids(tl).get(me)
+    s.close()
+    time.sleep(0.5)
+    print(json.dumps({
+        "service": svc, "dup_reply": reply, "bound_during": during, "bound_after_close": after,
+        "single_reply": ok, "single_bound": bound, "single_after_close": worker_tids(tl).get(me),
+    }))
+
+
+def flood(path, hold, mark):
+    res = {"registered": 0, "refused": [], "conns_open": 0, "conns_refused": 0}
+    keep = []
+    # 17 registrations by one user.
+    for _ in range(17):
+        try:
+            s = connect(path, timeout=10)
+            reply, fds = request(s, REGISTER)
+        except OSError as e:
+            res["refused"].append(str(e))
+            continue
+        for fd in fds:
+            os.close(fd)
+        if reply and reply.startswith("OK"):
+            res["registered"] += 1
+            keep.append(s)
+        else:
+            res["refused"].append(reply)
+            s.close()
+
+    # A slow sender: a valid REGISTER, one byte at a time.
+    slow = {}
+
+    def slowloris():
+        try:
+            s = connect(path, timeout=2)
+            for b in REGISTER.encode():
+                s.send(bytes([b]))
+                time.sleep(0.5)
+            s.settimeout(10)
+            slow["reply"] = recv_reply(s)[0]
+        except OSError as e:
+            slow["reply"] = f"closed: {e}"
+        slow["done"] = time.monotonic()
+
+    st = threading.Thread(target=slowloris)
+    st.start()
+    # 1000 connections, each sending a byte now and then so no read timeout ends it.
+    conns = []
+    for _ in range(1000):
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(5)
+            s.connect(path)
+            s.setblocking(False)
+            conns.append(s)
+        except OSError:
+            res["conns_refused"] += 1
+    open(mark, "w").close()
+    end = time.monotonic() + hold
+    while time.monotonic() < end:
+        alive = []
+        for s in conns:
+            try:
+                s.send(b"R")
+                alive.append(s)
+            except OSError:
+                res["conns_refused"] += 1
+                s.close()
+        conns = alive
+        time.sleep(1)
+    res["conns_open"] = len(conns)
+    st.join()
+    res["slow_reply"] = slow.get("reply")
+    print(json.dumps(res))
+
+
+def badreq(path):
+    out = {}
+    for name, line in (("oversized", b"REGISTER 1 workers=" + b"1," * 40000 + b"1\n"),
+                       ("non_utf8", b"REGISTER 1 workers=\xff\xfe thresholds= region=0\n")):
+        try:
+            s = connect(path, timeout=10)
+            s.sendall(line)
+            out[name] = recv_reply(s)[0]
+        except OSError as e:
+            out[name] = f"error: {e}"
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    cmd, path = sys.argv[1], sys.argv[2]
+    tl = os.environ.get("TAILCTL", "tailctl")
+    if cmd == "tidreuse":
+        tidreuse(path, tl)
+    elif cmd == "binddup":
+        binddup(path, tl)
+    elif cmd == "flood":
+        flood(path, float(sys.argv[3]), sys.argv[4])
+    elif cmd == "badreq":
+        badreq(path)
+    else:
+        raise SystemExit(__doc__)

@@ -1,0 +1,341 @@
+//! Who is on the other end of a registration, and which threads are its.
+//!
+//! A tid is only a number: once its thread exits, the kernel hands it to the
+//! next thread it creates, in any process. So the daemon never binds a bare
+//! number. It names a thread by (tid, tgid, start time) and holds pidfds
+//! while it checks, so that what it read from /proc is known to describe the
+//! thread that still carries the tid when the binding is in the map:
+//!
+//! - the peer process: SO_PEERPIDFD (Linux 6.5; every sched_ext kernel has
+//!   it), else pidfd_open(SO_PEERCRED pid) checked against the time of the
+//!   connection;
+//! - each worker thread: pidfd_open(tid, PIDFD_THREAD) (Linux 6.9) before its
+//!   /proc entry is read; if that thread is still alive after the binding was
+//!   written, the binding names it.
+//!
+//! The start time is /proc's (clock ticks since boot, field 22 of
+//! `/proc/<pid>/task/<tid>/stat`); the scheduler compares it with the task's
+//! `start_boottime` at every look-up, so a binding can never apply to a later
+//! thread that reuses the tid.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
+
+use anyhow::{bail, Context, Result};
+
+/// The inode of the initial pid namespace (include/linux/proc_ns.h).
+const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+/// SO_PEERPIDFD (asm-generic/socket.h), spelled out for older libc crates.
+const SO_PEERPIDFD: libc::c_int = 77;
+
+/// Length of the clock tick /proc uses for start times, in ns (1e9 / USER_HZ).
+pub fn clock_tick_ns() -> u64 {
+    // SAFETY: sysconf has no memory effects.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    1_000_000_000 / if hz > 0 { hz as u64 } else { 100 }
+}
+
+/// Now, in /proc's start-time unit (clock ticks of CLOCK_BOOTTIME).
+fn boottime_ticks() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer; CLOCK_BOOTTIME exists on every Linux we run on.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    (ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64) / clock_tick_ns()
+}
+
+/// The daemon must see pids as the scheduler does: worker_tids is keyed by
+/// `task->pid` (init namespace), while SO_PEERCRED and /proc give pids in the
+/// daemon's own namespace. Refuse to run anywhere else.
+pub fn check_init_pid_ns() -> Result<()> {
+    let ino = std::fs::metadata("/proc/self/ns/pid")
+        .context("reading /proc/self/ns/pid")?
+        .ino();
+    if ino != PROC_PID_INIT_INO {
+        bail!(
+            "scx_tailctl runs in a child pid namespace (pid:[{ino}]); it must run in the \
+             initial one, where the scheduler's thread ids live"
+        );
+    }
+    // /proc must be a proc of that namespace too, or /proc/<pid> names other tasks.
+    let stat = std::fs::read_to_string("/proc/self/stat").context("reading /proc/self/stat")?;
+    let pid: u32 = stat.split(' ').next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    if pid != std::process::id() {
+        bail!("/proc is not mounted for the initial pid namespace (it shows us as pid {pid})");
+    }
+    Ok(())
+}
+
+fn pid_ns_ino(pid: u32) -> io::Result<u64> {
+    Ok(std::fs::metadata(format!("/proc/{pid}/ns/pid"))?.ino())
+}
+
+/// `pidfd_open(2)`.
+pub fn pidfd_open(pid: u32, flags: libc::c_uint) -> io::Result<OwnedFd> {
+    // SAFETY: plain system call with integer arguments.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just gave us this descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Whether the process (or, for a PIDFD_THREAD pidfd, the thread) behind
+/// `fd` has exited: pidfds poll readable then.
+pub fn pidfd_exited(fd: BorrowedFd<'_>) -> bool {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no timeout.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
+}
+
+/// Field 22 (starttime) of a /proc stat line. The command name (field 2)
+/// may hold spaces and parentheses, so fields are counted after its last ')'.
+pub fn parse_stat_starttime(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // rest starts at field 3 (state): field 22 is the 20th word.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The `NSpid:` line of a /proc status file: the task's pid in each pid
+/// namespace, from the outermost (the one /proc belongs to) inwards.
+pub fn parse_nspid(status: &str) -> Option<Vec<u32>> {
+    let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+    let ids: Option<Vec<u32>> = line.split_whitespace().map(|v| v.parse().ok()).collect();
+    ids.filter(|v| !v.is_empty())
+}
+
+/// The start time of thread `tid` of process `pid`, or None if `tid` is not
+/// (or no longer) a thread of `pid`: /proc/<pid>/task/<tid> exists only for
+/// threads of that thread group.
+pub fn thread_start_ticks(pid: u32, tid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    parse_stat_starttime(&stat)
+}
+
+/// One thread, as bound: its tid in the scheduler's (initial) namespace, its
+/// process, its start time, and a pidfd while the binding is being made.
+#[derive(Debug)]
+pub struct Thread {
+    pub tid: u32,
+    pub tgid: u32,
+    pub start_ticks: u64,
+    pub fd: Option<OwnedFd>,
+}
+
+/// The connecting process, identified once at accept time.
+pub struct Peer {
+    pub pid: u32,
+    pub uid: u32,
+    pidfd: OwnedFd,
+    /// The peer lives in another pid namespace: its tids must be translated.
+    foreign_ns: bool,
+}
+
+impl Peer {
+    /// Pin down the peer of `stream`: SO_PEERCRED's pid and uid, and a pidfd
+    /// for that very process (not for whoever holds its pid later).
+    pub fn identify(stream: &UnixStream) -> io::Result<Self> {
+        let accepted = boottime_ticks();
+        let cred = nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)?;
+        let (pid, uid) = (cred.pid() as u32, cred.uid());
+        let pidfd = match peer_pidfd(stream) {
+            Ok(fd) => fd,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOPROTOOPT) | Some(libc::EINVAL)) => {
+                // Before Linux 6.5: open it by number, then make sure the number
+                // was not recycled since the connection (a process that reused
+                // it started after we accepted).
+                let fd = pidfd_open(pid, 0)?;
+                match thread_start_ticks(pid, pid) {
+                    Some(start) if start <= accepted => fd,
+                    _ => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::NotFound,
+                            "the connecting process exited",
+                        ))
+                    }
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        let foreign_ns = match (pid_ns_ino(pid), pid_ns_ino(std::process::id())) {
+            (Ok(a), Ok(b)) => a != b,
+            (Err(e), _) | (_, Err(e)) => return Err(e),
+        };
+        Ok(Self {
+            pid,
+            uid,
+            pidfd,
+            foreign_ns,
+        })
+    }
+
+    /// Whether the connecting process still runs (its pid is still its own).
+    pub fn alive(&self) -> bool {
+        !pidfd_exited(self.pidfd.as_fd())
+    }
+
+    /// The pidfd, for polling: it becomes readable when the process exits.
+    pub fn pidfd(&self) -> BorrowedFd<'_> {
+        self.pidfd.as_fd()
+    }
+
+    /// The threads named by `tids` (as the service sees them), each checked to
+    /// be a live thread of the peer, with its start time. All or nothing.
+    pub fn threads(&self, tids: &[u32]) -> Result<Vec<Thread>, String> {
+        let tids = if self.foreign_ns {
+            let map = self.ns_tids();
+            tids.iter()
+                .map(|t| {
+                    map.get(t).copied().ok_or_else(|| {
+                        format!(
+                            "tid {t} (in the service's pid namespace) is not a thread of the \
+                             connecting process {}",
+                            self.pid
+                        )
+                    })
+                })
+                .collect::<Result<Vec<u32>, String>>()?
+        } else {
+            tids.to_vec()
+        };
+        let mut out = Vec::with_capacity(tids.len());
+        for &tid in &tids {
+            // The pidfd first: if the thread is still alive once the binding is
+            // written, the /proc entry read below was its own.
+            let fd = match pidfd_open(tid, libc::PIDFD_THREAD) {
+                Ok(fd) => Some(fd),
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                    return Err(format!("tid {tid} is not a running thread"))
+                }
+                // Before Linux 6.9 (no PIDFD_THREAD): the start time alone.
+                Err(_) => None,
+            };
+            let start_ticks = thread_start_ticks(self.pid, tid).ok_or_else(|| {
+                format!(
+                    "tid {tid} is not a thread of the connecting process {}",
+                    self.pid
+                )
+            })?;
+            out.push(Thread {
+                tid,
+                tgid: self.pid,
+                start_ticks,
+                fd,
+            });
+        }
+        // And the process is still the one that connected, so `self.pid` above was it.
+        if !self.alive() {
+            return Err("the connecting process exited".into());
+        }
+        Ok(out)
+    }
+
+    /// The peer's threads: tid as the peer sees it -> tid in our namespace.
+    fn ns_tids(&self) -> HashMap<u32, u32> {
+        let mut map = HashMap::new();
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{}/task", self.pid)) else {
+            return map;
+        };
+        for e in dir.flatten() {
+            let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+                continue;
+            };
+            if let Some(ids) = parse_nspid(&status) {
+                map.insert(*ids.last().unwrap(), ids[0]);
+            }
+        }
+        map
+    }
+}
+
+/// SO_PEERPIDFD: a pidfd for the process that connected (Linux 6.5).
+fn peer_pidfd(stream: &UnixStream) -> io::Result<OwnedFd> {
+    let mut fd: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: an int-sized out buffer with its length, as SO_PEERPIDFD expects.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_PEERPIDFD,
+            (&mut fd as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel installed this descriptor for us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Whether every thread pidfd taken in [`Peer::threads`] still refers to a
+/// running thread.
+pub fn all_alive(threads: &[Thread]) -> bool {
+    threads
+        .iter()
+        .all(|t| t.fd.as_ref().is_none_or(|fd| !pidfd_exited(fd.as_fd())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn starttime_is_field_22_even_with_odd_names() {
+        // A real line, with a command name holding spaces and parentheses.
+        let line = "1234 (a b) c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 987654 1000 10 \
+                    18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 2 0 0 0 0 0";
+        assert_eq!(parse_stat_starttime(line), Some(987654));
+        assert_eq!(parse_stat_starttime("1 (x) S 1"), None);
+    }
+
+    #[test]
+    fn nspid_lists_outermost_first() {
+        let s = "Name:\tx\nTgid:\t900\nNSpid:\t900\t7\nPPid:\t1\n";
+        assert_eq!(parse_nspid(s), Some(vec![900, 7]));
+        assert_eq!(parse_nspid("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn our_own_threads_are_found_and_others_are_not() {
+        let me = std::process::id();
+        let peer = Peer {
+            pid: me,
+            uid: 0,
+            pidfd: pidfd_open(me, 0).unwrap(),
+            foreign_ns: false,
+        };
+        let tid = nix::unistd::gettid().as_raw() as u32;
+        let th = peer.threads(&[tid]).unwrap();
+        assert_eq!(th[0].tgid, me);
+        assert!(th[0].start_ticks > 0 || tid == me);
+        assert!(all_alive(&th));
+        // pid 1 is no thread of ours.
+        assert!(peer.threads(&[1]).unwrap_err().contains("not a thread"));
+        // A thread that exited is not alive any more, and its tid is refused.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h = std::thread::spawn(move || {
+            tx.send(nix::unistd::gettid().as_raw() as u32).unwrap();
+        });
+        let gone = rx.recv().unwrap();
+        h.join().unwrap();
+        // (join returns a moment before the kernel reaps the thread)
+        let t0 = std::time::Instant::now();
+        while peer.threads(&[gone]).is_ok() {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
