@@ -1077,6 +1077,9 @@ fn stats(cli: &Cli) -> Result<()> {
             "max_throttle_wait_ms": s.max_throttle_wait_ns as f64 / 1e6,
         }))?
     );
+    Ok(())
+}
+
 /// Offsets in a region (see tailctl_rt::shared_state's layout table).
 const HDR_MAGIC: usize = 0;
 const HDR_VERSION: usize = 4;
@@ -1105,7 +1108,8 @@ fn fuzz(cli: &Cli, secs: u64, threads: usize, benign: bool) -> Result<()> {
     let fd = fd.context("no region fd")?;
     let region = link::MappedRegion::map(std::os::fd::AsFd::as_fd(&fd))?;
     // SAFETY: page-aligned mapping of a whole region, alive until we exit.
-    let shared = unsafe { tailctl_rt::shared_state::SharedState::from_raw(region.as_ptr(), threads) };
+    let shared =
+        unsafe { tailctl_rt::shared_state::SharedState::from_raw(region.as_ptr(), threads) };
     let stop = Arc::new(AtomicBool::new(false));
 
     // The registered threads: bursts of spinning and short sleeps, so they go
@@ -1166,7 +1170,11 @@ fn fuzz(cli: &Cli, secs: u64, threads: usize, benign: bool) -> Result<()> {
                     // Mostly plausible: a worker on a request whose slot carries the tag's generation.
                     let nw = if r % 8 == 0 { 64 } else { tids.len() as u64 };
                     let w = WORKERS_AT + 64 * (r % nw) as usize;
-                    let slot = if r % 32 == 1 { (r >> 8) as u32 } else { ((r >> 8) % 16) as u32 };
+                    let slot = if r % 32 == 1 {
+                        (r >> 8) as u32
+                    } else {
+                        ((r >> 8) % 16) as u32
+                    };
                     let gen = ((r >> 24) % 4) as u32;
                     let tag = ((gen as u64) << 32) | slot as u64;
                     match x % 10 {
@@ -1175,7 +1183,11 @@ fn fuzz(cli: &Cli, secs: u64, threads: usize, benign: bool) -> Result<()> {
                         2 => w32(HDR_MAGIC, if r % 16 == 0 { r as u32 } else { 0x5452_4354 }),
                         3 => w32(HDR_VERSION, if r % 16 == 0 { r as u32 } else { 1 }),
                         4 => {
-                            let t = if r % 2 == 0 { tids[(r >> 4) as usize % tids.len()] } else { others[(r >> 4) as usize % others.len().max(1)] };
+                            let t = if r % 2 == 0 {
+                                tids[(r >> 4) as usize % tids.len()]
+                            } else {
+                                others[(r >> 4) as usize % others.len().max(1)]
+                            };
                             w32(w + 16, t)
                         }
                         5 => w32(w + 20, (r % 4) as u32),
