@@ -30,6 +30,7 @@
 //! * `job`, `latch`, `completion`: tasks, join/scope latches, the request latch;
 //! * `sleep`: how idle workers sleep and are woken (`sleep/README.md`);
 //! * `join`, `scope`: fork–join inside a request;
+//! * `unwind`: where user code may panic on a worker, and what happens then;
 //! * [`shared_state`]: the `#[repr(C)]` table of per-request and per-worker
 //!   bookkeeping that the kernel half will map;
 //! * [`threshold`], [`distribution`]: threshold tables and work distributions.
@@ -49,6 +50,7 @@ mod sleep;
 mod sync;
 pub mod threshold;
 mod time;
+mod unwind;
 
 pub use join::{join, parallel_for, parallel_for_chunks};
 pub use policy::Policy;

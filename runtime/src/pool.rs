@@ -8,6 +8,12 @@
 //! the handle, in that order, so that once `wait` returns the pool's counters
 //! already reflect the completion.
 //!
+//! User destructors and callbacks that the worker runs for the request after
+//! its closure (dropping a cancelled closure, a panic payload, the result when
+//! the handle is gone; calling the handle's waker) run under `catch_unwind`: a
+//! panic there is swallowed and counted in [`PoolStats::swallowed_panics`],
+//! and the worker goes on serving (see `unwind`).
+//!
 //! Shutdown: [`Pool::shutdown`] drains (every submitted request runs), and
 //! [`Pool::shutdown_cancel`] cancels requests not yet admitted (their handles
 //! report [`RequestError::Cancelled`]); requests already running finish, since
@@ -23,6 +29,7 @@ use crate::shared_state::{
 };
 use crate::threshold::ThresholdTable;
 use crate::time::now_ns;
+use crate::unwind::drop_catching;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
@@ -122,6 +129,10 @@ pub struct PoolStats {
     pub steals: u64,
     /// Tasks a thief took but returned because their request was serialized.
     pub refused_steals: u64,
+    /// Panics a worker caught and swallowed outside any request's closure: a
+    /// destructor of a result whose handle was dropped, of a cancelled
+    /// request's closure or of a panic payload, or a waker's `wake`.
+    pub swallowed_panics: u64,
     /// Requests marked serialized.
     pub serialized: u64,
     /// Requests currently active (arrived, not completed).
@@ -582,13 +593,14 @@ impl Pool {
                 None => reg.shared.complete_untracked(),
             }
             reg.request_finished();
-            shared.completion.complete((
+            let waker_panicked = shared.completion.complete((
                 Err(RequestError::ShutDown),
                 RequestStats {
                     id,
                     ..RequestStats::default()
                 },
             ));
+            debug_assert!(!waker_panicked, "nobody polled the handle yet");
             return RequestHandle { shared };
         }
         reg.counters.submitted.fetch_add(1, Ordering::Relaxed);
@@ -667,6 +679,7 @@ impl Pool {
             missed_target: c.missed_target.load(Ordering::Relaxed),
             steals: c.steals.load(Ordering::Relaxed),
             refused_steals: c.refused_steals.load(Ordering::Relaxed),
+            swallowed_panics: c.swallowed_panics.load(Ordering::Relaxed),
             serialized: self.registry.shared.header().serialized(),
             active: self.active_requests() as u64,
         }
@@ -763,6 +776,13 @@ impl Drop for Pool {
 }
 
 /// Body of a request's root job, on the worker that admitted it.
+///
+/// Nothing may unwind out of here into the worker (see `unwind`): the closure
+/// runs under `catch_unwind`, and every other piece of user code the worker
+/// runs for the request (the closure's destructor if it is cancelled, the
+/// panic payload's, the waker, and the result's destructor when the handle
+/// was dropped so that this worker holds the last reference) is caught,
+/// swallowed and counted.
 fn run_request<F, T>(tag: u64, arrival: u64, f: F, shared: Arc<RequestShared<T>>)
 where
     F: FnOnce() -> T,
@@ -773,9 +793,11 @@ where
     let reg = wt.registry();
     let tracked = tag != NO_REQUEST;
     let slot = tracked.then(|| reg.shared.request(tag_slot(tag)));
+    let mut swallowed = 0u64;
 
     let result = if reg.cancel.load(Ordering::SeqCst) {
         reg.counters.cancelled.fetch_add(1, Ordering::Relaxed);
+        swallowed += u64::from(drop_catching(f));
         Err(RequestError::Cancelled)
     } else {
         if let Some(q) = slot {
@@ -785,9 +807,9 @@ where
             Ok(v) => Ok(v),
             Err(p) => {
                 reg.counters.panicked.fetch_add(1, Ordering::Relaxed);
-                Err(RequestError::Panicked {
-                    message: panic_message(&*p),
-                })
+                let message = panic_message(&*p);
+                swallowed += u64::from(drop_catching(p));
+                Err(RequestError::Panicked { message })
             }
         }
     };
@@ -816,7 +838,7 @@ where
     }
     reg.counters.completed.fetch_add(1, Ordering::Relaxed);
     reg.request_finished();
-    shared.completion.complete((result, stats));
+    swallowed += u64::from(shared.completion.complete((result, stats)));
     // A worker of this pool may be serving while it waits for us. The fence
     // orders the `done` store above before the `waiter` load (Dekker).
     std::sync::atomic::fence(Ordering::SeqCst);
@@ -824,4 +846,8 @@ where
         0 => {}
         w => reg.sleep.notify_worker(w - 1),
     }
+    // If the handle is gone this is the last reference: the result (user
+    // code) is dropped here.
+    swallowed += u64::from(drop_catching(shared));
+    wt.count_swallowed_panics(swallowed);
 }

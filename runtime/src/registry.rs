@@ -36,6 +36,7 @@ use crate::shared_state::{
 use crate::sleep::Sleep;
 use crate::threshold::ThresholdTable;
 use crate::time::{gettid, now_ns};
+use crate::unwind::AbortIfPanic;
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use crossbeam_utils::CachePadded;
 use std::cell::{Cell, RefCell};
@@ -53,6 +54,7 @@ pub(crate) struct Counters {
     pub(crate) missed_target: AtomicU64,
     pub(crate) steals: CachePadded<AtomicU64>,
     pub(crate) refused_steals: AtomicU64,
+    pub(crate) swallowed_panics: AtomicU64,
 }
 
 /// Configuration fixed at build time.
@@ -267,8 +269,14 @@ impl WorkerThread {
     }
 
     /// Executes a job, switching request around it if its tag differs.
+    ///
+    /// Jobs catch the panics of the user code they run (see `unwind`), so
+    /// nothing unwinds out of `job.execute()`; if something did, the caller's
+    /// frame (a `join` whose `job_b` a thief holds, a `scope`, the main loop)
+    /// would be left unsoundly, so the guard aborts instead.
     #[inline]
     pub(crate) fn execute(&self, job: JobRef) {
+        let guard = AbortIfPanic;
         let prev = self.current.get();
         if job.tag == prev {
             // SAFETY: every JobRef in our queues is executed exactly once.
@@ -278,6 +286,18 @@ impl WorkerThread {
             // SAFETY: as above.
             unsafe { job.execute() };
             self.switch_to(prev);
+        }
+        std::mem::forget(guard);
+    }
+
+    /// Counts panics of user destructors and callbacks that a worker caught
+    /// and swallowed (see `unwind`).
+    pub(crate) fn count_swallowed_panics(&self, n: u64) {
+        if n > 0 {
+            self.registry
+                .counters
+                .swallowed_panics
+                .fetch_add(n, Ordering::Relaxed);
         }
     }
 
@@ -457,6 +477,9 @@ impl WorkerThread {
         if done() {
             return;
         }
+        // Our caller's frame may hold a job a thief is running (`join`) or a
+        // latch spawns count down (`scope`): never unwind out of here.
+        let guard = AbortIfPanic;
         let reg = &*self.registry;
         let slot = reg.shared.worker(self.index);
         let saved = self.current.get();
@@ -513,6 +536,7 @@ impl WorkerThread {
         if self.current.get() != saved {
             self.switch_to(saved);
         }
+        std::mem::forget(guard);
     }
 }
 
@@ -529,7 +553,11 @@ pub(crate) fn main_loop(worker: Worker<JobRef>, index: usize, registry: Arc<Regi
     };
     wt.registry.shared.worker(index).set_tid(gettid());
     WORKER_THREAD.with(|w| w.set(&wt));
+    // A worker that died would strand the tasks in its deque (and the
+    // requests waiting for them): abort rather than unwind (see `unwind`).
+    let guard = AbortIfPanic;
     let reg = Arc::clone(&wt.registry);
     wt.wait_until(&|| reg.should_exit(), true);
+    std::mem::forget(guard);
     WORKER_THREAD.with(|w| w.set(std::ptr::null()));
 }

@@ -13,6 +13,7 @@
 use crate::job::HeapJob;
 use crate::latch::CountLatch;
 use crate::registry::WorkerThread;
+use crate::unwind::drop_catching;
 use std::any::Any;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -94,9 +95,16 @@ where
         unsafe { CountLatch::set(latch) };
         wt.wait_until(&|| latch.probe(), false);
     }
-    let spawned_panic = scope.panic.lock().ok().and_then(|mut p| p.take());
+    let spawned_panic = scope.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
     match result {
-        Err(p) => resume_unwind(p),
+        Err(p) => {
+            // The body's panic wins; the spawn's payload is dropped here, not
+            // while `p` unwinds (a panicking destructor then would abort).
+            if let Some(sp) = spawned_panic {
+                count_swallowed(drop_catching(sp));
+            }
+            resume_unwind(p)
+        }
         Ok(_) if spawned_panic.is_some() => resume_unwind(spawned_panic.unwrap()),
         Ok(r) => r,
     }
@@ -157,9 +165,26 @@ impl<'scope> Scope<'scope> {
         wt.push(job_ref);
     }
 
+    /// Keeps the first panic of a spawn; later ones are dropped. Their
+    /// payloads' destructors are user code, run on whichever worker ran the
+    /// spawn: a panic there is swallowed (see `unwind`), or it would unwind
+    /// out of the spawn before it counted itself done.
     fn record_panic(&self, p: Box<dyn Any + Send>) {
-        if let Ok(mut slot) = self.panic.lock() {
-            slot.get_or_insert(p);
+        let mut slot = self.panic.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            *slot = Some(p);
+            return;
         }
+        drop(slot);
+        count_swallowed(drop_catching(p));
+    }
+}
+
+/// Counts a swallowed panic in the pool of the calling worker, if any.
+fn count_swallowed(swallowed: bool) {
+    let wt = WorkerThread::current();
+    if swallowed && !wt.is_null() {
+        // SAFETY: non-null: a live worker of this thread.
+        unsafe { (*wt).count_swallowed_panics(1) };
     }
 }

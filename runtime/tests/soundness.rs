@@ -1,0 +1,234 @@
+//! Soundness holes reachable from safe code: a panic that used to unwind
+//! through the scheduler's own frames, a pool dropped on its own worker, and
+//! waits across pools. Each test failed (or hung, or crashed) before its fix.
+//!
+//! No test asserts a timing. Where the old code hung or lost a worker, a test
+//! gives up after `PATIENCE` and fails: that bound only turns a hang into a
+//! failure, it is never what makes a passing test pass.
+#![cfg(not(loom))]
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Wake, Waker};
+use std::time::{Duration, Instant};
+use tailctl_rt::{current_worker_index, join, scope, serialize_current_request, Policy, Pool};
+
+/// How long a test waits for something that must happen before it calls it
+/// lost (a hang of the old code), generous for a loaded 2-core machine.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn pool(policy: Policy, workers: usize) -> Pool {
+    Pool::builder()
+        .workers(workers)
+        .policy(policy)
+        .spin_rounds(8)
+        .build()
+        .unwrap()
+}
+
+/// Spins until `cond` holds; false if it did not within `PATIENCE`.
+fn eventually(cond: impl Fn() -> bool) -> bool {
+    let start = Instant::now();
+    while !cond() {
+        if start.elapsed() > PATIENCE {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+    true
+}
+
+/// Whether every worker of `pool` still serves: as many requests as workers,
+/// each holding its worker until all of them run at once. A dead worker (or
+/// one stuck in a blocking wait) leaves one request unadmitted.
+fn every_worker_serves(pool: &Pool) -> bool {
+    let n = pool.workers();
+    let seen = Arc::new(Mutex::new(HashSet::new()));
+    let hs: Vec<_> = (0..n)
+        .map(|_| {
+            let seen = Arc::clone(&seen);
+            pool.submit(move || {
+                seen.lock().unwrap().insert(current_worker_index().unwrap());
+                eventually(|| seen.lock().unwrap().len() == n)
+            })
+        })
+        .collect();
+    hs.into_iter().all(|h| h.wait() == Ok(true))
+}
+
+/// A value whose destructor panics.
+struct PanicOnDrop(&'static str);
+impl Drop for PanicOnDrop {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("{}", self.0);
+        }
+    }
+}
+
+/// A gate the test opens once it set things up.
+#[derive(Clone, Default)]
+struct Gate(Arc<AtomicBool>);
+impl Gate {
+    fn open(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+    fn wait(&self) {
+        assert!(
+            eventually(|| self.0.load(Ordering::Acquire)),
+            "gate never opened"
+        );
+    }
+}
+
+/// The handle is dropped, so the worker drops the request's result; its
+/// destructor panics. That panic used to unwind out of the worker's loop and
+/// kill the worker (its deque stranded): the pool then ran on fewer workers.
+#[test]
+fn a_result_whose_drop_panics_does_not_kill_the_worker() {
+    for policy in Policy::ALL {
+        let pool = pool(policy, 2);
+        let gate = Gate::default();
+        let g = gate.clone();
+        drop(pool.submit(move || {
+            g.wait();
+            PanicOnDrop("result drop")
+        }));
+        gate.open();
+        assert!(
+            eventually(|| pool.stats().swallowed_panics == 1),
+            "{policy}"
+        );
+        assert!(every_worker_serves(&pool), "{policy}");
+        assert!(every_worker_serves(&pool), "{policy}");
+    }
+}
+
+/// A request that panics with a payload whose destructor panics too.
+#[test]
+fn a_panic_payload_whose_drop_panics_does_not_kill_the_worker() {
+    for policy in Policy::ALL {
+        let pool = pool(policy, 2);
+        let r = pool.submit(|| -> u32 { std::panic::panic_any(PanicOnDrop("payload drop")) });
+        if !eventually(|| r.is_finished()) {
+            std::mem::forget(pool);
+            panic!("{policy}: the request never completed");
+        }
+        assert!(r.wait().is_err());
+        assert!(
+            eventually(|| pool.stats().swallowed_panics == 1),
+            "{policy}"
+        );
+        assert!(every_worker_serves(&pool), "{policy}");
+    }
+}
+
+/// Two spawns of a scope, each stolen by a worker at top level, panic with
+/// such payloads: the scope keeps one and drops the other on the thief that
+/// ran it. That drop used to unwind out of the spawn (and kill the thief)
+/// without counting the spawn done: the scope waited forever.
+#[test]
+fn a_dropped_spawn_panic_payload_that_panics_does_not_hang_the_scope() {
+    let pool = pool(Policy::StealFirst, 3);
+    let h = pool.submit(|| {
+        let started = AtomicUsize::new(0);
+        scope(|s| {
+            for k in 1..=2 {
+                let started = &started;
+                s.spawn(move |_| {
+                    started.fetch_add(1, Ordering::SeqCst);
+                    assert!(eventually(|| started.load(Ordering::SeqCst) == 2));
+                    std::panic::panic_any(PanicOnDrop("spawn payload drop"))
+                });
+                // Let a thief take it before the next spawn (or the wait).
+                assert!(eventually(|| started.load(Ordering::SeqCst) == k));
+            }
+        })
+    });
+    if !eventually(|| h.is_finished()) {
+        std::mem::forget(pool); // a worker is stuck in the scope: do not join it
+        panic!("the scope never finished");
+    }
+    assert!(h.wait().is_err());
+    // The dropped spawn payload, and the kept one dropped at the request's root.
+    assert!(eventually(|| pool.stats().swallowed_panics == 2));
+    assert!(every_worker_serves(&pool));
+}
+
+struct PanicWaker;
+impl Wake for PanicWaker {
+    fn wake(self: Arc<Self>) {
+        panic!("waker")
+    }
+}
+
+/// The worker that completes a request wakes the task polling its handle; a
+/// waker that panics used to unwind out of the worker and kill it.
+#[test]
+fn a_panicking_waker_does_not_kill_the_worker() {
+    use std::future::Future;
+    for policy in Policy::ALL {
+        let pool = pool(policy, 2);
+        let gate = Gate::default();
+        let g = gate.clone();
+        let mut h = pool.submit(move || {
+            g.wait();
+            7
+        });
+        let waker = Waker::from(Arc::new(PanicWaker));
+        let mut cx = Context::from_waker(&waker);
+        assert!(std::pin::Pin::new(&mut h).poll(&mut cx).is_pending());
+        gate.open();
+        assert_eq!(h.wait(), Ok(7));
+        assert!(
+            eventually(|| pool.stats().swallowed_panics == 1),
+            "{policy}"
+        );
+        assert!(every_worker_serves(&pool), "{policy}");
+    }
+}
+
+/// The use-after-free: a worker waiting in a `join` of a serialized request
+/// admits requests; if dropping one's result unwinds out of that `join`, the
+/// join's frame (holding the stolen `job_b`) is gone while the thief still
+/// runs `job_b` and will write its result and latch there. The request
+/// waiting in the join must instead finish normally.
+#[test]
+fn a_panicking_drop_inside_a_join_does_not_unwind_through_it() {
+    let pool = Arc::new(pool(Policy::StealFirst, 2));
+    let b_started = Gate::default();
+    let a_done = Gate::default();
+    let release_b = Gate::default();
+    let (bs, ad, rb) = (b_started.clone(), a_done.clone(), release_b.clone());
+    let r1 = pool.submit(move || {
+        let here = current_worker_index();
+        let (a, b) = join(
+            || {
+                bs.wait(); // b was stolen and runs on the other worker
+                assert!(serialize_current_request());
+                ad.open();
+                1
+            },
+            || {
+                bs.open();
+                rb.wait();
+                current_worker_index()
+            },
+        );
+        (a, b != here)
+    });
+    a_done.wait();
+    // The owner of r1 now waits in its join and admits (r1 is serialized).
+    let ran = Arc::new(AtomicUsize::new(0));
+    let ran2 = Arc::clone(&ran);
+    drop(pool.submit(move || {
+        ran2.fetch_add(1, Ordering::SeqCst);
+        PanicOnDrop("inside a join")
+    }));
+    assert!(eventually(|| ran.load(Ordering::SeqCst) == 1));
+    release_b.open();
+    assert_eq!(r1.wait(), Ok((1, true)));
+    assert_eq!(pool.stats().swallowed_panics, 1);
+    assert!(every_worker_serves(&pool));
+}
