@@ -86,8 +86,10 @@
 //!   the mark. The tests assert exactly that.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Number of worker slots in a region.
 ///
@@ -641,6 +643,11 @@ pub struct SharedState {
     region: NonNull<SharedRegion>,
     owned: bool,
     alloc_hint: AtomicU32,
+    /// Whatever keeps an external region alive (the mapping of a BPF map),
+    /// dropped with this value: the pool's registry holds it, and every
+    /// worker holds the registry, so the region outlives the last worker
+    /// even when the pool's owner is gone (see `kernel::link`).
+    _keep_alive: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 // SAFETY: the region contains only atomics; all access goes through `&` to them.
@@ -677,6 +684,7 @@ impl SharedState {
             region,
             owned: true,
             alloc_hint: AtomicU32::new(0),
+            _keep_alive: None,
         };
         s.init(workers);
         s
@@ -707,8 +715,30 @@ impl SharedState {
             region,
             owned: false,
             alloc_hint: AtomicU32::new(0),
+            _keep_alive: None,
         };
         s.init(workers);
+        s
+    }
+
+    /// Like [`SharedState::from_raw`], but the returned value also owns
+    /// `keep_alive`, which keeps the region valid: the region is released
+    /// when the last user of this value (the last worker of a pool built on
+    /// it) is gone, not when whoever built the pool lets go of it.
+    ///
+    /// # Safety
+    /// As for [`SharedState::from_raw`], except that the region must stay
+    /// valid as long as `keep_alive` lives (instead of the returned value):
+    /// dropping `keep_alive`'s last reference is what releases it.
+    pub(crate) unsafe fn from_raw_kept_alive(
+        region: NonNull<SharedRegion>,
+        workers: usize,
+        keep_alive: Arc<dyn Any + Send + Sync>,
+    ) -> Self {
+        // SAFETY: forwarded; `keep_alive` lives in the value (dropped after
+        // `Drop::drop`, which never touches a non-owned region).
+        let mut s = unsafe { Self::from_raw(region, workers) };
+        s._keep_alive = Some(keep_alive);
         s
     }
 

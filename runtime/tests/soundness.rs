@@ -232,3 +232,88 @@ fn a_panicking_drop_inside_a_join_does_not_unwind_through_it() {
     assert_eq!(pool.stats().swallowed_panics, 1);
     assert!(every_worker_serves(&pool));
 }
+
+/// A stand-in for `scx_tailctl`: accepts one registration, hands out a
+/// memfd as the region map (mappable like a `BPF_F_MMAPABLE` array) and
+/// accepts the BIND; then holds the connection until the service closes it.
+/// Returns the socket path and the memfd's name (to find its mapping).
+fn fake_daemon(name: &str) -> (std::path::PathBuf, String) {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::net::UnixListener;
+    use tailctl_rt::kernel::protocol::Reply;
+    use tailctl_rt::kernel::wire::{recv_line, send_line};
+    use tailctl_rt::shared_state::SharedRegion;
+
+    let path = std::env::temp_dir().join(format!("tailctl-rt-{name}-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).unwrap();
+    let memfd_name = format!("tailctl-rt-{name}-{}", std::process::id());
+    let cname = std::ffi::CString::new(memfd_name.clone()).unwrap();
+    // SAFETY: a valid C string; the returned fd is checked and then owned.
+    let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+    // SAFETY: a fresh fd nothing else owns.
+    let memfd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let len = std::mem::size_of::<SharedRegion>().div_ceil(4096) * 4096;
+    // SAFETY: resizing our own memfd.
+    assert_eq!(
+        unsafe { libc::ftruncate(memfd.as_raw_fd(), len as libc::off_t) },
+        0
+    );
+    std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let ok = Reply::Ok { service: 0 }.to_line();
+        let (register, _) = recv_line(&stream, 4096).unwrap();
+        assert!(register.starts_with("REGISTER"), "{register}");
+        send_line(&stream, &ok, Some(memfd.as_raw_fd())).unwrap();
+        let (bind, _) = recv_line(&stream, 4096).unwrap();
+        assert!(bind.starts_with("BIND"), "{bind}");
+        send_line(&stream, &ok, None).unwrap();
+        // Until the service goes away.
+        let _ = recv_line(&stream, 4096);
+    });
+    (path, memfd_name)
+}
+
+/// Whether this process still maps the memfd called `name`.
+fn is_mapped(name: &str) -> bool {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .any(|l| l.contains(&format!("/memfd:{name} ")) || l.ends_with(&format!("/memfd:{name}")))
+}
+
+/// An `AssistedPool` dropped inside one of its own requests: the pool cannot
+/// join its workers from one of them, so they outlive the drop and go on
+/// writing into the region (this request's work and completion, at least).
+/// The region used to be unmapped by that drop all the same: the worker then
+/// wrote into unmapped memory (SIGSEGV, or another mapping's memory). The
+/// mapping must live until the last worker exits, and then go.
+#[test]
+fn an_assisted_pool_dropped_on_its_own_worker_keeps_its_region_mapped() {
+    use tailctl_rt::kernel::link::AssistedPool;
+    use tailctl_rt::threshold::ThresholdTable;
+    let (socket, memfd) = fake_daemon("own-worker-drop");
+    let table = ThresholdTable::from_thresholds(vec![None, Some(Duration::from_millis(1))]);
+    let builder = Pool::builder()
+        .workers(2)
+        .policy(Policy::TailControl)
+        .thresholds(table.clone());
+    let pool = Arc::new(AssistedPool::start(builder, Some(&table), &socket).unwrap());
+    assert!(pool.is_kernel_assisted());
+    assert!(is_mapped(&memfd));
+    let gate = Gate::default();
+    let (g, p2) = (gate.clone(), Arc::clone(&pool));
+    let h = pool.submit(move || {
+        g.wait();
+        drop(p2); // the last reference: the pool is dropped on this worker
+                  // The request goes on after the drop, publishing into the region.
+        join(|| 1, || 2)
+    });
+    drop(pool);
+    gate.open();
+    assert_eq!(h.wait(), Ok((1, 2)));
+    // Unmapped once the workers exited: not leaked either.
+    assert!(eventually(|| !is_mapped(&memfd)));
+    let _ = std::fs::remove_file(&socket);
+}
