@@ -21,7 +21,7 @@
 //! Submitting after shutdown yields [`RequestError::ShutDown`].
 
 use crate::completion::Completion;
-use crate::job::HeapJob;
+use crate::job::{HeapJob, Release};
 use crate::policy::Policy;
 use crate::registry::{main_loop, Config, Registry, WorkerThread};
 use crate::shared_state::{
@@ -606,7 +606,10 @@ impl Pool {
         reg.counters.submitted.fetch_add(1, Ordering::Relaxed);
         let s2 = Arc::clone(&shared);
         let tag = tag.unwrap_or(NO_REQUEST);
-        let job = HeapJob::new(move || run_request(tag, arrival, f, s2));
+        let job = HeapJob::new(move || {
+            run_request(tag, arrival, f, s2);
+            Release::Nothing
+        });
         // SAFETY: the closure is 'static; the job is executed exactly once by
         // the worker that admits it.
         let job_ref = unsafe { job.into_job_ref(tag) };
@@ -814,7 +817,12 @@ where
         }
     };
 
-    wt.flush_work();
+    // Charge this worker's time and leave the request before its slot is
+    // freed: every other worker charged its time before it released a latch
+    // the request waited for (see `job`), so `work_ns` is final, and nobody
+    // adds to the slot after it is freed. What follows (the result's drop,
+    // say) runs on no request.
+    wt.leave_request();
     let latency = Duration::from_nanos(now_ns().saturating_sub(arrival));
     let missed_target = reg.target_latency.is_some_and(|t| latency > t);
     let mut stats = RequestStats {

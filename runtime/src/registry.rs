@@ -254,17 +254,11 @@ impl WorkerThread {
         reg.shared.worker(self.index).publish(tag, now);
     }
 
-    /// Flushes the time spent so far on the current request (at its end).
-    pub(crate) fn flush_work(&self) {
-        let reg = &*self.registry;
-        let cur = self.current.get();
-        if reg.bookkeeping && cur != NO_REQUEST {
-            let now = now_ns();
-            reg.shared
-                .request(tag_slot(cur))
-                .add_work(tag_generation(cur), now.saturating_sub(self.start.get()));
-            self.start.set(now);
-            reg.shared.worker(self.index).publish(cur, now);
+    /// The request this worker runs the root of ends: charges the time spent
+    /// on it and moves to no request (see `run_request`).
+    pub(crate) fn leave_request(&self) {
+        if self.current.get() != NO_REQUEST {
+            self.switch_to(NO_REQUEST);
         }
     }
 
@@ -278,15 +272,21 @@ impl WorkerThread {
     pub(crate) fn execute(&self, job: JobRef) {
         let guard = AbortIfPanic;
         let prev = self.current.get();
-        if job.tag == prev {
+        let release = if job.tag == prev {
             // SAFETY: every JobRef in our queues is executed exactly once.
-            unsafe { job.execute() };
+            unsafe { job.execute() }
         } else {
             self.switch_to(job.tag);
             // SAFETY: as above.
-            unsafe { job.execute() };
+            let release = unsafe { job.execute() };
+            // Charge the job's time before its latch lets the waiter go on
+            // (see `job`, "Accounting before release").
             self.switch_to(prev);
-        }
+            release
+        };
+        // SAFETY: the job's latch is alive: its owner waits for this very
+        // signal (and cannot unwind past it: its wait holds an AbortIfPanic).
+        unsafe { release.set() };
         std::mem::forget(guard);
     }
 

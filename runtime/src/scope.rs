@@ -10,7 +10,7 @@
 //! finished. Outside a pool, `spawn` runs the task at once on the calling
 //! thread.
 
-use crate::job::HeapJob;
+use crate::job::{HeapJob, Release};
 use crate::latch::CountLatch;
 use crate::registry::WorkerThread;
 use crate::unwind::drop_catching;
@@ -157,8 +157,9 @@ impl<'scope> Scope<'scope> {
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| body(scope))) {
                 scope.record_panic(p);
             }
-            // SAFETY: the latch is alive until this last access sets it.
-            unsafe { CountLatch::set(scope.latch.as_ref().unwrap()) };
+            // The executor counts this spawn done after its bookkeeping (see
+            // `job`, "Accounting before release"); the scope waits until then.
+            Release::Count(scope.latch.as_ref().unwrap())
         });
         // SAFETY: the job runs before the scope (and its borrows) ends.
         let job_ref = unsafe { job.into_job_ref(wt.current_tag()) };
