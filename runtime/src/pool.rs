@@ -836,7 +836,10 @@ where
             stats.work = Duration::from_nanos(q.work_ns());
             stats.steals = q.steals();
             stats.serialized = q.is_serialized(tag_generation(tag));
-            stats.steals_at_serialize = q.steals_at_serialize();
+            // Only a serialized request has a snapshot of its own (a late
+            // mark of the slot's previous request may be in flight, see
+            // `shared_state`, "Slot reuse").
+            stats.steals_at_serialize = q.steals_at_serialize().filter(|_| stats.serialized);
             reg.shared.free_request(tag);
         }
         None => reg.shared.complete_untracked(),

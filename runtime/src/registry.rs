@@ -251,7 +251,7 @@ impl WorkerThread {
             0
         };
         self.current.set(tag);
-        reg.shared.worker(self.index).publish(tag, now);
+        reg.shared.publish(self.index, tag, now);
     }
 
     /// The request this worker runs the root of ends: charges the time spent
