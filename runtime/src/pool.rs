@@ -34,7 +34,7 @@ use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -411,21 +411,31 @@ impl std::fmt::Debug for Pool {
 struct RequestShared<T> {
     id: u64,
     completion: Completion<(Result<T, RequestError>, RequestStats)>,
-    /// Address of the pool's registry (identity only, never dereferenced).
-    registry: usize,
-    /// Worker index + 1 of a worker of the same pool waiting for this request
-    /// (0: none). The completer wakes it (see `help_until_done`).
+    /// Worker index + 1 of a worker waiting for this request while it
+    /// serves its own pool (0: none); the completer wakes it (see
+    /// `help_until_done`).
     waiter: AtomicUsize,
+    /// That worker's pool (this one or another), set before `waiter`.
+    waiter_registry: OnceLock<Arc<Registry>>,
 }
 
 impl<T> RequestShared<T> {
-    /// Called by `wait` on a worker of the same pool: instead of blocking the
-    /// worker (with every worker blocked, nobody would run the awaited
-    /// request), keep serving (top level: it may admit requests, including
-    /// the awaited one) until the request is done. The completer stores the
-    /// result, fences and reads `waiter`; the waiter stores `waiter` before it
-    /// can sleep, and its sleep re-check reads `done` after a fence (Dekker,
-    /// as in `sleep/README.md`), so the wake-up cannot be lost.
+    /// Called by `wait` on a worker of any pool: instead of blocking the
+    /// worker, keep serving its own pool (top level: it may admit requests,
+    /// the awaited one included when it is of the same pool) until the
+    /// request is done. A worker that blocked would hold up its pool: with
+    /// every worker blocked nobody would run the awaited request, and two
+    /// pools whose requests wait on each other deadlocked (rayon-core's
+    /// `in_worker_cross` serves the same way). The completer stores the
+    /// result, fences and reads `waiter`; the waiter stores `waiter` before
+    /// it can sleep, and its sleep re-check reads `done` after a fence
+    /// (Dekker, as in `sleep/README.md`), so the wake-up cannot be lost.
+    /// The registry is set before `waiter` (release/acquire through it), so
+    /// a completer that sees a waiter finds its pool.
+    ///
+    /// As with any nested wait, waits stack: a worker that admits, while it
+    /// waits, a request that waits in turn resumes the first wait only after
+    /// the second one is done.
     fn help_until_done(&self) {
         let wt = WorkerThread::current();
         if wt.is_null() {
@@ -433,8 +443,8 @@ impl<T> RequestShared<T> {
         }
         // SAFETY: non-null pointers from `current` are live workers.
         let wt = unsafe { &*wt };
-        if wt.registry() as *const Registry as usize != self.registry {
-            return;
+        if self.waiter_registry.set(wt.registry_arc()).is_err() {
+            return; // `wait` takes the handle: there is only ever one waiter
         }
         self.waiter.store(wt.index() + 1, Ordering::SeqCst);
         wt.wait_until(&|| self.completion.is_done(), true);
@@ -466,10 +476,11 @@ impl<T> std::fmt::Debug for RequestHandle<T> {
 impl<T> RequestHandle<T> {
     /// Blocks until the request completes and returns its result.
     ///
-    /// Called from inside a request of the same pool, the worker keeps
-    /// serving (tasks and requests, the awaited one included) until the
-    /// result is ready, so requests can wait for sub-requests even on a
-    /// one-worker pool.
+    /// Called on a worker (from inside a request of any pool), the worker
+    /// does not block: it keeps serving its own pool (tasks and requests,
+    /// the awaited one included if it is of the same pool) until the result
+    /// is ready, so requests can wait for sub-requests even on a one-worker
+    /// pool, and pools can wait on each other.
     ///
     /// ```
     /// let pool = tailctl_rt::Pool::builder().workers(1).build().unwrap();
@@ -584,8 +595,8 @@ impl Pool {
         let shared = Arc::new(RequestShared {
             id,
             completion: Completion::new(),
-            registry: &*self.registry as *const Registry as usize,
             waiter: AtomicUsize::new(0),
+            waiter_registry: OnceLock::new(),
         });
         if reg.is_shutdown() {
             match tag {
@@ -850,12 +861,17 @@ where
     reg.counters.completed.fetch_add(1, Ordering::Relaxed);
     reg.request_finished();
     swallowed += u64::from(shared.completion.complete((result, stats)));
-    // A worker of this pool may be serving while it waits for us. The fence
-    // orders the `done` store above before the `waiter` load (Dekker).
+    // A worker (of this pool or another) may be serving its pool while it
+    // waits for us. The fence orders the `done` store above before the
+    // `waiter` load (Dekker).
     std::sync::atomic::fence(Ordering::SeqCst);
     match shared.waiter.load(Ordering::SeqCst) {
         0 => {}
-        w => reg.sleep.notify_worker(w - 1),
+        w => {
+            if let Some(waiter_reg) = shared.waiter_registry.get() {
+                waiter_reg.sleep.notify_worker(w - 1);
+            }
+        }
     }
     // If the handle is gone this is the last reference: the result (user
     // code) is dropped here.

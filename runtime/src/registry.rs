@@ -198,6 +198,11 @@ impl WorkerThread {
         &self.registry
     }
 
+    /// A reference to the registry that keeps it alive.
+    pub(crate) fn registry_arc(&self) -> Arc<Registry> {
+        Arc::clone(&self.registry)
+    }
+
     #[inline]
     pub(crate) fn index(&self) -> usize {
         self.index

@@ -317,3 +317,58 @@ fn an_assisted_pool_dropped_on_its_own_worker_keeps_its_region_mapped() {
     assert!(eventually(|| !is_mapped(&memfd)));
     let _ = std::fs::remove_file(&socket);
 }
+
+/// A worker waiting on another pool's handle used to block outright: its
+/// own pool lost the worker meanwhile, and two pools waiting on each other
+/// deadlocked. Here a request of pool A waits for one of pool B, which
+/// waits for a request it submits back to A: both pools have one worker,
+/// so A's request completes only if A's worker serves A while it waits for
+/// B, and B's worker serves B while it waits for A.
+#[test]
+fn pools_waiting_on_each_other_do_not_deadlock() {
+    for policy in Policy::ALL {
+        let a = Arc::new(pool(policy, 1));
+        let b = Arc::new(pool(policy, 1));
+        let (a2, b2) = (Arc::clone(&a), Arc::clone(&b));
+        let h = a.submit(move || {
+            let a3 = Arc::clone(&a2);
+            let inner = b2.submit(move || {
+                let back = a3.submit(|| 40);
+                back.wait().unwrap() + 1
+            });
+            inner.wait().unwrap() + 1
+        });
+        if !eventually(|| h.is_finished()) {
+            // Both workers are stuck: do not join them.
+            std::mem::forget((a, b));
+            panic!("{policy}: the pools deadlocked");
+        }
+        assert_eq!(h.wait(), Ok(42), "{policy}");
+        assert!(
+            every_worker_serves(&a) && every_worker_serves(&b),
+            "{policy}"
+        );
+    }
+}
+
+/// While it waits on another pool's handle, a worker keeps serving its own
+/// pool: with pool A's only worker waiting for B, A's other requests still
+/// run (they used to wait for B's request to finish first).
+#[test]
+fn a_worker_waiting_on_another_pool_serves_its_own() {
+    let a = Arc::new(pool(Policy::StealFirst, 1));
+    let b = pool(Policy::StealFirst, 1);
+    let release = Gate::default();
+    let r = release.clone();
+    let on_b = b.submit(move || r.wait());
+    let waiting = a.submit(move || on_b.wait());
+    // Runs on A's only worker while it waits for B.
+    let meanwhile = a.submit(|| 7);
+    if !eventually(|| meanwhile.is_finished()) {
+        release.open();
+        panic!("pool A served nothing while its worker waited for pool B");
+    }
+    assert_eq!(meanwhile.wait(), Ok(7));
+    release.open();
+    assert_eq!(waiting.wait(), Ok(Ok(())));
+}
