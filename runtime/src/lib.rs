@@ -29,6 +29,7 @@
 //!   random admission;
 //! * `job`, `latch`, `completion`: tasks, join/scope latches, the request latch;
 //! * `sleep`: how idle workers sleep and are woken (`sleep/README.md`);
+//! * `shutdown`: when workers leave, and why no accepted request is stranded;
 //! * `join`, `scope`: fork–join inside a request;
 //! * `unwind`: where user code may panic on a worker, and what happens then;
 //! * [`shared_state`]: the `#[repr(C)]` table of per-request and per-worker
@@ -46,6 +47,7 @@ mod pool;
 mod registry;
 mod scope;
 pub mod shared_state;
+mod shutdown;
 mod sleep;
 mod sync;
 pub mod threshold;

@@ -590,30 +590,30 @@ impl Pool {
     {
         let reg = &*self.registry;
         let arrival = now_ns();
-        // Counted active *before* the shutdown check (see Registry::should_exit).
-        let (id, tag) = reg.shared.alloc_request(arrival);
+        // Counted active *before* the shutdown check (see `shutdown`).
+        let arrived = reg.arrive(arrival);
         let shared = Arc::new(RequestShared {
-            id,
+            id: match arrived {
+                Ok((id, _)) | Err(id) => id,
+            },
             completion: Completion::new(),
             waiter: AtomicUsize::new(0),
             waiter_registry: OnceLock::new(),
         });
-        if reg.is_shutdown() {
-            match tag {
-                Some(t) => reg.shared.free_request(t),
-                None => reg.shared.complete_untracked(),
+        let tag = match arrived {
+            Ok((_, tag)) => tag,
+            Err(id) => {
+                let waker_panicked = shared.completion.complete((
+                    Err(RequestError::ShutDown),
+                    RequestStats {
+                        id,
+                        ..RequestStats::default()
+                    },
+                ));
+                debug_assert!(!waker_panicked, "nobody polled the handle yet");
+                return RequestHandle { shared };
             }
-            reg.request_finished();
-            let waker_panicked = shared.completion.complete((
-                Err(RequestError::ShutDown),
-                RequestStats {
-                    id,
-                    ..RequestStats::default()
-                },
-            ));
-            debug_assert!(!waker_panicked, "nobody polled the handle yet");
-            return RequestHandle { shared };
-        }
+        };
         reg.counters.submitted.fetch_add(1, Ordering::Relaxed);
         let s2 = Arc::clone(&shared);
         let tag = tag.unwrap_or(NO_REQUEST);

@@ -33,6 +33,7 @@ use crate::shared_state::{
     tag_generation, tag_slot, SharedState, NO_REQUEST, WORKER_PARKED, WORKER_STEALING,
     WORKER_WORKING,
 };
+use crate::shutdown::Shutdown;
 use crate::sleep::Sleep;
 use crate::threshold::ThresholdTable;
 use crate::time::{gettid, now_ns};
@@ -79,7 +80,7 @@ pub(crate) struct Registry {
     bounce: Box<[Injector<JobRef>]>,
     pub(crate) sleep: Sleep,
     pub(crate) shared: SharedState,
-    shutdown: AtomicBool,
+    shutdown: Shutdown,
     pub(crate) cancel: AtomicBool,
     pub(crate) counters: Counters,
     submit_rng: AtomicU64,
@@ -101,7 +102,7 @@ impl Registry {
             bounce: (0..n).map(|_| Injector::new()).collect(),
             sleep: Sleep::new(n),
             shared: cfg.shared,
-            shutdown: AtomicBool::new(false),
+            shutdown: Shutdown::new(),
             cancel: AtomicBool::new(false),
             counters: Counters::default(),
             submit_rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
@@ -128,32 +129,30 @@ impl Registry {
         self.sleep.new_external_work(start);
     }
 
-    pub(crate) fn is_shutdown(&self) -> bool {
-        self.shutdown.load(Ordering::SeqCst)
-    }
-
     /// Starts shutdown: workers exit once no request is active.
     pub(crate) fn begin_shutdown(&self, cancel: bool) {
         if cancel {
             self.cancel.store(true, Ordering::SeqCst);
         }
-        self.shutdown.store(true, Ordering::SeqCst);
-        self.sleep.notify_all();
+        self.shutdown.begin(&self.sleep);
+    }
+
+    /// Records an arrival (see `shutdown::Shutdown::arrive`): its id and
+    /// tag, or only its id if shutdown has begun (the request is refused).
+    pub(crate) fn arrive(&self, arrival_ns: u64) -> Result<(u64, Option<u64>), u64> {
+        self.shutdown.arrive(&self.shared, &self.sleep, arrival_ns)
     }
 
     /// Workers leave their loop when shut down and every request completed
-    /// (`submit` counts a request active before it checks the flag, so none
-    /// slips through; see `Pool::submit`).
+    /// (see `shutdown`: no accepted request slips through).
     fn should_exit(&self) -> bool {
-        self.is_shutdown() && self.shared.header().active() == 0
+        self.shutdown.should_exit(&self.shared)
     }
 
     /// Called after a request completed: the last one during shutdown wakes
     /// the sleepers so they can exit.
     pub(crate) fn request_finished(&self) {
-        if self.should_exit() {
-            self.sleep.notify_all();
-        }
+        self.shutdown.request_finished(&self.shared, &self.sleep);
     }
 
     fn victim_serialized(&self, v: usize) -> bool {
