@@ -23,9 +23,10 @@
 //! dropped inside a request), the pool cannot join its workers, which finish
 //! the running requests and exit on their own. So nobody unmaps on drop: the
 //! mapping is an `Arc<MappedRegion>` shared by the pool's `SharedState` (held
-//! by the registry, which every worker holds), the watcher thread and the
+//! by the registry, which every worker holds, and so does every
+//! [`PoolHandle`](crate::PoolHandle) of the pool), the watcher thread and the
 //! `AssistedPool` itself, and it is unmapped when the last of them lets go,
-//! i.e. after the last worker exited.
+//! i.e. after the last worker exited and the last handle was dropped.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -100,8 +101,9 @@ impl Drop for MappedRegion {
         // SAFETY: unmapping exactly what `map` mapped. Every user of the
         // region holds the `Arc<MappedRegion>` this value lives in (module
         // doc, "Lifetime of the mapping"): the pool's SharedState (so every
-        // worker, until it exits) and the watcher. This runs when the last of
-        // them dropped it, also after a panic, so nothing touches it after.
+        // worker, until it exits, and every PoolHandle) and the watcher. This
+        // runs when the last of them dropped it, also after a panic, so
+        // nothing touches it after.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
