@@ -282,7 +282,11 @@ impl WorkerThread {
         let guard = AbortIfPanic;
         let prev = self.current.get();
         let release = if job.tag == prev {
-            // SAFETY: every JobRef in our queues is executed exactly once.
+            // SAFETY: every JobRef in our queues is executed exactly once
+            // (popped or stolen once from a deque/queue); its data is alive
+            // because whoever pushed it waits for its latch (or, for a heap
+            // job, owns nothing else). User panics inside are caught by the
+            // job itself; anything else unwinding out aborts (the guard).
             unsafe { job.execute() }
         } else {
             self.switch_to(job.tag);
@@ -293,8 +297,10 @@ impl WorkerThread {
             self.switch_to(prev);
             release
         };
-        // SAFETY: the job's latch is alive: its owner waits for this very
-        // signal (and cannot unwind past it: its wait holds an AbortIfPanic).
+        // SAFETY: the job's latch is alive: its owner (a `join` or `scope`
+        // frame) waits for this very signal, also when its own closure
+        // panicked (`join` and `scope` wait before they resume the unwind),
+        // and no unwind can take it past the wait (AbortIfPanic there).
         unsafe { release.set() };
         std::mem::forget(guard);
     }

@@ -1282,7 +1282,7 @@ mod tests {
                     k += 1;
                 }
             });
-            for _ in 0..2_000_000 {
+            for _ in 0..if cfg!(miri) { 2_000 } else { 2_000_000 } {
                 if let Some((tag, start)) = s.worker_snapshot(0) {
                     seen += 1;
                     torn += u64::from((tag == t) != (start % 2 == 1));

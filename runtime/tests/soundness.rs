@@ -401,6 +401,10 @@ fn is_mapped(name: &str) -> bool {
 /// wrote into unmapped memory (SIGSEGV, or another mapping's memory). The
 /// mapping must live until the last worker exits, and then go.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, mmap of a file and unix sockets: not supported by Miri"
+)]
 fn an_assisted_pool_dropped_on_its_own_worker_keeps_its_region_mapped() {
     use tailctl_rt::kernel::link::AssistedPool;
     use tailctl_rt::threshold::ThresholdTable;
