@@ -297,10 +297,12 @@ impl WorkerThread {
             self.switch_to(prev);
             release
         };
-        // SAFETY: the job's latch is alive: its owner (a `join` or `scope`
-        // frame) waits for this very signal, also when its own closure
-        // panicked (`join` and `scope` wait before they resume the unwind),
-        // and no unwind can take it past the wait (AbortIfPanic there).
+        // SAFETY: the job's latch is alive: its owner (a `join` frame, or
+        // the `scope`/`scope_fifo` frame that holds the scope) waits for this
+        // very signal, also when its own closure panicked or unwound at an
+        // abort checkpoint (`join` and `Scope::complete` wait before they
+        // resume the unwind), and no unwind can take it past the wait
+        // (AbortIfPanic there).
         unsafe { release.set() };
         std::mem::forget(guard);
     }

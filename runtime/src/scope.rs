@@ -177,7 +177,8 @@ impl<'scope> Scope<'scope> {
             let ptr = ptr;
             // SAFETY: the scope waits for this job's Release before it is
             // dropped, also when its body panicked (caught, then waited for)
-            // and when this body panics (caught below, then released).
+            // and when this body panics or unwinds at its abort checkpoint
+            // (caught below, then released).
             let scope = unsafe { &*ptr.0 };
             // An aborted request skips the body (see `control`); the unwind
             // is recorded like a panic and re-raised by `scope`.
