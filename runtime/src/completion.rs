@@ -11,6 +11,7 @@
 //! `is_finished` avoid the lock. Model-checked with loom (see the tests).
 
 use crate::sync::{lock, wait, AtomicBool, Condvar, Mutex};
+use crate::unwind::call_catching;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 
@@ -35,8 +36,10 @@ impl<T> Completion<T> {
         }
     }
 
-    /// Sets the value. Must be called at most once.
-    pub(crate) fn complete(&self, value: T) {
+    /// Sets the value. Must be called at most once. Returns whether the
+    /// waker's `wake` panicked (the panic is swallowed).
+    #[must_use = "a swallowed waker panic should be counted"]
+    pub(crate) fn complete(&self, value: T) -> bool {
         let waker = {
             let mut g = lock(&self.slot);
             let old = std::mem::replace(&mut *g, Slot::Ready(value));
@@ -47,8 +50,9 @@ impl<T> Completion<T> {
             }
         };
         self.cond.notify_all();
-        if let Some(w) = waker {
-            w.wake();
+        match waker {
+            Some(w) => call_catching(|| w.wake()),
+            None => false,
         }
     }
 
@@ -105,7 +109,7 @@ mod loom_tests {
         loom::model(|| {
             let c = Arc::new(Completion::new());
             let c2 = c.clone();
-            let t = loom::thread::spawn(move || c2.complete(7u32));
+            let t = loom::thread::spawn(move || assert!(!c2.complete(7u32)));
             assert_eq!(c.wait(), 7);
             t.join().unwrap();
             assert!(c.is_done());
@@ -117,7 +121,7 @@ mod loom_tests {
         loom::model(|| {
             let c = Arc::new(Completion::new());
             let c2 = c.clone();
-            let t = loom::thread::spawn(move || c2.complete(9u32));
+            let t = loom::thread::spawn(move || assert!(!c2.complete(9u32)));
             let flag = std::sync::Arc::new(Flag(AtomicBool::new(false)));
             let waker = Waker::from(flag.clone());
             let mut cx = Context::from_waker(&waker);

@@ -49,15 +49,24 @@
 //!
 //! A spawned request (no handle) that panics hands its payload to the pool's
 //! panic handler (`PoolBuilder::panic_handler`), if any; it is always counted
-//! in `PoolStats::panicked`, and the panic hook already printed it.
+//! in `PoolStats::panicked`, and the panic hook already printed it. The
+//! handler and, without one, the payload's destructor are user code run on
+//! the worker after the request completed: they run through
+//! `unwind::call_catching` / `drop_catching`, and a panic there is swallowed
+//! and counted in `PoolStats::swallowed_panics` (see `unwind`).
 //!
 //! # The handle gate
 //!
-//! A [`PoolHandle`] may outlive its [`Pool`], and the pool's shared table may
-//! live in a mapping that is gone once the pool is (see `kernel::link`). A
-//! handle therefore submits under a read lock of the gate, and the pool's
-//! shutdown closes the gate under the write lock before it stops its
-//! workers: once closed, handles refuse without touching the pool's state.
+//! A [`PoolHandle`] may outlive its [`Pool`]. It holds the pool's registry,
+//! and with it the shared table (and the mapping an external table lives in:
+//! see `kernel::link`, "Lifetime of the mapping"), so touching them stays
+//! sound after the pool is gone. A handle submits under a read lock of the
+//! gate, and the pool's shutdown closes the gate under the write lock before
+//! it begins shutdown (`shutdown`): once closed, handles refuse without
+//! touching the pool's state, and a submission that got in before is counted
+//! active before the shutdown flag is set, so the workers run it. Submissions
+//! that do not go through the gate (`Pool::submit`, `spawn` on a worker) are
+//! refused by the shutdown rule itself (`Shutdown::arrive`).
 //!
 //! [`PoolHandle`]: crate::PoolHandle
 //! [`Pool`]: crate::Pool
@@ -66,8 +75,9 @@
 
 use crate::registry::WorkerThread;
 use crate::shared_state::{tag_slot, MAX_REQUESTS, NO_REQUEST};
+use crate::unwind::{call_catching, drop_catching};
 use std::any::Any;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::panic::{resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard};
 
@@ -87,7 +97,8 @@ pub(crate) struct PoolExt {
     /// Requests that completed as aborted.
     pub(crate) aborted: AtomicU64,
     /// Asserted unwind-safe so that handles stay `UnwindSafe`: the runtime
-    /// only calls it under `catch_unwind` and never looks at it afterwards.
+    /// only calls it under `catch_unwind` (`call_catching`) and never looks
+    /// at it afterwards.
     panic_handler: AssertUnwindSafe<Option<PanicHandler>>,
     /// False once the pool is stopping: handles refuse to submit.
     gate: RwLock<bool>,
@@ -129,17 +140,15 @@ impl PoolExt {
         }
     }
 
-    /// Hands a spawned request's panic to the handler (the hook printed it).
-    /// A panicking handler is contained: its own payload is leaked rather
-    /// than dropped, since dropping a payload may panic again.
-    pub(crate) fn report_spawn_panic(&self, payload: Box<dyn Any + Send>) {
+    /// Hands a spawned request's panic to the handler (the hook printed it),
+    /// or drops the payload without one. A panic of the handler or of the
+    /// payload's destructor is contained (see `unwind::call_catching`);
+    /// returns whether one was swallowed, for the caller to count.
+    #[must_use = "a swallowed panic should be counted"]
+    pub(crate) fn report_spawn_panic(&self, payload: Box<dyn Any + Send>) -> bool {
         match &*self.panic_handler {
-            Some(h) => {
-                if let Err(p) = catch_unwind(AssertUnwindSafe(|| h(payload))) {
-                    std::mem::forget(p);
-                }
-            }
-            None => drop_quietly(payload),
+            Some(h) => call_catching(|| h(payload)),
+            None => drop_catching(payload),
         }
     }
 
@@ -308,15 +317,6 @@ pub fn is_current_request_aborted() -> bool {
     // SAFETY: non-null: a live worker of this thread.
     let wt = unsafe { &*wt };
     wt.registry().ext.marked(wt.current_tag())
-}
-
-/// Drops `v`, containing a panic of its destructor (whose payload is leaked:
-/// dropping it could panic again). For values dropped on a worker outside
-/// any `catch_unwind`, where an unwind would take the worker down.
-pub(crate) fn drop_quietly<T>(v: T) {
-    if let Err(p) = catch_unwind(AssertUnwindSafe(move || drop(v))) {
-        std::mem::forget(p);
-    }
 }
 
 #[cfg(all(test, not(loom)))]

@@ -7,24 +7,77 @@
 //! request it belongs to (see `shared_state`): a thief reads it to refuse the
 //! tasks of a serialized request, and a worker compares it with its current
 //! request to do tail-control's per-switch bookkeeping.
+//!
+//! # Accounting before release
+//!
+//! A job that signals a waiter (a `join`'s `job_b`, a scope's spawn) does not
+//! set its latch itself: it returns the latch as a [`Release`], and the worker
+//! that executed it sets it only after its bookkeeping for the job is done
+//! (`WorkerThread::execute`: the switch back, which adds the thief's time to
+//! the request's `work_ns`). Setting the latch is what lets the request's
+//! owner go on and, at the end, read `work_ns` and free the slot; a thief that
+//! added its time after the latch (as it used to) could be too late for the
+//! owner's read (the request's work undercounted) and, after the slot was
+//! freed and reused, add stale time to the slot's next request (serializing
+//! it early): the generation check and the add in `add_work` are two steps.
+//! With the add ordered before the latch's `SeqCst` store, the owner's
+//! `SeqCst` probe that sees the latch also sees the add, and no worker ever
+//! adds to a request after it completed (a worker is on a request only inside
+//! one of its jobs, which the request waits for, or inside its root, which
+//! completes it). The loom model `accounting_before_release` checks this.
 
-use crate::latch::SpinLatch;
+use crate::latch::{CountLatch, SpinLatch};
 use std::any::Any;
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
 /// Something that can be executed from a [`JobRef`].
 pub(crate) trait Job {
+    /// Runs the job and returns the latch its executor must set once done
+    /// with its bookkeeping (see "Accounting before release").
+    ///
     /// # Safety
     /// `this` must point to a live `Self` that is executed at most once.
-    unsafe fn execute(this: *const ());
+    unsafe fn execute(this: *const ()) -> Release;
+}
+
+/// The signal an executed job leaves to its executor: the latch to set
+/// after the executor's bookkeeping (module doc, "Accounting before release").
+#[must_use = "a job's latch must be set, or its waiter waits forever"]
+pub(crate) enum Release {
+    /// Nothing waits for this job (a request's root).
+    Nothing,
+    /// `join`'s latch for its `job_b`.
+    Spin(*const SpinLatch),
+    /// A scope's count of unfinished spawns.
+    Count(*const CountLatch),
+}
+
+impl Release {
+    /// Sets the latch, if any.
+    ///
+    /// # Safety
+    /// The latch must still be valid. It is: its owner (the `join` or the
+    /// `scope` frame that holds it) waits for exactly this signal before it
+    /// returns or unwinds, so it outlives the call; after the flag store
+    /// nothing reads it (see [`SpinLatch::set`]).
+    #[inline]
+    pub(crate) unsafe fn set(self) {
+        match self {
+            Release::Nothing => {}
+            // SAFETY: forwarded contract.
+            Release::Spin(l) => unsafe { SpinLatch::set(l) },
+            // SAFETY: forwarded contract.
+            Release::Count(l) => unsafe { CountLatch::set(l) },
+        }
+    }
 }
 
 /// A type-erased job plus its request tag.
 #[derive(Debug)]
 pub(crate) struct JobRef {
     pointer: *const (),
-    execute_fn: unsafe fn(*const ()),
+    execute_fn: unsafe fn(*const ()) -> Release,
     /// The request this job belongs to (`NO_REQUEST` if untracked).
     pub(crate) tag: u64,
 }
@@ -50,10 +103,13 @@ impl JobRef {
         self.pointer
     }
 
+    /// Executes the job and returns its latch, which the caller must set
+    /// (after its bookkeeping).
+    ///
     /// # Safety
-    /// Executes the job; must be called at most once per job.
+    /// Must be called at most once per job.
     #[inline]
-    pub(crate) unsafe fn execute(self) {
+    pub(crate) unsafe fn execute(self) -> Release {
         // SAFETY: forwarded contract.
         unsafe { (self.execute_fn)(self.pointer) }
     }
@@ -115,9 +171,9 @@ where
     F: FnOnce() -> R + Send,
     R: Send,
 {
-    unsafe fn execute(this: *const ()) {
+    unsafe fn execute(this: *const ()) -> Release {
         // SAFETY: `this` was made from a `&StackJob<F, R>` by `as_job_ref`, and
-        // its owner keeps it alive until the latch below is set.
+        // its owner keeps it alive until the latch returned below is set.
         let this = unsafe { &*(this as *const Self) };
         // SAFETY: only the single executor touches `func`/`result` until the
         // latch is set; the owner reads them only after.
@@ -126,22 +182,24 @@ where
             Ok(v) => JobResult::Ok(v),
             Err(p) => JobResult::Panic(p),
         };
-        // SAFETY: as above.
+        // SAFETY: as above. The old value is `JobResult::None`: no user
+        // destructor runs here.
         unsafe { *this.result.get() = result };
-        // SAFETY: the latch is alive; `set` does not touch `this` after the
-        // store that releases the owner.
-        unsafe { SpinLatch::set(&this.latch) };
+        // The executor sets it after its bookkeeping; until then the owner
+        // keeps waiting, so the job (and the latch in it) stays alive.
+        Release::Spin(&this.latch)
     }
 }
 
 /// A boxed job that frees itself when run (scope spawns, request roots).
+/// The closure returns the job's [`Release`].
 pub(crate) struct HeapJob<F> {
     func: F,
 }
 
 impl<F> HeapJob<F>
 where
-    F: FnOnce() + Send,
+    F: FnOnce() -> Release + Send,
 {
     pub(crate) fn new(func: F) -> Box<Self> {
         Box::new(HeapJob { func })
@@ -158,11 +216,11 @@ where
 
 impl<F> Job for HeapJob<F>
 where
-    F: FnOnce() + Send,
+    F: FnOnce() -> Release + Send,
 {
-    unsafe fn execute(this: *const ()) {
+    unsafe fn execute(this: *const ()) -> Release {
         // SAFETY: made by `Box::into_raw` in `into_job_ref`, executed once.
         let this = unsafe { Box::from_raw(this as *mut Self) };
-        (this.func)();
+        (this.func)()
     }
 }

@@ -16,6 +16,7 @@ use crate::control::{join_checkpoint, AbortProbe};
 use crate::job::StackJob;
 use crate::latch::SpinLatch;
 use crate::registry::WorkerThread;
+use crate::unwind::{count_swallowed, drop_catching};
 use std::ops::Range;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
@@ -64,6 +65,10 @@ where
         Err(p) => {
             // `b` borrows this frame: let it finish (or run it) first.
             wt.wait_until(&|| job_b.latch.probe(), false);
+            // `b` ran (its latch is set): its result, a value or a payload,
+            // is dropped here rather than while `p` unwinds, where a
+            // panicking destructor would abort (see `unwind`).
+            count_swallowed(drop_catching(job_b));
             resume_unwind(p)
         }
     };

@@ -29,6 +29,7 @@
 //!   random admission;
 //! * `job`, `latch`, `completion`: tasks, join/scope latches, the request latch;
 //! * `sleep`: how idle workers sleep and are woken (`sleep/README.md`);
+//! * `shutdown`: when workers leave, and why no accepted request is stranded;
 //! * `join`, `scope`, `scope_fifo`: fork–join inside a request;
 //! * [`iter`]: parallel iterators over slices and ranges (`par_iter`,
 //!   `into_par_iter`, `map`, `for_each`, `sum`, `collect`), on `join`;
@@ -36,6 +37,7 @@
 //!   the gate of [`PoolHandle`]s;
 //! * `handle`: [`PoolHandle`], [`spawn`], [`current_num_threads`];
 //! * `error`: [`BuildError`], [`RequestPanic`];
+//! * `unwind`: where user code may panic on a worker, and what happens then;
 //! * [`shared_state`]: the `#[repr(C)]` table of per-request and per-worker
 //!   bookkeeping that the kernel half will map;
 //! * [`threshold`], [`distribution`]: threshold tables and work distributions.
@@ -56,10 +58,12 @@ mod registry;
 mod scope;
 mod scope_fifo;
 pub mod shared_state;
+mod shutdown;
 mod sleep;
 mod sync;
 pub mod threshold;
 mod time;
+mod unwind;
 
 pub use control::is_current_request_aborted;
 pub use error::{BuildError, RequestPanic};

@@ -139,12 +139,17 @@ pub(crate) fn check_pileup(wt: &WorkerThread) {
     let mut acc = wt.scratch.borrow_mut();
     acc.clear();
     for i in 0..reg.num_workers() {
-        let w = shared.worker(i);
-        let tag = w.current();
+        // One consistent pair (a seqlock, see `shared_state`): a tag read with
+        // the start of a later publish would count the time since the worker
+        // left that request as work on it. A worker whose pair kept changing
+        // while we read is skipped (this is a hint, as everything here).
+        let Some((tag, start)) = shared.worker_snapshot(i) else {
+            continue;
+        };
         if tag == NO_REQUEST {
             continue;
         }
-        let elapsed = now.saturating_sub(w.start_ns());
+        let elapsed = now.saturating_sub(start);
         match acc.iter_mut().find(|e| e.0 == tag) {
             Some(e) => e.1 += elapsed,
             None => acc.push((tag, elapsed)),

@@ -3,24 +3,34 @@
 //! A request is a closure submitted to the pool. `submit` records its arrival
 //! (active count + a slot in the shared table), wraps it in a root job and
 //! publishes it per the policy. The worker that admits it runs the closure
-//! under `catch_unwind`; when it returns, that worker flushes the request's
-//! work, frees its slot (the request leaves the active count), and completes
-//! the handle, in that order, so that once `wait` returns the pool's counters
-//! already reflect the completion.
+//! under `catch_unwind`; when it returns, that worker charges its time and
+//! leaves the request, frees its slot (the request leaves the active count),
+//! and completes the handle, in that order, so that once `wait` returns the
+//! pool's counters already reflect the completion.
+//!
+//! User destructors and callbacks that the worker runs for the request after
+//! its closure (dropping a cancelled or aborted closure, an aborted request's
+//! value, a panic payload nobody takes, the result when the handle is gone;
+//! calling the handle's waker or the panic handler) run under `catch_unwind`
+//! (`unwind::drop_catching` / `call_catching`): a panic there is swallowed
+//! and counted in [`PoolStats::swallowed_panics`], and the worker goes on
+//! serving (see `unwind`).
 //!
 //! Shutdown: [`Pool::shutdown`] drains (every submitted request runs), and
 //! [`Pool::shutdown_cancel`] cancels requests not yet admitted (their handles
 //! report [`RequestError::Cancelled`]); requests already running finish, since
 //! a running computation cannot be interrupted safely. Dropping a pool drains.
-//! Submitting after shutdown yields [`RequestError::ShutDown`].
+//! Submitting after shutdown yields [`RequestError::ShutDown`]. Every way in
+//! (`Pool::submit`/`spawn`, a [`PoolHandle`](crate::PoolHandle), `spawn` on a
+//! worker) goes through `submit_to` and thus the shutdown rule of `shutdown`.
 //!
 //! Abort ([`RequestHandle::abort`]), spawn panics and the gate that
 //! [`PoolHandle`](crate::PoolHandle)s submit through are in `control`.
 
 use crate::completion::Completion;
-use crate::control::{drop_quietly, AbortUnwind, Control, PanicHandler, PoolExt};
+use crate::control::{AbortUnwind, Control, PanicHandler, PoolExt};
 use crate::error::{BuildError, RequestPanic};
-use crate::job::HeapJob;
+use crate::job::{HeapJob, Release};
 use crate::policy::Policy;
 use crate::registry::{main_loop, Config, Registry, WorkerThread};
 use crate::shared_state::{
@@ -28,11 +38,12 @@ use crate::shared_state::{
 };
 use crate::threshold::ThresholdTable;
 use crate::time::now_ns;
+use crate::unwind::drop_catching;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -163,6 +174,14 @@ pub struct PoolStats {
     pub steals: u64,
     /// Tasks a thief took but returned because their request was serialized.
     pub refused_steals: u64,
+    /// Panics a worker caught and swallowed outside any request's closure: a
+    /// destructor of a result whose handle was dropped, of the value of an
+    /// aborted request, of a cancelled (or aborted before it started)
+    /// request's closure, of a panic payload nobody re-raises (a scope's
+    /// second one, a spawned request's without a panic handler), of a
+    /// `scope_fifo` body skipped by an abort, or a waker's `wake`, or a panic
+    /// of the [panic handler](PoolBuilder::panic_handler).
+    pub swallowed_panics: u64,
     /// Requests marked serialized.
     pub serialized: u64,
     /// Requests currently active (arrived, not completed).
@@ -354,8 +373,9 @@ impl PoolBuilder {
     /// or [`spawn`](crate::spawn)): the handler runs on the worker, with the
     /// payload, after the request completed. Without one, the payload is
     /// dropped; either way the panic hook printed the panic and
-    /// [`PoolStats::panicked`] counts it. A panic of the handler itself is
-    /// contained.
+    /// [`PoolStats::panicked`] counts it. A panic of the handler itself (or
+    /// of the payload's destructor) is contained and counted in
+    /// [`PoolStats::swallowed_panics`].
     ///
     /// ```
     /// use std::sync::mpsc;
@@ -509,11 +529,12 @@ impl std::fmt::Debug for Pool {
 struct RequestShared<T> {
     id: u64,
     completion: Completion<(Result<T, RequestError>, RequestStats)>,
-    /// Address of the pool's registry (identity only, never dereferenced).
-    registry: usize,
-    /// Worker index + 1 of a worker of the same pool waiting for this request
-    /// (0: none). The completer wakes it (see `help_until_done`).
+    /// Worker index + 1 of a worker waiting for this request while it
+    /// serves its own pool (0: none); the completer wakes it (see
+    /// `help_until_done`).
     waiter: AtomicUsize,
+    /// That worker's pool (this one or another), set before `waiter`.
+    waiter_registry: OnceLock<Arc<Registry>>,
     /// The request's tag (`NO_REQUEST` if untracked), for abort marks.
     tag: u64,
     /// Started / done / aborted (see `control`).
@@ -525,13 +546,22 @@ struct RequestShared<T> {
 }
 
 impl<T> RequestShared<T> {
-    /// Called by `wait` on a worker of the same pool: instead of blocking the
-    /// worker (with every worker blocked, nobody would run the awaited
-    /// request), keep serving (top level: it may admit requests, including
-    /// the awaited one) until the request is done. The completer stores the
-    /// result, fences and reads `waiter`; the waiter stores `waiter` before it
-    /// can sleep, and its sleep re-check reads `done` after a fence (Dekker,
-    /// as in `sleep/README.md`), so the wake-up cannot be lost.
+    /// Called by `wait` on a worker of any pool: instead of blocking the
+    /// worker, keep serving its own pool (top level: it may admit requests,
+    /// the awaited one included when it is of the same pool) until the
+    /// request is done. A worker that blocked would hold up its pool: with
+    /// every worker blocked nobody would run the awaited request, and two
+    /// pools whose requests wait on each other deadlocked (rayon-core's
+    /// `in_worker_cross` serves the same way). The completer stores the
+    /// result, fences and reads `waiter`; the waiter stores `waiter` before
+    /// it can sleep, and its sleep re-check reads `done` after a fence
+    /// (Dekker, as in `sleep/README.md`), so the wake-up cannot be lost.
+    /// The registry is set before `waiter` (release/acquire through it), so
+    /// a completer that sees a waiter finds its pool.
+    ///
+    /// As with any nested wait, waits stack: a worker that admits, while it
+    /// waits, a request that waits in turn resumes the first wait only after
+    /// the second one is done.
     fn help_until_done(&self) {
         let wt = WorkerThread::current();
         if wt.is_null() {
@@ -539,8 +569,8 @@ impl<T> RequestShared<T> {
         }
         // SAFETY: non-null pointers from `current` are live workers.
         let wt = unsafe { &*wt };
-        if wt.registry() as *const Registry as usize != self.registry {
-            return;
+        if self.waiter_registry.set(wt.registry_arc()).is_err() {
+            return; // `wait` takes the handle: there is only ever one waiter
         }
         self.waiter.store(wt.index() + 1, Ordering::SeqCst);
         wt.wait_until(&|| self.completion.is_done(), true);
@@ -577,20 +607,21 @@ impl<T> RequestHandle<T> {
         let shared = RequestShared {
             id: u64::MAX,
             completion: Completion::new(),
-            registry: 0,
             waiter: AtomicUsize::new(0),
+            waiter_registry: OnceLock::new(),
             tag: NO_REQUEST,
             control: Control::new(),
             ext: Arc::clone(ext),
             detached: false,
         };
-        shared.completion.complete((
+        let waker_panicked = shared.completion.complete((
             Err(RequestError::ShutDown),
             RequestStats {
                 id: u64::MAX,
                 ..RequestStats::default()
             },
         ));
+        debug_assert!(!waker_panicked, "nobody polled the handle yet");
         RequestHandle {
             shared: Arc::new(shared),
         }
@@ -598,10 +629,11 @@ impl<T> RequestHandle<T> {
 
     /// Blocks until the request completes and returns its result.
     ///
-    /// Called from inside a request of the same pool, the worker keeps
-    /// serving (tasks and requests, the awaited one included) until the
-    /// result is ready, so requests can wait for sub-requests even on a
-    /// one-worker pool.
+    /// Called on a worker (from inside a request of any pool), the worker
+    /// does not block: it keeps serving its own pool (tasks and requests,
+    /// the awaited one included if it is of the same pool) until the result
+    /// is ready, so requests can wait for sub-requests even on a one-worker
+    /// pool, and pools can wait on each other.
     ///
     /// ```
     /// let pool = tailctl_rt::Pool::builder().workers(1).build().unwrap();
@@ -942,52 +974,60 @@ pub(crate) fn stats_of(reg: &Registry) -> PoolStats {
         missed_target: c.missed_target.load(Ordering::Relaxed),
         steals: c.steals.load(Ordering::Relaxed),
         refused_steals: c.refused_steals.load(Ordering::Relaxed),
+        swallowed_panics: c.swallowed_panics.load(Ordering::Relaxed),
         serialized: reg.shared.header().serialized(),
         active: reg.shared.header().active() as u64,
     }
 }
 
 /// Submits `f` to `reg` (the body of `Pool::submit`, `Pool::spawn` and the
-/// same on a `PoolHandle` or a worker). If the pool is shut down, the handle
-/// is completed with `ShutDown` and `f` is handed back, to be dropped by the
-/// caller outside any lock it holds (`f` may own the last `Pool`).
+/// same on a `PoolHandle` or a worker). The arrival is recorded by the
+/// shutdown rule (`Registry::arrive`, see `shutdown`): counted active before
+/// the flag is checked, so an accepted request is never stranded. If the pool
+/// is shut down, the handle is completed with `ShutDown` and `f` is handed
+/// back, to be dropped by the caller outside any lock it holds (`f` may own
+/// the last `Pool`).
 pub(crate) fn submit_to<F, T>(reg: &Registry, f: F, detached: bool) -> (RequestHandle<T>, Option<F>)
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
     let arrival = now_ns();
-    // Counted active *before* the shutdown check (see Registry::should_exit).
-    let (id, tag) = reg.shared.alloc_request(arrival);
+    // Counted active *before* the shutdown check (see `shutdown`).
+    let arrived = reg.arrive(arrival);
+    let (id, tag) = match arrived {
+        Ok((id, tag)) => (id, tag),
+        // Refused: the tag (if any) is already freed again.
+        Err(id) => (id, None),
+    };
+    let tag = tag.unwrap_or(NO_REQUEST);
     let shared = Arc::new(RequestShared {
         id,
         completion: Completion::new(),
-        registry: reg as *const Registry as usize,
         waiter: AtomicUsize::new(0),
-        tag: tag.unwrap_or(NO_REQUEST),
+        waiter_registry: OnceLock::new(),
+        tag,
         control: Control::new(),
         ext: Arc::clone(&reg.ext),
         detached,
     });
-    if reg.is_shutdown() {
-        match tag {
-            Some(t) => reg.shared.free_request(t),
-            None => reg.shared.complete_untracked(),
-        }
-        reg.request_finished();
-        shared.completion.complete((
+    if arrived.is_err() {
+        let waker_panicked = shared.completion.complete((
             Err(RequestError::ShutDown),
             RequestStats {
                 id,
                 ..RequestStats::default()
             },
         ));
+        debug_assert!(!waker_panicked, "nobody polled the handle yet");
         return (RequestHandle { shared }, Some(f));
     }
     reg.counters.submitted.fetch_add(1, Ordering::Relaxed);
     let s2 = Arc::clone(&shared);
-    let tag = tag.unwrap_or(NO_REQUEST);
-    let job = HeapJob::new(move || run_request(tag, arrival, f, s2));
+    let job = HeapJob::new(move || {
+        run_request(tag, arrival, f, s2);
+        Release::Nothing
+    });
     // SAFETY: the closure is 'static; the job is executed exactly once by
     // the worker that admits it.
     let job_ref = unsafe { job.into_job_ref(tag) };
@@ -996,9 +1036,15 @@ where
 }
 
 /// Runs the closure of a started request: `Aborted` if it was aborted while
-/// running (its value, or the abort's unwind, dropped), the panic otherwise.
-/// Everything of the request's that may panic on drop is dropped in here.
-fn run_started<F, T>(f: F, shared: &RequestShared<T>) -> Result<T, RequestError>
+/// running (its value, or the abort's unwind, dropped), the panic otherwise
+/// (its payload goes to the handle, or to the panic handler). The values
+/// dropped here are user code run outside the closure's `catch_unwind`:
+/// they go through `drop_catching`, and `swallowed` counts their panics.
+fn run_started<F, T>(
+    f: F,
+    shared: &RequestShared<T>,
+    swallowed: &mut u64,
+) -> Result<T, RequestError>
 where
     F: FnOnce() -> T,
 {
@@ -1006,12 +1052,12 @@ where
     let aborted = shared.control.finish(&shared.ext, shared.tag);
     match outcome {
         Ok(v) if aborted => {
-            drop_quietly(v);
+            *swallowed += u64::from(drop_catching(v));
             Err(RequestError::Aborted)
         }
         Ok(v) => Ok(v),
         Err(p) if p.is::<AbortUnwind>() => {
-            drop_quietly(p);
+            *swallowed += u64::from(drop_catching(p));
             Err(RequestError::Aborted)
         }
         Err(p) => Err(RequestError::Panicked(RequestPanic::new(p))),
@@ -1019,6 +1065,14 @@ where
 }
 
 /// Body of a request's root job, on the worker that admitted it.
+///
+/// Nothing may unwind out of here into the worker (see `unwind`): the closure
+/// runs under `catch_unwind`, and every other piece of user code the worker
+/// runs for the request (the closure's destructor if it is cancelled or
+/// aborted before it started, the value of a request aborted while it ran,
+/// the waker, a spawned request's panic handler or panic payload, and the
+/// result's destructor when the handle was dropped so that this worker holds
+/// the last reference) is caught, swallowed and counted.
 fn run_request<F, T>(tag: u64, arrival: u64, f: F, shared: Arc<RequestShared<T>>)
 where
     F: FnOnce() -> T,
@@ -1029,20 +1083,22 @@ where
     let reg = wt.registry();
     let tracked = tag != NO_REQUEST;
     let slot = tracked.then(|| reg.shared.request(tag_slot(tag)));
+    let mut swallowed = 0u64;
 
     let mut result = if reg.cancel.load(Ordering::SeqCst) {
         reg.counters.cancelled.fetch_add(1, Ordering::Relaxed);
+        swallowed += u64::from(drop_catching(f));
         Err(RequestError::Cancelled)
     } else if !shared.control.start() {
         // Aborted before it started: never runs.
-        drop_quietly(f);
+        swallowed += u64::from(drop_catching(f));
         shared.control.finish(&shared.ext, tag);
         Err(RequestError::Aborted)
     } else {
         if let Some(q) = slot {
             q.set_state(REQ_RUNNING);
         }
-        run_started(f, &shared)
+        run_started(f, &shared, &mut swallowed)
     };
     let mut spawn_panic = None;
     match result {
@@ -1062,7 +1118,12 @@ where
         _ => {}
     }
 
-    wt.flush_work();
+    // Charge this worker's time and leave the request before its slot is
+    // freed: every other worker charged its time before it released a latch
+    // the request waited for (see `job`), so `work_ns` is final, and nobody
+    // adds to the slot after it is freed. What follows (the result's drop,
+    // the panic handler, say) runs on no request.
+    wt.leave_request();
     let latency = Duration::from_nanos(now_ns().saturating_sub(arrival));
     let missed_target = reg.target_latency.is_some_and(|t| latency > t);
     let mut stats = RequestStats {
@@ -1076,7 +1137,10 @@ where
             stats.work = Duration::from_nanos(q.work_ns());
             stats.steals = q.steals();
             stats.serialized = q.is_serialized(tag_generation(tag));
-            stats.steals_at_serialize = q.steals_at_serialize();
+            // Only a serialized request has a snapshot of its own (a late
+            // mark of the slot's previous request may be in flight, see
+            // `shared_state`, "Slot reuse").
+            stats.steals_at_serialize = q.steals_at_serialize().filter(|_| stats.serialized);
             reg.shared.free_request(tag);
         }
         None => reg.shared.complete_untracked(),
@@ -1086,15 +1150,24 @@ where
     }
     reg.counters.completed.fetch_add(1, Ordering::Relaxed);
     reg.request_finished();
-    shared.completion.complete((result, stats));
-    // A worker of this pool may be serving while it waits for us. The fence
-    // orders the `done` store above before the `waiter` load (Dekker).
+    swallowed += u64::from(shared.completion.complete((result, stats)));
+    // A worker (of this pool or another) may be serving its pool while it
+    // waits for us. The fence orders the `done` store above before the
+    // `waiter` load (Dekker).
     std::sync::atomic::fence(Ordering::SeqCst);
     match shared.waiter.load(Ordering::SeqCst) {
         0 => {}
-        w => reg.sleep.notify_worker(w - 1),
+        w => {
+            if let Some(waiter_reg) = shared.waiter_registry.get() {
+                waiter_reg.sleep.notify_worker(w - 1);
+            }
+        }
     }
     if let Some(p) = spawn_panic {
-        shared.ext.report_spawn_panic(p);
+        swallowed += u64::from(shared.ext.report_spawn_panic(p));
     }
+    // If the handle is gone this is the last reference: the result (user
+    // code) is dropped here.
+    swallowed += u64::from(drop_catching(shared));
+    wt.count_swallowed_panics(swallowed);
 }

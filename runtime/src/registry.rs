@@ -34,9 +34,11 @@ use crate::shared_state::{
     tag_generation, tag_slot, SharedState, NO_REQUEST, WORKER_PARKED, WORKER_STEALING,
     WORKER_WORKING,
 };
+use crate::shutdown::Shutdown;
 use crate::sleep::Sleep;
 use crate::threshold::ThresholdTable;
 use crate::time::{gettid, now_ns};
+use crate::unwind::AbortIfPanic;
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use crossbeam_utils::CachePadded;
 use std::cell::{Cell, RefCell};
@@ -54,6 +56,7 @@ pub(crate) struct Counters {
     pub(crate) missed_target: AtomicU64,
     pub(crate) steals: CachePadded<AtomicU64>,
     pub(crate) refused_steals: AtomicU64,
+    pub(crate) swallowed_panics: AtomicU64,
 }
 
 /// Configuration fixed at build time.
@@ -79,7 +82,7 @@ pub(crate) struct Registry {
     bounce: Box<[Injector<JobRef>]>,
     pub(crate) sleep: Sleep,
     pub(crate) shared: SharedState,
-    shutdown: AtomicBool,
+    shutdown: Shutdown,
     pub(crate) cancel: AtomicBool,
     pub(crate) counters: Counters,
     submit_rng: AtomicU64,
@@ -103,7 +106,7 @@ impl Registry {
             bounce: (0..n).map(|_| Injector::new()).collect(),
             sleep: Sleep::new(n),
             shared: cfg.shared,
-            shutdown: AtomicBool::new(false),
+            shutdown: Shutdown::new(),
             cancel: AtomicBool::new(false),
             counters: Counters::default(),
             submit_rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
@@ -131,32 +134,30 @@ impl Registry {
         self.sleep.new_external_work(start);
     }
 
-    pub(crate) fn is_shutdown(&self) -> bool {
-        self.shutdown.load(Ordering::SeqCst)
-    }
-
     /// Starts shutdown: workers exit once no request is active.
     pub(crate) fn begin_shutdown(&self, cancel: bool) {
         if cancel {
             self.cancel.store(true, Ordering::SeqCst);
         }
-        self.shutdown.store(true, Ordering::SeqCst);
-        self.sleep.notify_all();
+        self.shutdown.begin(&self.sleep);
+    }
+
+    /// Records an arrival (see `shutdown::Shutdown::arrive`): its id and
+    /// tag, or only its id if shutdown has begun (the request is refused).
+    pub(crate) fn arrive(&self, arrival_ns: u64) -> Result<(u64, Option<u64>), u64> {
+        self.shutdown.arrive(&self.shared, &self.sleep, arrival_ns)
     }
 
     /// Workers leave their loop when shut down and every request completed
-    /// (`submit` counts a request active before it checks the flag, so none
-    /// slips through; see `Pool::submit`).
+    /// (see `shutdown`: no accepted request slips through).
     fn should_exit(&self) -> bool {
-        self.is_shutdown() && self.shared.header().active() == 0
+        self.shutdown.should_exit(&self.shared)
     }
 
     /// Called after a request completed: the last one during shutdown wakes
     /// the sleepers so they can exit.
     pub(crate) fn request_finished(&self) {
-        if self.should_exit() {
-            self.sleep.notify_all();
-        }
+        self.shutdown.request_finished(&self.shared, &self.sleep);
     }
 
     fn victim_serialized(&self, v: usize) -> bool {
@@ -199,6 +200,11 @@ impl WorkerThread {
     #[inline]
     pub(crate) fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// A reference to the registry that keeps it alive.
+    pub(crate) fn registry_arc(&self) -> Arc<Registry> {
+        Arc::clone(&self.registry)
     }
 
     #[inline]
@@ -254,35 +260,61 @@ impl WorkerThread {
             0
         };
         self.current.set(tag);
-        reg.shared.worker(self.index).publish(tag, now);
+        reg.shared.publish(self.index, tag, now);
     }
 
-    /// Flushes the time spent so far on the current request (at its end).
-    pub(crate) fn flush_work(&self) {
-        let reg = &*self.registry;
-        let cur = self.current.get();
-        if reg.bookkeeping && cur != NO_REQUEST {
-            let now = now_ns();
-            reg.shared
-                .request(tag_slot(cur))
-                .add_work(tag_generation(cur), now.saturating_sub(self.start.get()));
-            self.start.set(now);
-            reg.shared.worker(self.index).publish(cur, now);
+    /// The request this worker runs the root of ends: charges the time spent
+    /// on it and moves to no request (see `run_request`).
+    pub(crate) fn leave_request(&self) {
+        if self.current.get() != NO_REQUEST {
+            self.switch_to(NO_REQUEST);
         }
     }
 
     /// Executes a job, switching request around it if its tag differs.
+    ///
+    /// Jobs catch the panics of the user code they run (see `unwind`), so
+    /// nothing unwinds out of `job.execute()`; if something did, the caller's
+    /// frame (a `join` whose `job_b` a thief holds, a `scope`, the main loop)
+    /// would be left unsoundly, so the guard aborts instead.
     #[inline]
     pub(crate) fn execute(&self, job: JobRef) {
+        let guard = AbortIfPanic;
         let prev = self.current.get();
-        if job.tag == prev {
-            // SAFETY: every JobRef in our queues is executed exactly once.
-            unsafe { job.execute() };
+        let release = if job.tag == prev {
+            // SAFETY: every JobRef in our queues is executed exactly once
+            // (popped or stolen once from a deque/queue); its data is alive
+            // because whoever pushed it waits for its latch (or, for a heap
+            // job, owns nothing else). User panics inside are caught by the
+            // job itself; anything else unwinding out aborts (the guard).
+            unsafe { job.execute() }
         } else {
             self.switch_to(job.tag);
             // SAFETY: as above.
-            unsafe { job.execute() };
+            let release = unsafe { job.execute() };
+            // Charge the job's time before its latch lets the waiter go on
+            // (see `job`, "Accounting before release").
             self.switch_to(prev);
+            release
+        };
+        // SAFETY: the job's latch is alive: its owner (a `join` frame, or
+        // the `scope`/`scope_fifo` frame that holds the scope) waits for this
+        // very signal, also when its own closure panicked or unwound at an
+        // abort checkpoint (`join` and `Scope::complete` wait before they
+        // resume the unwind), and no unwind can take it past the wait
+        // (AbortIfPanic there).
+        unsafe { release.set() };
+        std::mem::forget(guard);
+    }
+
+    /// Counts panics of user destructors and callbacks that a worker caught
+    /// and swallowed (see `unwind`).
+    pub(crate) fn count_swallowed_panics(&self, n: u64) {
+        if n > 0 {
+            self.registry
+                .counters
+                .swallowed_panics
+                .fetch_add(n, Ordering::Relaxed);
         }
     }
 
@@ -462,6 +494,9 @@ impl WorkerThread {
         if done() {
             return;
         }
+        // Our caller's frame may hold a job a thief is running (`join`) or a
+        // latch spawns count down (`scope`): never unwind out of here.
+        let guard = AbortIfPanic;
         let reg = &*self.registry;
         let slot = reg.shared.worker(self.index);
         let saved = self.current.get();
@@ -518,6 +553,7 @@ impl WorkerThread {
         if self.current.get() != saved {
             self.switch_to(saved);
         }
+        std::mem::forget(guard);
     }
 }
 
@@ -534,7 +570,11 @@ pub(crate) fn main_loop(worker: Worker<JobRef>, index: usize, registry: Arc<Regi
     };
     wt.registry.shared.worker(index).set_tid(gettid());
     WORKER_THREAD.with(|w| w.set(&wt));
+    // A worker that died would strand the tasks in its deque (and the
+    // requests waiting for them): abort rather than unwind (see `unwind`).
+    let guard = AbortIfPanic;
     let reg = Arc::clone(&wt.registry);
     wt.wait_until(&|| reg.should_exit(), true);
+    std::mem::forget(guard);
     WORKER_THREAD.with(|w| w.set(std::ptr::null()));
 }

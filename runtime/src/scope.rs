@@ -10,11 +10,18 @@
 //! finished. Outside a pool, `spawn` runs the task at once on the calling
 //! thread. A spawn of an aborted request unwinds before its body (an abort
 //! checkpoint, see `control`).
+//!
+//! A spawn does not count itself done: its job returns the latch as a
+//! [`Release`], which the worker that ran it sets after charging its time to
+//! the request (`job`, "Accounting before release"). Payloads of panics that
+//! `scope` does not re-raise are user values dropped on a worker: they are
+//! dropped with `unwind::drop_catching`, swallowed and counted.
 
 use crate::control::checkpoint;
-use crate::job::HeapJob;
+use crate::job::{HeapJob, Release};
 use crate::latch::CountLatch;
 use crate::registry::WorkerThread;
+use crate::unwind::{count_swallowed, drop_catching};
 use std::any::Any;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -111,9 +118,17 @@ impl<'scope> Scope<'scope> {
             unsafe { CountLatch::set(latch) };
             wt.wait_until(&|| latch.probe(), false);
         }
-        let spawned_panic = self.panic.lock().ok().and_then(|mut p| p.take());
+        let spawned_panic = self.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
         match result {
-            Err(p) => resume_unwind(p),
+            Err(p) => {
+                // The body's panic wins; the spawn's payload is dropped here,
+                // not while `p` unwinds (a panicking destructor then would
+                // abort).
+                if let Some(sp) = spawned_panic {
+                    count_swallowed(drop_catching(sp));
+                }
+                resume_unwind(p)
+            }
             Ok(_) if spawned_panic.is_some() => resume_unwind(spawned_panic.unwrap()),
             Ok(r) => r,
         }
@@ -160,7 +175,10 @@ impl<'scope> Scope<'scope> {
         let ptr = ScopePtr(self);
         let job = HeapJob::new(move || {
             let ptr = ptr;
-            // SAFETY: the scope waits for this job before it is dropped.
+            // SAFETY: the scope waits for this job's Release before it is
+            // dropped, also when its body panicked (caught, then waited for)
+            // and when this body panics or unwinds at its abort checkpoint
+            // (caught below, then released).
             let scope = unsafe { &*ptr.0 };
             // An aborted request skips the body (see `control`); the unwind
             // is recorded like a panic and re-raised by `scope`.
@@ -171,17 +189,26 @@ impl<'scope> Scope<'scope> {
             if let Err(p) = catch_unwind(AssertUnwindSafe(run)) {
                 scope.record_panic(p);
             }
-            // SAFETY: the latch is alive until this last access sets it.
-            unsafe { CountLatch::set(scope.latch.as_ref().unwrap()) };
+            // The executor counts this spawn done after its bookkeeping (see
+            // `job`, "Accounting before release"); the scope waits until then.
+            Release::Count(scope.latch.as_ref().unwrap())
         });
         // SAFETY: the job runs before the scope (and its borrows) ends.
         let job_ref = unsafe { job.into_job_ref(wt.current_tag()) };
         wt.push(job_ref);
     }
 
+    /// Keeps the first panic of a spawn; later ones are dropped. Their
+    /// payloads' destructors are user code, run on whichever worker ran the
+    /// spawn: a panic there is swallowed (see `unwind`), or it would unwind
+    /// out of the spawn before it counted itself done.
     fn record_panic(&self, p: Box<dyn Any + Send>) {
-        if let Ok(mut slot) = self.panic.lock() {
-            slot.get_or_insert(p);
+        let mut slot = self.panic.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            *slot = Some(p);
+            return;
         }
+        drop(slot);
+        count_swallowed(drop_catching(p));
     }
 }

@@ -10,13 +10,22 @@
 //! its deque, or a thief — runs the oldest pending body of that worker, so
 //! the spawning worker itself runs them in spawn order. There is exactly one
 //! indirect task per body, so every body runs once; counting, waiting,
-//! panics and abort checkpoints are the inner scope's. An indirect task that
-//! unwinds at an abort checkpoint leaves its body in the queue, where the
-//! scope drops it at the end. Outside a pool, spawns run at once, in order.
+//! panics and abort checkpoints are the inner scope's, and so is the release
+//! protocol: an indirect task is a plain spawn of the inner scope, whose
+//! executor charges its time before it counts it done (`job`, "Accounting
+//! before release"). An indirect task that unwinds at an abort checkpoint
+//! leaves its body in the queue; once every spawn finished, `scope_fifo`
+//! drops such bodies with `unwind::drop_catching` (swallowed and counted, as
+//! a spawn's second panic payload in `scope`) before it re-raises the unwind,
+//! so a panicking destructor of a captured value never panics while that
+//! unwind is in flight (which would abort). Outside a pool, spawns run at
+//! once, in order.
 
 use crate::registry::WorkerThread;
 use crate::scope::Scope;
+use crate::unwind::{count_swallowed, drop_catching};
 use crossbeam_deque::{Injector, Steal};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
 type FifoBody<'scope> = Box<dyn FnOnce(&ScopeFifo<'scope>) + Send + 'scope>;
 
@@ -86,7 +95,18 @@ where
         base: Scope::new(),
         fifos: (0..workers.unwrap_or(1)).map(|_| Injector::new()).collect(),
     };
-    scope.base.complete(|| op(&scope))
+    let result = catch_unwind(AssertUnwindSafe(|| scope.base.complete(|| op(&scope))));
+    // Every spawn finished (`complete` waited, also when it unwinds): what is
+    // left are bodies whose indirect task unwound at an abort checkpoint.
+    for fifo in scope.fifos.iter() {
+        while let Some(body) = pop(fifo) {
+            count_swallowed(drop_catching(body));
+        }
+    }
+    match result {
+        Ok(r) => r,
+        Err(p) => resume_unwind(p),
+    }
 }
 
 impl<'scope> ScopeFifo<'scope> {

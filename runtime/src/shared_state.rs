@@ -79,22 +79,67 @@
 //!   kernel later) sets `FLAG_SERIALIZED` with a CAS on `gen_flags` that
 //!   expects the tag's generation, so a mark can never land on a reused slot.
 //!   The runtime only *reads* the bit.
+//! * **Worker slots** (`current`, `start_ns`): the pileup check needs the pair
+//!   as one value (a tag with the start of a *later* publish counts the time
+//!   since the worker left that request as work on it), and no atomic holds
+//!   two `u64`s. So the pair is a seqlock, with the sequence counter outside
+//!   the region (runtime-private: the kernel reads `current` alone). The
+//!   worker, sole writer of its slot, makes the counter odd, fences
+//!   (`Release`), stores both fields, and makes it even again (`Release`); a
+//!   reader loads the counter (`Acquire`), both fields, fences (`Acquire`)
+//!   and loads the counter again, and keeps the pair only if the counter was
+//!   even and unchanged (Boehm, "Can seqlocks get along with programming
+//!   language memory models?", 2012: if a field load saw a store of a later
+//!   publish, the fences order that publish's odd store before the second
+//!   load). All fields are atomics, so a torn read is a retry, never a data
+//!   race; after a few retries the reader skips the worker (a hint). Loom:
+//!   `worker_snapshot_is_consistent`.
 //! * **Steals after the mark**: a thief increments `steals` *before* reading the
 //!   flag, and undoes the increment if the flag is set; the runtime's marker
-//!   snapshots `steals` *after* setting the flag (all `SeqCst`). Hence, for a
-//!   finished request, `steals <= steals_at_serialize`: no task was stolen after
-//!   the mark. The tests assert exactly that.
+//!   snapshots `steals` *after* setting the flag. A `SeqCst` fence sits
+//!   between the two steps on each side (Dekker: either the snapshot sees the
+//!   increment or the thief sees the flag); fences rather than `SeqCst`
+//!   accesses carry the argument, as in `sleep/README.md`, because loom
+//!   models fences but treats `SeqCst` accesses as acquire/release. Hence,
+//!   for a finished request, `steals <= steals_at_serialize`: no task was
+//!   stolen after the mark. The tests assert exactly that; loom:
+//!   `steal_vs_serialize`.
+//! * **Slot reuse**: a stale tag can still be around when its slot is reused
+//!   (a worker slot read by the pileup check a moment too early). Marks are
+//!   keyed by the generation (above). Work is never added to a completed
+//!   request: a worker adds its time before it releases the latch the request
+//!   waits for (`job`, "Accounting before release"; loom:
+//!   `accounting_before_release`). The mark's steal snapshot is a plain `u32`
+//!   that cannot be keyed: the marker writes it only into an unset snapshot
+//!   (compare-and-swap from `u32::MAX`, the value `alloc_request` resets it
+//!   to) and takes it back if, after writing, the generation has moved on.
+//!   The next request thus never reports the old request's snapshot as its
+//!   own (loom: `a_late_mark_does_not_touch_the_next_request`). What can
+//!   still happen, in a window of a few instructions, is that a request is
+//!   serialized yet reports no snapshot (`None`), never a wrong one; and a
+//!   request that is not serialized never reports one (`run_request`).
 
+// Loom's atomics under `--cfg loom`, so the models run this very code (with a
+// tiny table: see MAX_WORKERS and MAX_REQUESTS).
+use crate::sync::{fence, AtomicU32, AtomicU64};
+use crossbeam_utils::CachePadded;
+#[cfg(not(loom))]
 use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::any::Any;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Number of worker slots in a region.
 ///
 /// ```
 /// assert!(tailctl_rt::shared_state::MAX_WORKERS >= 2);
 /// ```
+#[cfg(not(loom))]
 pub const MAX_WORKERS: usize = 64;
+/// Under loom: a table small enough to model-check.
+#[cfg(loom)]
+pub const MAX_WORKERS: usize = 2;
 
 /// Number of request slots in a region. Requests beyond this many active at
 /// once run untracked (never serialized), rather than being refused.
@@ -102,7 +147,11 @@ pub const MAX_WORKERS: usize = 64;
 /// ```
 /// assert!(tailctl_rt::shared_state::MAX_REQUESTS >= 64);
 /// ```
+#[cfg(not(loom))]
 pub const MAX_REQUESTS: usize = 1024;
+/// Under loom: a table small enough to model-check.
+#[cfg(loom)]
+pub const MAX_REQUESTS: usize = 2;
 
 /// `Header::magic` of an initialised region ("TCRT").
 ///
@@ -387,11 +436,6 @@ impl WorkerSlot {
         self.steals.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn publish(&self, tag: u64, start_ns: u64) {
-        // start first: a reader that sees the new tag (Acquire) sees its start.
-        self.start_ns.store(start_ns, Ordering::Relaxed);
-        self.current.store(tag, Ordering::Release);
-    }
     pub(crate) fn set_state(&self, state: u32) {
         self.state.store(state, Ordering::Relaxed);
     }
@@ -599,6 +643,10 @@ impl RequestSlot {
     /// count) when the request is serialized.
     pub(crate) fn try_count_steal(&self, generation: u32) -> bool {
         self.steals.fetch_add(1, Ordering::SeqCst);
+        // Dekker with the marker's fence in `runtime_mark` ("Steals after the
+        // mark"): either the marker's snapshot sees this increment, or this
+        // sees the flag.
+        fence(Ordering::SeqCst);
         if self.is_serialized(generation) {
             self.steals.fetch_sub(1, Ordering::SeqCst);
             false
@@ -641,7 +689,21 @@ pub struct SharedState {
     region: NonNull<SharedRegion>,
     owned: bool,
     alloc_hint: AtomicU32,
+    /// One sequence counter per worker slot, for the seqlock on the slot's
+    /// (`current`, `start_ns`) pair ("Worker slots" above). Runtime-private:
+    /// the kernel only reads `current`, alone.
+    seqs: Box<[CachePadded<AtomicU64>]>,
+    /// Whatever keeps an external region alive (the mapping of a BPF map),
+    /// dropped with this value: the pool's registry holds it, and every
+    /// worker holds the registry, so the region outlives the last worker
+    /// even when the pool's owner is gone (see `kernel::link`).
+    /// (`RefUnwindSafe`, so that a pool's registry and the handles that
+    /// hold it stay unwind-safe: it is never used, only dropped.)
+    _keep_alive: Option<Arc<KeepAlive>>,
 }
+
+/// What keeps an external region alive (see `SharedState::_keep_alive`).
+pub(crate) type KeepAlive = dyn Any + Send + Sync + std::panic::RefUnwindSafe;
 
 // SAFETY: the region contains only atomics; all access goes through `&` to them.
 unsafe impl Send for SharedState {}
@@ -666,17 +728,12 @@ impl SharedState {
     /// assert_eq!(s.header().worker_count(), 8);
     /// ```
     pub fn new(workers: usize) -> Self {
-        let layout = Layout::new::<SharedRegion>();
-        // SAFETY: the layout has non-zero size; all-zero bytes are a valid
-        // value for every field (atomics of integers).
-        let ptr = unsafe { alloc_zeroed(layout) } as *mut SharedRegion;
-        let Some(region) = NonNull::new(ptr) else {
-            std::alloc::handle_alloc_error(layout)
-        };
         let s = SharedState {
-            region,
+            region: alloc_region(),
             owned: true,
             alloc_hint: AtomicU32::new(0),
+            seqs: new_seqs(),
+            _keep_alive: None,
         };
         s.init(workers);
         s
@@ -707,8 +764,31 @@ impl SharedState {
             region,
             owned: false,
             alloc_hint: AtomicU32::new(0),
+            seqs: new_seqs(),
+            _keep_alive: None,
         };
         s.init(workers);
+        s
+    }
+
+    /// Like [`SharedState::from_raw`], but the returned value also owns
+    /// `keep_alive`, which keeps the region valid: the region is released
+    /// when the last user of this value (the last worker of a pool built on
+    /// it) is gone, not when whoever built the pool lets go of it.
+    ///
+    /// # Safety
+    /// As for [`SharedState::from_raw`], except that the region must stay
+    /// valid as long as `keep_alive` lives (instead of the returned value):
+    /// dropping `keep_alive`'s last reference is what releases it.
+    pub(crate) unsafe fn from_raw_kept_alive(
+        region: NonNull<SharedRegion>,
+        workers: usize,
+        keep_alive: Arc<KeepAlive>,
+    ) -> Self {
+        // SAFETY: forwarded; `keep_alive` lives in the value (dropped after
+        // `Drop::drop`, which never touches a non-owned region).
+        let mut s = unsafe { Self::from_raw(region, workers) };
+        s._keep_alive = Some(keep_alive);
         s
     }
 
@@ -854,7 +934,9 @@ impl SharedState {
                 q.work_ns.store(0, Ordering::Relaxed);
                 q.arrival_ns.store(arrival_ns, Ordering::Relaxed);
                 q.steals.store(0, Ordering::SeqCst);
-                q.steals_at_serialize.store(u32::MAX, Ordering::SeqCst);
+                // A swap: a late mark's compare-and-swap may race with it
+                // ("Slot reuse"; why a swap, see `free_request`).
+                q.steals_at_serialize.swap(u32::MAX, Ordering::SeqCst);
                 return (id, Some(make_tag(i as u32, q.generation())));
             }
         }
@@ -880,9 +962,14 @@ impl SharedState {
     pub fn free_request(&self, tag: u64) {
         let q = &self.region().requests[tag_slot(tag)];
         let next = (tag_generation(tag).wrapping_add(1) as u64) << 32;
-        // New generation and cleared flags in one store, before the slot is
-        // handed out again (see "Slot allocation").
-        q.gen_flags.store(next, Ordering::SeqCst);
+        // New generation and cleared flags in one write, before the slot is
+        // handed out again (see "Slot allocation"). A swap, not a store: the
+        // marks are compare-and-swaps on this word, and loom's modification
+        // order mixes plain stores with RMWs imprecisely (it lets a mark's CAS
+        // land after this write while reading the value before it, which
+        // RMW atomicity forbids); a `SeqCst` store is an `xchg` on x86-64
+        // anyway.
+        q.gen_flags.swap(next, Ordering::SeqCst);
         q.state.store(REQ_FREE, Ordering::Release);
         self.complete_untracked();
     }
@@ -891,14 +978,65 @@ impl SharedState {
     /// the steal count for the "no steal after the mark" check.
     pub(crate) fn runtime_mark(&self, tag: u64) -> bool {
         let q = &self.region().requests[tag_slot(tag)];
-        if q.mark_serialized(tag_generation(tag)) {
-            q.steals_at_serialize
-                .store(q.steals.load(Ordering::SeqCst), Ordering::SeqCst);
-            self.header().serialized.fetch_add(1, Ordering::Relaxed);
-            true
-        } else {
-            false
+        let generation = tag_generation(tag);
+        if !q.mark_serialized(generation) {
+            return false;
         }
+        // Dekker with the thief's fence in `try_count_steal`.
+        fence(Ordering::SeqCst);
+        let snapshot = q.steals.load(Ordering::SeqCst);
+        // The request may have completed, and its slot been reused, since
+        // the mark: the snapshot would then land on the next request ("Slot
+        // reuse"). So it goes only into an unset snapshot, and is taken back
+        // if the generation moved on meanwhile.
+        let sas = &q.steals_at_serialize;
+        if sas
+            .compare_exchange(u32::MAX, snapshot, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            fence(Ordering::SeqCst);
+            if (q.gen_flags.load(Ordering::SeqCst) >> 32) as u32 != generation {
+                let _ =
+                    sas.compare_exchange(snapshot, u32::MAX, Ordering::SeqCst, Ordering::SeqCst);
+            }
+        }
+        self.header().serialized.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Worker `i` publishes the request it is on and since when (the writer
+    /// side of the seqlock, "Worker slots" above). Only worker `i` calls
+    /// this for slot `i`.
+    pub(crate) fn publish(&self, i: usize, tag: u64, start_ns: u64) {
+        let (w, seq) = (self.worker(i), &self.seqs[i]);
+        // Single writer: nobody else changes `seq`.
+        let s = seq.load(Ordering::Relaxed);
+        seq.store(s.wrapping_add(1), Ordering::Relaxed); // odd: writing
+        fence(Ordering::Release);
+        w.start_ns.store(start_ns, Ordering::Relaxed);
+        // Release: the kernel and tools read `current` alone, as a hint.
+        w.current.store(tag, Ordering::Release);
+        seq.store(s.wrapping_add(2), Ordering::Release); // even: done
+    }
+
+    /// What worker `i` is on and since when, as one consistent pair (the
+    /// reader side of the seqlock), or `None` if the worker kept publishing
+    /// while we read (a hint: the caller skips it this time).
+    pub(crate) fn worker_snapshot(&self, i: usize) -> Option<(u64, u64)> {
+        let (w, seq) = (self.worker(i), &self.seqs[i]);
+        for _ in 0..SNAPSHOT_TRIES {
+            let s1 = seq.load(Ordering::Acquire);
+            if s1 % 2 == 0 {
+                let tag = w.current.load(Ordering::Relaxed);
+                let start = w.start_ns.load(Ordering::Relaxed);
+                fence(Ordering::Acquire);
+                if seq.load(Ordering::Relaxed) == s1 {
+                    return Some((tag, start));
+                }
+            }
+            std::hint::spin_loop();
+        }
+        None
     }
 
     /// Whether the request `tag` is serialized (untracked: never).
@@ -911,15 +1049,96 @@ impl SharedState {
 impl Drop for SharedState {
     fn drop(&mut self) {
         if self.owned {
-            // SAFETY: allocated in `new` with this layout and not freed before.
-            unsafe {
-                dealloc(
-                    self.region.as_ptr() as *mut u8,
-                    Layout::new::<SharedRegion>(),
-                )
-            }
+            // SAFETY: made by `alloc_region` in `new` and not freed before;
+            // no reference into it outlives `self`.
+            unsafe { free_region(self.region) }
         }
     }
+}
+
+/// Attempts of `worker_snapshot` before it gives up on a busy worker.
+const SNAPSHOT_TRIES: usize = 4;
+
+fn new_seqs() -> Box<[CachePadded<AtomicU64>]> {
+    (0..MAX_WORKERS)
+        .map(|_| CachePadded::new(AtomicU64::new(0)))
+        .collect()
+}
+
+/// A zeroed region on the heap (all-zero bytes are valid for every field).
+#[cfg(not(loom))]
+fn alloc_region() -> NonNull<SharedRegion> {
+    let layout = Layout::new::<SharedRegion>();
+    // SAFETY: the layout has non-zero size; all-zero bytes are a valid value
+    // for every field (atomics of integers).
+    let ptr = unsafe { alloc_zeroed(layout) } as *mut SharedRegion;
+    match NonNull::new(ptr) {
+        Some(p) => p,
+        None => std::alloc::handle_alloc_error(layout),
+    }
+}
+
+/// # Safety
+/// `region` was returned by `alloc_region` and is not used after this.
+#[cfg(not(loom))]
+unsafe fn free_region(region: NonNull<SharedRegion>) {
+    // SAFETY: allocated by `alloc_region` with this layout (contract).
+    unsafe { dealloc(region.as_ptr() as *mut u8, Layout::new::<SharedRegion>()) }
+}
+
+/// Loom's atomics are not plain integers: build the region value by value.
+#[cfg(loom)]
+fn alloc_region() -> NonNull<SharedRegion> {
+    let z64 = || AtomicU64::new(0);
+    let z32 = || AtomicU32::new(0);
+    let region = SharedRegion {
+        header: Header {
+            magic: z32(),
+            version: z32(),
+            worker_count: z32(),
+            request_capacity: z32(),
+            active: z32(),
+            generation: z32(),
+            next_id: z64(),
+            completed: z64(),
+            serialized: z64(),
+            busy_workers: z32(),
+            stealable: z32(),
+            kernel_serialized: z32(),
+            mode: z32(),
+        },
+        workers: std::array::from_fn(|_| WorkerSlot {
+            current: z64(),
+            start_ns: z64(),
+            tid: z32(),
+            state: z32(),
+            steals: z64(),
+            kernel_work_ns: z64(),
+            _reserved: std::array::from_fn(|_| z64()),
+        }),
+        requests: std::array::from_fn(|_| RequestSlot {
+            id: z64(),
+            gen_flags: z64(),
+            work_ns: z64(),
+            arrival_ns: z64(),
+            state: z32(),
+            steals: z32(),
+            steals_at_serialize: z32(),
+            kernel_running: z32(),
+            kernel_work_ns: z64(),
+            kernel_alloc: z32(),
+            _reserved0: z32(),
+        }),
+    };
+    NonNull::from(Box::leak(Box::new(region)))
+}
+
+/// # Safety
+/// `region` was returned by `alloc_region` and is not used after this.
+#[cfg(loom)]
+unsafe fn free_region(region: NonNull<SharedRegion>) {
+    // SAFETY: made by `Box::leak` in `alloc_region` (contract).
+    drop(unsafe { Box::from_raw(region.as_ptr()) })
 }
 
 /// One field of the region's C layout: (struct, field, byte offset, size).
@@ -997,7 +1216,7 @@ pub fn region_layout() -> Vec<FieldLayout> {
     v
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::mem::{offset_of, size_of};
@@ -1042,6 +1261,42 @@ mod tests {
         assert!(s.tag_serialized(new));
     }
 
+    /// The pileup check reads a worker's (tag, start) pair while the worker
+    /// publishes new ones: it must never pair a tag with the start of another
+    /// publish. (It used to read `current` then `start_ns`, while a worker
+    /// stores `start_ns` then `current`: an old tag with a new start, i.e.
+    /// the time since the worker *left* that request counted as work on it.)
+    /// Here a tag is published with odd starts, no request with even ones.
+    #[test]
+    fn a_worker_snapshot_pairs_a_tag_with_its_own_start() {
+        use std::sync::atomic::AtomicBool;
+        let s = SharedState::new(1);
+        let t = make_tag(3, 7);
+        let stop = AtomicBool::new(false);
+        let (mut seen, mut torn) = (0u64, 0u64);
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                let mut k = 1u64;
+                while !stop.load(Ordering::Relaxed) {
+                    s.publish(0, if k % 2 == 1 { t } else { NO_REQUEST }, k);
+                    k += 1;
+                }
+            });
+            for _ in 0..if cfg!(miri) { 2_000 } else { 2_000_000 } {
+                if let Some((tag, start)) = s.worker_snapshot(0) {
+                    seen += 1;
+                    torn += u64::from((tag == t) != (start % 2 == 1));
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        assert!(seen > 0);
+        assert_eq!(
+            torn, 0,
+            "{torn} of {seen} snapshots paired a tag with another start"
+        );
+    }
+
     #[test]
     fn steal_after_mark_is_refused() {
         let s = SharedState::new(1);
@@ -1052,5 +1307,137 @@ mod tests {
         assert_eq!(q.steals_at_serialize(), Some(1));
         assert!(!q.try_count_steal(tag_generation(t)));
         assert_eq!(q.steals(), 1);
+    }
+}
+
+/// Model checks of the protocols above, on this very code (under `--cfg
+/// loom` the table's atomics are loom's and it has 2 worker and 2 request
+/// slots). Run: `RUSTFLAGS="--cfg loom" cargo test -p tailctl-rt --release
+/// --lib loom`.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::atomic::AtomicBool;
+    use loom::sync::Arc;
+    use std::sync::atomic::Ordering::SeqCst;
+
+    /// A table with slot 0 holding a request and slot 1 taken, so that the
+    /// next allocation after freeing slot 0 reuses slot 0.
+    fn table_with_request() -> (Arc<SharedState>, u64) {
+        let s = Arc::new(SharedState::new(2));
+        let tag = s.alloc_request(0).1.unwrap();
+        let other = s.alloc_request(0).1.unwrap();
+        assert_eq!((tag_slot(tag), tag_slot(other)), (0, 1));
+        (s, tag)
+    }
+
+    /// The seqlock on a worker slot's (current, start_ns): a reader never
+    /// pairs a tag with the start of another publish. (With the old read,
+    /// `current` then `start_ns` and no sequence, loom finds (A, 2).)
+    #[test]
+    fn worker_snapshot_is_consistent() {
+        loom::model(|| {
+            let s = Arc::new(SharedState::new(1));
+            let (a, b) = (make_tag(0, 1), make_tag(1, 1));
+            let w = s.clone();
+            let writer = loom::thread::spawn(move || {
+                w.publish(0, a, 1);
+                w.publish(0, b, 2);
+            });
+            if let Some(pair) = s.worker_snapshot(0) {
+                assert!(
+                    [(NO_REQUEST, 0), (a, 1), (b, 2)].contains(&pair),
+                    "torn: {pair:?}"
+                );
+            }
+            writer.join().unwrap();
+            assert_eq!(s.worker_snapshot(0), Some((b, 2)));
+        });
+    }
+
+    /// Accounting before release (`job`): a thief adds its time, then sets
+    /// the latch its job's owner waits for (`SpinLatch::set`, a `SeqCst`
+    /// store); the owner, once it sees the latch, reads the work, frees the
+    /// slot and the slot is reused. The owner reads all the work, and the
+    /// next request starts at zero. (With the old order, latch then add, loom
+    /// finds both the undercount and the stale add on the next request.)
+    #[test]
+    fn accounting_before_release() {
+        loom::model(|| {
+            let (s, tag) = table_with_request();
+            let latch = Arc::new(AtomicBool::new(false));
+            let (s2, l2) = (s.clone(), latch.clone());
+            let thief = loom::thread::spawn(move || {
+                s2.request(tag_slot(tag)).add_work(tag_generation(tag), 5);
+                l2.store(true, SeqCst);
+            });
+            while !latch.load(SeqCst) {
+                loom::thread::yield_now();
+            }
+            assert_eq!(s.request(tag_slot(tag)).work_ns(), 5, "undercount");
+            s.free_request(tag);
+            let next = s.alloc_request(0).1.unwrap();
+            assert_eq!(tag_slot(next), tag_slot(tag));
+            thief.join().unwrap();
+            assert_eq!(s.request(tag_slot(next)).work_ns(), 0, "stale work");
+        });
+    }
+
+    /// Steals after the mark: two thieves count their steals while the
+    /// runtime marks the request. Whatever the interleaving, a finished
+    /// request has `steals <= steals_at_serialize`, and a steal that the
+    /// mark's snapshot missed was refused.
+    #[test]
+    fn steal_vs_serialize() {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(3);
+        model.check(|| {
+            let (s, tag) = table_with_request();
+            let gen = tag_generation(tag);
+            let thieves: Vec<_> = (0..2)
+                .map(|_| {
+                    let s = s.clone();
+                    loom::thread::spawn(move || s.request(tag_slot(tag)).try_count_steal(gen))
+                })
+                .collect();
+            assert!(s.runtime_mark(tag));
+            let accepted = thieves
+                .into_iter()
+                .map(|t| u32::from(t.join().unwrap()))
+                .sum::<u32>();
+            let q = s.request(tag_slot(tag));
+            assert_eq!(q.steals(), accepted);
+            let snapshot = q.steals_at_serialize().expect("marked by the runtime");
+            assert!(q.steals() <= snapshot, "a steal after the mark");
+            assert!(!q.try_count_steal(gen), "a steal accepted after the mark");
+        });
+    }
+
+    /// Slot reuse across generations: a mark decided on a request (the
+    /// pileup check) races with the request's completion and the slot's
+    /// reuse. The next request is never serialized by it, and never reports
+    /// the old request's snapshot.
+    #[test]
+    fn a_late_mark_does_not_touch_the_next_request() {
+        loom::model(|| {
+            let (s, tag) = table_with_request();
+            let s2 = s.clone();
+            let marker = loom::thread::spawn(move || s2.runtime_mark(tag));
+            s.free_request(tag);
+            let next = s.alloc_request(0).1.unwrap();
+            assert_eq!(tag_slot(next), tag_slot(tag));
+            marker.join().unwrap();
+            let q = s.request(tag_slot(next));
+            assert!(
+                !s.tag_serialized(next),
+                "the old mark serialized the next request"
+            );
+            assert_eq!(
+                q.steals_at_serialize(),
+                None,
+                "the old snapshot on the next request"
+            );
+            assert!(!s.runtime_mark(tag), "a stale tag marked the slot");
+        });
     }
 }

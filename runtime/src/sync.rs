@@ -1,16 +1,17 @@
 //! Synchronisation primitives, swapped for loom's under `--cfg loom`.
 //!
-//! Only the modules whose protocols are model-checked (`sleep`, `completion`)
-//! import from here; everything else uses `std` directly, because loom types
-//! only work inside `loom::model` and the rest of the runtime is not run there.
+//! Only the modules whose protocols are model-checked (`sleep`, `completion`,
+//! `shared_state`) import from here; everything else uses `std` directly,
+//! because loom types only work inside `loom::model` and the rest of the
+//! runtime is not run there.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64};
 #[cfg(loom)]
 pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64};
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
 

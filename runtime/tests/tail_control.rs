@@ -251,3 +251,83 @@ fn pool_publishes_into_an_external_region() {
     // SAFETY: allocated above with this layout; the pool is gone.
     unsafe { dealloc(raw as *mut u8, layout) };
 }
+
+/// Work accounting is complete when a stolen task releases its owner: a
+/// thief's time on the task is added before the task's latch lets the owner
+/// go on. It used to be added after, so the owner could read `work_ns` (and
+/// free the slot) first: the request then reported less work than its tasks
+/// measured themselves, and the thief's late add could land on the slot's
+/// next request.
+///
+/// Each half of the join measures itself on the bookkeeping's clock
+/// (CLOCK_MONOTONIC), inside the interval the bookkeeping charges for it to
+/// the worker that runs it. `a` spins (it never waits in the runtime, so the
+/// owner's time is charged only at the end) until `b`, on the thief, has
+/// finished: right after the join the table holds the thief's time, at least
+/// `b`; at the end, `work >= a + b`; and `work <= workers × latency` since
+/// every charged interval lies within the request's life. No timing is
+/// asserted: both sides of each inequality are readings of one clock around
+/// the same code. The race was rare under stress (a few in 10^4 requests);
+/// the loom model `accounting_before_release` checks it exhaustively.
+#[test]
+fn work_is_accounted_before_a_stolen_task_releases_its_owner() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Instant;
+    use tailctl_rt::current_worker_index;
+    let pool = Arc::new(
+        Pool::builder()
+            .workers(2)
+            .policy(Policy::TailControl)
+            .spin_rounds(1 << 20) // idle workers spin: steals are quick
+            .build()
+            .unwrap(),
+    );
+    assert!(pool.bookkeeping());
+    let rounds = if cfg!(miri) { 2 } else { 20_000 };
+    let (mut short_at_join, mut short, mut stolen) = (0, 0, 0);
+    for _ in 0..rounds {
+        let p2 = Arc::clone(&pool);
+        let (r, stats) = pool
+            .submit(move || {
+                let b_done = AtomicBool::new(false);
+                let here = current_worker_index();
+                let (a, (b, thief)) = join(
+                    || {
+                        let t = Instant::now();
+                        while !b_done.load(Ordering::Acquire) {
+                            std::hint::spin_loop();
+                        }
+                        t.elapsed()
+                    },
+                    || {
+                        let t = Instant::now();
+                        while t.elapsed() < Duration::from_micros(1) {
+                            std::hint::spin_loop();
+                        }
+                        let b = t.elapsed();
+                        b_done.store(true, Ordering::Release);
+                        (b, current_worker_index() != here)
+                    },
+                );
+                let slot = tailctl_rt::kernel::current_request_slot().unwrap();
+                let so_far = p2.shared_state().request(slot as usize).work_ns();
+                (a, b, thief, Duration::from_nanos(so_far))
+            })
+            .wait_with_stats();
+        let (a, b, thief, so_far) = r.unwrap();
+        if thief {
+            stolen += 1;
+            short_at_join += usize::from(so_far < b);
+        }
+        short += usize::from(stats.work < a + b);
+        assert!(stats.work <= stats.latency * 2, "{stats:?}");
+    }
+    // `a` waits for `b`: `b` cannot run inline after `a`, so it is stolen.
+    assert_eq!(stolen, rounds);
+    assert_eq!(
+        (short_at_join, short),
+        (0, 0),
+        "of {rounds} requests: missed work (at the join, at the end)"
+    );
+}

@@ -15,6 +15,18 @@
 //!    the region stays mapped. It then retries registration, handing the same
 //!    region map back (`region=1`), so a restarted daemon adopts the region
 //!    the pool already uses.
+//!
+//! # Lifetime of the mapping
+//!
+//! The workers write into the mapping until they exit, and they can outlive
+//! the [`AssistedPool`]: dropped on one of its own workers (the last handle
+//! dropped inside a request), the pool cannot join its workers, which finish
+//! the running requests and exit on their own. So nobody unmaps on drop: the
+//! mapping is an `Arc<MappedRegion>` shared by the pool's `SharedState` (held
+//! by the registry, which every worker holds, and so does every
+//! [`PoolHandle`](crate::PoolHandle) of the pool), the watcher thread and the
+//! `AssistedPool` itself, and it is unmapped when the last of them lets go,
+//! i.e. after the last worker exited and the last handle was dropped.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -86,8 +98,12 @@ impl MappedRegion {
 
 impl Drop for MappedRegion {
     fn drop(&mut self) {
-        // SAFETY: unmapping exactly what `map` mapped; nothing uses it after
-        // drop (the pool built on it is dropped first, see AssistedPool).
+        // SAFETY: unmapping exactly what `map` mapped. Every user of the
+        // region holds the `Arc<MappedRegion>` this value lives in (module
+        // doc, "Lifetime of the mapping"): the pool's SharedState (so every
+        // worker, until it exits, and every PoolHandle) and the watcher. This
+        // runs when the last of them dropped it, also after a panic, so
+        // nothing touches it after.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
@@ -183,13 +199,13 @@ struct LinkState {
 /// assert_eq!(pool.submit(|| 6 * 7).wait().unwrap(), 42);
 /// ```
 pub struct AssistedPool {
-    // Field order is drop order: the pool (and its workers) go before the
-    // mapping they write into.
     pool: Option<Pool>,
     state: Arc<LinkState>,
     watcher: Option<std::thread::JoinHandle<()>>,
     _region_fd: Option<Arc<OwnedFd>>,
-    _region: Option<MappedRegion>,
+    /// One reference to the mapping; the pool's workers and the watcher hold
+    /// others (module doc, "Lifetime of the mapping").
+    _region: Option<Arc<MappedRegion>>,
 }
 
 impl std::ops::Deref for AssistedPool {
@@ -233,13 +249,15 @@ impl AssistedPool {
                 });
             }
         };
-        let region = MappedRegion::map(region_fd.as_fd())?;
+        let region = Arc::new(MappedRegion::map(region_fd.as_fd())?);
         let workers = builder.worker_count();
-        // SAFETY: the mapping is page-aligned, sized for a SharedRegion (the
-        // daemon checked the map's value size) and outlives the pool (field
-        // order of AssistedPool); the kernel writes only its documented fields,
-        // atomically.
-        let shared = unsafe { SharedState::from_raw(region.as_ptr(), workers) };
+        // SAFETY: the mapping is page-aligned and sized for a SharedRegion
+        // (the daemon checked the map's value size); it stays mapped as long
+        // as the Arc handed over lives, i.e. as long as the SharedState and
+        // thus every worker (module doc); the kernel writes only its
+        // documented fields, atomically.
+        let shared =
+            unsafe { SharedState::from_raw_kept_alive(region.as_ptr(), workers, region.clone()) };
         let pool = builder.shared_state(shared).build()?;
         let tids = wait_for_tids(&pool, Duration::from_secs(5))?;
         bind(&stream, &tids)?;
@@ -253,10 +271,10 @@ impl AssistedPool {
             let state = state.clone();
             let fd = region_fd.clone();
             let socket = socket.to_path_buf();
-            let region_ptr = SendPtr(region.as_ptr());
+            let region = region.clone();
             std::thread::Builder::new()
                 .name("tailctl-link".into())
-                .spawn(move || watch(stream, state, fd, socket, kthr, tids, region_ptr))?
+                .spawn(move || watch(stream, state, fd, socket, kthr, tids, region))?
         };
         Ok(Self {
             pool: Some(pool),
@@ -329,11 +347,6 @@ impl Drop for AssistedPool {
     }
 }
 
-struct SendPtr(NonNull<SharedRegion>);
-// SAFETY: points into the shared mapping, accessed only through atomics, and
-// the watcher is joined before the mapping is dropped.
-unsafe impl Send for SendPtr {}
-
 fn wait_for_tids(pool: &Pool, limit: Duration) -> io::Result<Vec<u32>> {
     let start = Instant::now();
     loop {
@@ -361,11 +374,11 @@ fn watch(
     socket: PathBuf,
     kthr: Vec<u64>,
     tids: Vec<u32>,
-    region: SendPtr,
+    region: Arc<MappedRegion>,
 ) {
-    // SAFETY: see SendPtr; `from_raw` is not used here, only the header flag,
-    // through a non-owning view that does not re-initialise the region.
-    let set_mode = |on: bool| unsafe { SharedState::set_kernel_decides_raw(region.0, on) };
+    // SAFETY: `region` keeps the mapping alive while this thread runs; only
+    // the header flag is written, atomically, without re-initialising it.
+    let set_mode = |on: bool| unsafe { SharedState::set_kernel_decides_raw(region.as_ptr(), on) };
     loop {
         let _ = stream.set_read_timeout(None);
         let mut b = [0u8; 64];

@@ -336,7 +336,7 @@ mod loom_tests {
             let waiter = Arc::new(AtomicUsize::new(0));
             let (s2, d2, w2) = (sleep.clone(), done.clone(), waiter.clone());
             let completer = loom::thread::spawn(move || {
-                d2.complete(1u8);
+                assert!(!d2.complete(1u8));
                 fence(SeqCst);
                 if let w @ 1.. = w2.load(SeqCst) {
                     s2.notify_worker(w - 1);
