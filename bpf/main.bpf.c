@@ -197,8 +197,14 @@ struct task_ctx {
 	u32 tid;
 	/* The registration the task is bound to (see tailctl_request_acct.owner). */
 	u64 owner;
+	/*
+	 * Holds one of its request's tokens / is in a throttle queue and counted
+	 * in its request's `waiting`. u32, flipped by compare-and-swap: two CPUs
+	 * (a release and a re-enqueue) may race to give the same one back.
+	 */
+	u32 holds_token;
+	u32 throttled;
 	bool bound;
-	bool holds_token;
 	bool counted_running;
 	bool bounced;
 	/* Dispatched past its wait bound without a token: runs this once regardless. */
@@ -206,8 +212,6 @@ struct task_ctx {
 	/* ... and counted in its request's overdue_running. */
 	bool counted_overdue;
 	bool evict;
-	/* In a throttle queue and counted in its request's `waiting`. */
-	bool throttled;
 	u64 charge_from_ns;
 	u64 throttled_at_ns;
 };
@@ -367,8 +371,11 @@ static __always_inline bool claim_token(struct task_ctx *tctx, struct tailctl_re
 		if (h >= alloc)
 			return false;
 		if (__sync_val_compare_and_swap(&a->holders, h, h + 1) == h) {
-			tctx->holds_token = true;
-			WRITE_ONCE(a->holder, tctx->tid);
+			/* Another CPU claimed for this same task meanwhile: one token per task. */
+			if (__sync_val_compare_and_swap(&tctx->holds_token, 0, 1) != 0)
+				dec_u32(&a->holders);
+			else
+				WRITE_ONCE(a->holder, tctx->tid);
 			return true;
 		}
 	}
@@ -380,9 +387,8 @@ static __always_inline struct tailctl_request_acct *put_token(struct task_ctx *t
 {
 	struct tailctl_request_acct *a;
 
-	if (!tctx->holds_token)
+	if (__sync_val_compare_and_swap(&tctx->holds_token, 1, 0) != 1)
 		return NULL;
-	tctx->holds_token = false;
 	/* An entry that moved on (reset for a new request or registration) took its counts with it. */
 	a = acct_of(tctx);
 	if (!a)
@@ -418,9 +424,8 @@ static __always_inline void leave_wait(struct task_ctx *tctx)
 {
 	struct tailctl_request_acct *a;
 
-	if (!tctx->throttled)
+	if (__sync_val_compare_and_swap(&tctx->throttled, 1, 0) != 1)
 		return;
-	tctx->throttled = false;
 	a = acct_of(tctx);
 	if (a && !dec_u32(&a->waiting) && READ_ONCE(a->tag) == tctx->tag)
 		count_leak();
@@ -476,9 +481,9 @@ static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
 			unbind(tctx);
 		tctx->bound = true;
 		tctx->tag = NO_TAG;
-		tctx->holds_token = false;
+		tctx->holds_token = 0;
 		tctx->counted_running = false;
-		tctx->throttled = false;
+		tctx->throttled = 0;
 		tctx->overdue = false;
 	}
 	tctx->svc = ref->service;
@@ -891,7 +896,7 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 		tctx->throttled_at_ns = bpf_ktime_get_ns();
 		a = acct_of(tctx);
 		if (a) {
-			tctx->throttled = true;
+			tctx->throttled = 1;
 			__sync_fetch_and_add(&a->throttled, 1);
 			__sync_fetch_and_add(&a->waiting, 1);
 		}
@@ -918,36 +923,44 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	}
 }
 
+/* Set while a CPU releases a service's waiters (see release_waiters). */
+static u32 releasing[TAILCTL_MAX_SERVICES];
+
 /*
  * Release the waiters of service @svc that may go now: those whose request
- * has a free token (taken here), whose wait passed the bound, or that are no
- * longer waiting for anything (request or registration gone). A released
- * waiter is moved to the shared vtime queue, not to this CPU: there it
- * competes with every other task by vtime (a throttle queue never outranks
- * the fair queue, so a service cannot take more CPU than it would get
- * unregistered), and the kernel's consume path only hands it to a CPU it may
- * run on (a pinned or migration-disabled waiter waits for its own CPU, which
- * is kicked if idle). A token taken for a move that fails goes back.
+ * has a free token, whose wait passed the bound, or that are no longer
+ * waiting for anything (request or registration gone). A released waiter is
+ * moved to the shared vtime queue, not to this CPU: there it competes with
+ * every other task by vtime (a throttle queue never outranks the fair queue,
+ * so a service cannot take more CPU than it would get unregistered), and the
+ * kernel's consume path only hands it to a CPU it may run on (a pinned or
+ * migration-disabled waiter waits for its own CPU, which is kicked if idle).
+ * Its token is taken only after the move succeeded; should another thread
+ * take it first, begin_request sends the waiter back.
  */
 static __always_inline void release_waiters(u32 svc, u64 now)
 {
 	struct task_struct *p;
 	u64 dsq = TAILCTL_THROTTLE_DSQ_BASE + svc;
 
-	if (!scx_bpf_dsq_nr_queued(dsq))
+	if (svc >= TAILCTL_MAX_SERVICES || !scx_bpf_dsq_nr_queued(dsq))
+		return;
+	/* One CPU at a time: two releasing the same waiter would race on its token and wait count. */
+	if (__sync_val_compare_and_swap(&releasing[svc], 0, 1) != 0)
 		return;
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct tailctl_request_acct *a = NULL;
 		struct task_ctx *tctx = task_ctx(p);
-		bool claimed = false, overdue = false;
+		bool capped = false, overdue = false;
 		u64 waited = 0;
 		s32 cpu;
 
 		if (tctx && tctx->svc >= 0 && still_bound(p, tctx)) {
 			a = acct_of(tctx);
 			if (a && READ_ONCE(a->alloc)) {
-				claimed = claim_token(tctx, a);
-				if (!claimed) {
+				capped = true;
+				if (!READ_ONCE(tctx->holds_token) &&
+				    READ_ONCE(a->holders) >= READ_ONCE(a->alloc)) {
 					if (now - tctx->throttled_at_ns <= max_throttle_wait_ns)
 						continue;
 					overdue = true;
@@ -968,13 +981,16 @@ static __always_inline void release_waiters(u32 svc, u64 now)
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
 		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, TAILCTL_SHARED_DSQ, 0)) {
-			/* Dequeued under us (it comes back through enqueue): nothing taken stays taken. */
-			if (tctx) {
-				if (claimed)
-					put_token(tctx);
+			/* Dequeued under us: it comes back through enqueue, which sorts it out. */
+			if (tctx)
 				tctx->overdue = false;
-			}
 			continue;
+		}
+		if (capped && !overdue) {
+			claim_token(tctx, a);
+			/* It already ran and went to sleep: a sleeper must not sit on the token. */
+			if (!(p->scx.flags & SCX_TASK_QUEUED))
+				release_token(p, tctx);
 		}
 		if (tctx) {
 			struct tailctl_stats *st = stats_cpu();
@@ -988,6 +1004,7 @@ static __always_inline void release_waiters(u32 svc, u64 now)
 		if (cpu >= 0)
 			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
 	}
+	WRITE_ONCE(releasing[svc], 0);
 }
 
 void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)

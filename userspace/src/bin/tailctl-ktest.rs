@@ -88,6 +88,10 @@ enum Cmd {
         /// Pin worker w to CPU w (mod the CPU count) before the huge request.
         #[arg(long)]
         pin: bool,
+        /// Act hostile: clear the kernel's SERIALIZED marks, so workers keep
+        /// stealing the huge request and queue for its token.
+        #[arg(long)]
+        ignore_cap: bool,
     },
     Account {
         /// CPU time of each sequential request (ms), and how many.
@@ -293,6 +297,37 @@ fn find_slot(pool: &Pool, id: u64, limit: Duration) -> Option<u32> {
     None
 }
 
+/// Act hostile until `stop`: keep clearing the kernel's SERIALIZED marks in
+/// the region, so the workers keep stealing capped requests and queue for
+/// their tokens. Returns how many marks it cleared.
+fn clear_marks(pool: &Pool, stop: &AtomicBool) -> u64 {
+    let mut cleared = 0;
+    while !stop.load(Ordering::Relaxed) {
+        for i in 0..MAX_REQUESTS {
+            let slot = pool.shared_state().request(i) as *const _ as *const u8;
+            // SAFETY: flags+generation is the u64 at offset 8 of a request
+            // slot (intf.h); the region is ours to write.
+            let gf = unsafe { &*(slot.add(8) as *const AtomicU64) };
+            let flag = FLAG_SERIALIZED as u64;
+            if gf.fetch_and(!flag, Ordering::SeqCst) & flag != 0 {
+                cleared += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    cleared
+}
+
+/// `clear_marks` on a thread of its own; the caller joins it before `pool` is dropped.
+fn spawn_clear_marks(pool: &Pool, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    let pool_ptr = pool as *const Pool as usize;
+    std::thread::spawn(move || {
+        // SAFETY: the caller joins this thread before `pool` is dropped (or exits).
+        let pool = unsafe { &*(pool_ptr as *const Pool) };
+        clear_marks(pool, &stop)
+    })
+}
+
 fn nr_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
@@ -356,6 +391,7 @@ fn serialize(
     every_ms: u64,
     user_only: bool,
     pin: bool,
+    ignore_cap: bool,
 ) -> Result<()> {
     let table = threshold_table(threshold_ms);
     let pool = start_pool(cli, Some(&table), !user_only)?;
@@ -389,6 +425,7 @@ fn serialize(
 
     // Small requests beside it.
     let stop = Arc::new(AtomicBool::new(false));
+    let marks = ignore_cap.then(|| spawn_clear_marks(&pool, stop.clone()));
     let small_done = Arc::new(AtomicU64::new(0));
     let small_parallel = Arc::new(AtomicU64::new(0));
     let smalls = {
@@ -477,6 +514,9 @@ fn serialize(
         .map_err(|e| anyhow::anyhow!("huge request failed: {e:?}"))?;
     stop.store(true, Ordering::Relaxed);
     smalls.join().unwrap();
+    if let Some(m) = marks {
+        m.join().unwrap();
+    }
 
     let ms = |a: Option<u64>, b: Option<u64>| match (a, b) {
         (Some(a), Some(b)) if b >= a => Some((b - a) as f64 / 1e6),
@@ -729,23 +769,7 @@ fn greedy(
     let cleared = AtomicU64::new(0);
     std::thread::scope(|s| {
         if ignore_cap {
-            s.spawn(|| {
-                while !stop.load(Ordering::Relaxed) {
-                    for i in 0..MAX_REQUESTS {
-                        let slot = pool.shared_state().request(i) as *const _ as *const u8;
-                        // SAFETY: flags+generation is the u64 at offset 8 of a
-                        // request slot (intf.h); the region is ours to write.
-                        let gf = unsafe { &*(slot.add(8) as *const AtomicU64) };
-                        if gf.fetch_and(!(FLAG_SERIALIZED as u64), Ordering::SeqCst)
-                            & FLAG_SERIALIZED as u64
-                            != 0
-                        {
-                            cleared.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            });
+            s.spawn(|| cleared.store(clear_marks(&pool, &stop), Ordering::Relaxed));
         }
         let mut inflight = std::collections::VecDeque::new();
         let submit = || {
@@ -978,6 +1002,10 @@ fn reuse(cli: &Cli, victim: bool) -> Result<()> {
             burn_cpu(Duration::from_millis(item_ms));
         })
     });
+    if victim {
+        // Never joined: the victim is killed mid-serialization.
+        spawn_clear_marks(&pool, Arc::new(AtomicBool::new(false)));
+    }
     let slot =
         find_slot(&pool, h.id(), Duration::from_secs(5)).context("request slot not found")?;
     let tag =
@@ -1242,6 +1270,7 @@ fn main() -> Result<()> {
             small_every_ms,
             user_only,
             pin,
+            ignore_cap,
         } => serialize(
             &cli,
             huge_ms,
@@ -1250,6 +1279,7 @@ fn main() -> Result<()> {
             small_every_ms,
             user_only,
             pin,
+            ignore_cap,
         ),
         Cmd::Account { ms, count } => account(&cli, ms, count),
         Cmd::Serve {
