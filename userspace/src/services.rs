@@ -45,8 +45,8 @@ mod limits;
 
 use binding::TidMap;
 use identity::{Peer, Thread};
-pub use limits::Limits;
 use limits::Book;
+pub use limits::Limits;
 
 /// Where the daemon listens unless `--socket` says otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/tailctl/tailctl.sock";
@@ -236,7 +236,10 @@ fn admit(stream: UnixStream, reg: &Arc<Registry>) {
     };
     let uid = peer.uid;
     if let Err(why) = reg.book.lock().unwrap().admit(uid, &reg.limits) {
-        warn!("refused a connection from pid {} (uid {uid}): {why}", peer.pid);
+        warn!(
+            "refused a connection from pid {} (uid {uid}): {why}",
+            peer.pid
+        );
         let _ = quick_refusal(&stream, &why);
         return;
     }
@@ -631,9 +634,11 @@ mod tests {
         assert!(reply_to(&long, Duration::from_secs(5))
             .unwrap()
             .contains("longer than"));
-        assert!(reply_to(b"REGISTER 1 workers=\xff\n", Duration::from_secs(5))
-            .unwrap()
-            .contains("UTF-8"));
+        assert!(
+            reply_to(b"REGISTER 1 workers=\xff\n", Duration::from_secs(5))
+                .unwrap()
+                .contains("UTF-8")
+        );
         // A slow sender: half a line, then nothing.
         assert!(reply_to(b"REGISTER 1 wor", Duration::from_millis(100))
             .unwrap()

@@ -64,7 +64,11 @@ pub fn check_init_pid_ns() -> Result<()> {
     }
     // /proc must be a proc of that namespace too, or /proc/<pid> names other tasks.
     let stat = std::fs::read_to_string("/proc/self/stat").context("reading /proc/self/stat")?;
-    let pid: u32 = stat.split(' ').next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let pid: u32 = stat
+        .split(' ')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
     if pid != std::process::id() {
         bail!("/proc is not mounted for the initial pid namespace (it shows us as pid {pid})");
     }
@@ -147,11 +151,17 @@ impl Peer {
     /// for that very process (not for whoever holds its pid later).
     pub fn identify(stream: &UnixStream) -> io::Result<Self> {
         let accepted = boottime_ticks();
-        let cred = nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)?;
+        let cred =
+            nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)?;
         let (pid, uid) = (cred.pid() as u32, cred.uid());
         let pidfd = match peer_pidfd(stream) {
             Ok(fd) => fd,
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOPROTOOPT) | Some(libc::EINVAL)) => {
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOPROTOOPT) | Some(libc::EINVAL)
+                ) =>
+            {
                 // Before Linux 6.5: open it by number, then make sure the number
                 // was not recycled since the connection (a process that reused
                 // it started after we accepted).
@@ -295,7 +305,8 @@ mod tests {
     #[test]
     fn starttime_is_field_22_even_with_odd_names() {
         // A real line, with a command name holding spaces and parentheses.
-        let line = "1234 (a b) c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 987654 1000 10 \
+        let line =
+            "1234 (a b) c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 987654 1000 10 \
                     18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 2 0 0 0 0 0";
         assert_eq!(parse_stat_starttime(line), Some(987654));
         assert_eq!(parse_stat_starttime("1 (x) S 1"), None);

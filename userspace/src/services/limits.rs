@@ -155,7 +155,10 @@ mod tests {
         b.admit(1, &lim).unwrap();
         assert!(b.admit(1, &lim).unwrap_err().contains("uid 1"));
         b.admit(2, &lim).unwrap();
-        assert!(b.admit(3, &lim).unwrap_err().contains("connections are open"));
+        assert!(b
+            .admit(3, &lim)
+            .unwrap_err()
+            .contains("connections are open"));
         // Root is never turned away.
         for _ in 0..10 {
             b.admit(0, &lim).unwrap();
