@@ -1155,7 +1155,7 @@ fn fuzz(cli: &Cli, secs: u64, threads: usize, benign: bool) -> Result<()> {
                     x ^= x >> 7;
                     x ^= x << 17;
                     burn_cpu(Duration::from_micros(x % 3000));
-                    if x % 4 == 0 {
+                    if x.is_multiple_of(4) {
                         std::thread::sleep(Duration::from_micros(x % 500));
                     }
                 }
@@ -1196,7 +1196,11 @@ fn fuzz(cli: &Cli, secs: u64, threads: usize, benign: bool) -> Result<()> {
                     x ^= x << 17;
                     let r = x >> 8;
                     // Mostly plausible: a worker on a request whose slot carries the tag's generation.
-                    let nw = if r % 8 == 0 { 64 } else { tids.len() as u64 };
+                    let nw = if r.is_multiple_of(8) {
+                        64
+                    } else {
+                        tids.len() as u64
+                    };
                     let w = WORKERS_AT + 64 * (r % nw) as usize;
                     let slot = if r % 32 == 1 {
                         (r >> 8) as u32
@@ -1208,10 +1212,17 @@ fn fuzz(cli: &Cli, secs: u64, threads: usize, benign: bool) -> Result<()> {
                     match x % 10 {
                         0 => w64((r as usize % (len / 8)) * 8, x.rotate_left(17)),
                         1 => w32(HDR_ACTIVE, (r % 300) as u32),
-                        2 => w32(HDR_MAGIC, if r % 16 == 0 { r as u32 } else { 0x5452_4354 }),
-                        3 => w32(HDR_VERSION, if r % 16 == 0 { r as u32 } else { 1 }),
+                        2 => w32(
+                            HDR_MAGIC,
+                            if r.is_multiple_of(16) {
+                                r as u32
+                            } else {
+                                0x5452_4354
+                            },
+                        ),
+                        3 => w32(HDR_VERSION, if r.is_multiple_of(16) { r as u32 } else { 1 }),
                         4 => {
-                            let t = if r % 2 == 0 {
+                            let t = if r.is_multiple_of(2) {
                                 tids[(r >> 4) as usize % tids.len()]
                             } else {
                                 others[(r >> 4) as usize % others.len().max(1)]
@@ -1219,12 +1230,12 @@ fn fuzz(cli: &Cli, secs: u64, threads: usize, benign: bool) -> Result<()> {
                             w32(w + 16, t)
                         }
                         5 => w32(w + 20, (r % 4) as u32),
-                        6 => w64(w, if r % 16 == 0 { u64::MAX } else { tag }),
+                        6 => w64(w, if r.is_multiple_of(16) { u64::MAX } else { tag }),
                         _ => {
                             if (slot as usize) < tailctl_rt::shared_state::MAX_REQUESTS {
                                 let q = REQUESTS_AT + 64 * slot as usize;
                                 // flags | generation << 32: one u64 at +8.
-                                w64(q + 8, ((gen as u64) << 32) | (r >> 40) % 2);
+                                w64(q + 8, ((gen as u64) << 32) | ((r >> 40) % 2));
                                 w32(q + 32, (r % 3) as u32);
                             }
                         }
