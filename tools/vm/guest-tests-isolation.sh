@@ -144,6 +144,18 @@ neighbour_share() {
   jget "$h" share
 }
 
+# stats_sum: the scheduler's counters, summed over CPUs, as "name=value ...".
+stats_sum() {
+  "$TAILCTL" maps dump stats --json 2>/dev/null | $PY -c '
+import json, sys
+s = {}
+for e in json.load(sys.stdin):
+    for c in e["values"]:
+        for k, v in c["value"].items():
+            s[k] = max(s.get(k, 0), v) if k.startswith("max_") else s.get(k, 0) + v
+print(" ".join(f"{k}={s[k]}" for k in ("serializations", "throttled", "rotations", "cap_preemptions", "invalid_hints", "overdue_runs")))'
+}
+
 # share_ratio "BASE..." "OTHER...": mean(OTHER) / mean(BASE).
 share_ratio() { $PY -c 'import sys; a=[float(x) for x in sys.argv[1].split()]; b=[float(x) for x in sys.argv[2].split()]; print(round((sum(b)/len(b))/(sum(a)/len(a)), 3))' "$1" "$2"; }
 at_least() { $PY -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)' "$1" "$2"; }
@@ -153,19 +165,20 @@ test_fuzz() {
   local twin="" fz="" s i secs=${FUZZ_SECS:-27}
   # Twin, fuzzer, twin, fuzzer: 2 x 30 s of fuzzing, unprivileged.
   for i in 1 2; do
-    s=$(neighbour_share "$secs" setpriv --reuid=65534 --regid=65534 --clear-groups "$ktest" fuzz --threads 4 --secs $((secs + 3)) --benign) \
+    s=$(neighbour_share "$secs" setpriv --reuid=65534 --regid=65534 --clear-groups "$ktest" fuzz --threads 8 --secs $((secs + 3)) --benign) \
       || { fail fuzz "twin run $i: $(tail -c 300 "$out/beside.err")"; stop_sched; return; }
     twin+="$s "
     sched_alive || { fail fuzz "scheduler died beside the twin: $(sched_tail)"; return; }
-    s=$(neighbour_share "$secs" setpriv --reuid=65534 --regid=65534 --clear-groups "$ktest" fuzz --threads 4 --secs $((secs + 3))) \
+    s=$(neighbour_share "$secs" setpriv --reuid=65534 --regid=65534 --clear-groups "$ktest" fuzz --threads 8 --secs $((secs + 3))) \
       || { fail fuzz "fuzz run $i: $(tail -c 300 "$out/beside.err")"; stop_sched; return; }
     fz+="$s "
     cp "$out/beside.json" "$out/fuzz-$i.json"
     sched_alive || { fail fuzz "scheduler ejected while the fuzzer ran: $(sched_tail); $(dmesg | grep -i sched_ext | tail -n 2 | tr '\n"' ' ')"; return; }
   done
+  local st; st=$(stats_sum)
   stop_sched || { fail fuzz "scheduler exit non-zero: $(sched_tail)"; return; }
   local ratio; ratio=$(share_ratio "$twin" "$fz")
   at_least "$ratio" 0.9 || { fail fuzz "an unregistered neighbour got $ratio x its CPU beside the fuzzer (shares beside twin: $twin, beside fuzzer: $fz)"; return; }
-  pass fuzz "2 x ${secs} s of fuzzing, scheduler loaded; neighbour's CPU beside the fuzzer / beside a benign twin = $ratio (shares $twin / $fz)" \
-    "\"ratio\": $ratio, \"twin_shares\": \"$twin\", \"fuzz_shares\": \"$fz\""
+  pass fuzz "2 x ${secs} s of fuzzing, scheduler loaded ($st); neighbour's CPU beside the fuzzer / beside a benign twin = $ratio (shares $twin / $fz)" \
+    "\"ratio\": $ratio, \"twin_shares\": \"$twin\", \"fuzz_shares\": \"$fz\", \"stats\": \"$st\""
 }

@@ -1195,7 +1195,9 @@ fn fuzz(cli: &Cli, secs: u64, threads: usize, benign: bool) -> Result<()> {
                     x ^= x >> 7;
                     x ^= x << 17;
                     let r = x >> 8;
-                    // Mostly plausible: a worker on a request whose slot carries the tag's generation.
+                    // Mostly plausible: a worker on one of a few requests (so threads
+                    // collide on capped requests and queue for tokens), whose slot
+                    // carries the tag's generation.
                     let nw = if r.is_multiple_of(8) {
                         64
                     } else {
@@ -1205,7 +1207,7 @@ fn fuzz(cli: &Cli, secs: u64, threads: usize, benign: bool) -> Result<()> {
                     let slot = if r % 32 == 1 {
                         (r >> 8) as u32
                     } else {
-                        ((r >> 8) % 16) as u32
+                        ((r >> 8) % 4) as u32
                     };
                     let gen = ((r >> 24) % 4) as u32;
                     let tag = ((gen as u64) << 32) | slot as u64;
