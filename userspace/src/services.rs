@@ -574,6 +574,12 @@ fn bind_line(
     }
 }
 
+/// Registration sequence numbers: with the pid, the kernel tells one
+/// registration of a slot from the next (`tailctl_service.epoch`), so a slot
+/// reused by the same pid never inherits the previous registration's
+/// accounting (caps, tokens, serialized time).
+static REGISTRATION_EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 fn install(
     maps: &RegistryMaps,
     peer: &Peer,
@@ -588,6 +594,9 @@ fn install(
     svc.pid = peer.pid;
     svc.uid = peer.uid;
     svc.allot = 0;
+    // 32 bits are kept (the kernel shifts it above the pid); wrapping after
+    // four billion registrations only needs it to differ from the last one.
+    svc.epoch = REGISTRATION_EPOCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & 0xffff_ffff;
     svc.nr_thresholds = req.thresholds_ns.len() as u32;
     for (i, t) in req.thresholds_ns.iter().enumerate() {
         svc.threshold_ns[i] = *t;
