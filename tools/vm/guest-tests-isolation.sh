@@ -6,6 +6,8 @@
 #   regdos:   one unprivileged user takes what it can (17 registrations, 1000
 #             connections, a slow sender); another user's service still
 #             registers and is served; oversized / non-UTF-8 requests get ERR.
+#   regversion: a region whose header claims another layout version gets no
+#             workers bound.
 #   pidns:    a service in a child pid namespace registers and its workers are
 #             charged (its tids are translated, not taken for someone else's).
 #   fuzz:     a registered service writes random and coherent garbage into its
@@ -74,6 +76,27 @@ print("bad " + "; ".join(why) if why else f"ok BIND t,t: {r['dup_reply']}; no bi
 PY
 )
   case "$verdict" in ok*) pass bindleak "${verdict#ok }" "\"result\": $r";; *) fail bindleak "${verdict#bad }";; esac
+}
+
+test_regversion() {
+  start_sched || { fail regversion "scheduler did not load"; return; }
+  local r; r=$(timeout 120 "$PY" "$client" version "$sock" 2>"$out/regversion.err") \
+    || { fail regversion "client failed: $(tail -c 300 "$out/regversion.err")"; stop_sched; return; }
+  sched_alive || { fail regversion "scheduler died: $(sched_tail)"; return; }
+  stop_sched || { fail regversion "scheduler exit non-zero"; return; }
+  local verdict
+  verdict=$($PY - "$r" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+why = []
+if not (r["bad_version_reply"] or "").startswith("ERR") or r["bound_bad"] is not None:
+    why.append(f"a region of layout version 2 got its worker bound: {r['bad_version_reply']!r}, {r['bound_bad']}")
+if not (r["good_version_reply"] or "").startswith("OK") or r["bound_good"] is None:
+    why.append(f"the same region back at version 1: {r['good_version_reply']!r}, {r['bound_good']}")
+print("bad " + "; ".join(why) if why else f"ok version 2: {r['bad_version_reply']}; version 1: bound")
+PY
+)
+  case "$verdict" in ok*) pass regversion "${verdict#ok }" "\"result\": $r";; *) fail regversion "${verdict#bad }";; esac
 }
 
 test_regdos() {

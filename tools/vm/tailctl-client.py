@@ -11,6 +11,7 @@ runtime never would. Each subcommand prints one JSON object.
                           registrations, 1000 connections, a slow sender;
                           touches MARK once all is set up, holds HOLD seconds
   badreq SOCKET           an oversized and a non-UTF-8 REGISTER: replies?
+  version SOCKET          a region with another layout version: BIND refused?
 """
 import array
 import json
@@ -176,6 +177,22 @@ def binddup(path, tl):
     }))
 
 
+def version(path, tl):
+    """A region claiming another layout version: its workers must not be bound."""
+    s, svc, fd = register(path)
+    m = mmap.mmap(fd, (REGION_SIZE + 4095) // 4096 * 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    struct.pack_into("<II", m, 0, MAGIC, VERSION + 1)
+    me = threading.get_native_id()
+    bad, _ = request(s, f"BIND {me}\n")
+    bound_bad = worker_tids(tl).get(me)
+    struct.pack_into("<II", m, 0, MAGIC, VERSION)
+    good, _ = request(s, f"BIND {me}\n")
+    bound_good = worker_tids(tl).get(me)
+    s.close()
+    print(json.dumps({"service": svc, "bad_version_reply": bad, "bound_bad": bound_bad,
+                      "good_version_reply": good, "bound_good": bound_good}))
+
+
 def flood(path, hold, mark):
     res = {"registered": 0, "refused": [], "conns_open": 0, "conns_refused": 0}
     keep = []
@@ -263,6 +280,8 @@ if __name__ == "__main__":
         tidreuse(path, tl)
     elif cmd == "binddup":
         binddup(path, tl)
+    elif cmd == "version":
+        version(path, tl)
     elif cmd == "flood":
         flood(path, float(sys.argv[3]), sys.argv[4])
     elif cmd == "badreq":

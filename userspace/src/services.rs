@@ -86,6 +86,27 @@ struct Registry {
     book: Mutex<Book>,
     limits: Limits,
     shutdown: AtomicBool,
+    refusals: RateLimit,
+}
+
+/// At most one log line a second for refused connections: a flood must not
+/// turn into a flood of log lines.
+#[derive(Default)]
+struct RateLimit(Mutex<(Option<Instant>, u64)>);
+
+impl RateLimit {
+    /// Call `log(suppressed since the last line)` unless a line went out
+    /// less than a second ago.
+    fn note(&self, log: impl FnOnce(u64)) {
+        let mut g = self.0.lock().unwrap();
+        match g.0 {
+            Some(t) if t.elapsed() < Duration::from_secs(1) => g.1 += 1,
+            _ => {
+                log(g.1);
+                *g = (Some(Instant::now()), 0);
+            }
+        }
+    }
 }
 
 impl Registry {
@@ -179,6 +200,7 @@ impl RegistrationServer {
             book: Mutex::new(Book::default()),
             limits,
             shutdown: AtomicBool::new(false),
+            refusals: RateLimit::default(),
         });
         let r = registry.clone();
         let thread = std::thread::Builder::new()
@@ -214,7 +236,14 @@ fn accept_loop(listener: UnixListener, reg: Arc<Registry>) {
         match listener.accept() {
             Ok((stream, _)) => admit(stream, &reg),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(20));
+                // Wake for a connection at once, else now and then for shutdown.
+                let mut p = libc::pollfd {
+                    fd: listener.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd.
+                unsafe { libc::poll(&mut p, 1, 200) };
             }
             Err(e) => {
                 warn!("registration: accept: {e}");
@@ -236,10 +265,17 @@ fn admit(stream: UnixStream, reg: &Arc<Registry>) {
     };
     let uid = peer.uid;
     if let Err(why) = reg.book.lock().unwrap().admit(uid, &reg.limits) {
-        warn!(
-            "refused a connection from pid {} (uid {uid}): {why}",
-            peer.pid
-        );
+        reg.refusals.note(|n| {
+            warn!(
+                "refused a connection from pid {} (uid {uid}): {why}{}",
+                peer.pid,
+                if n > 0 {
+                    format!(" ({n} more refused in the last second)")
+                } else {
+                    String::new()
+                }
+            )
+        });
         let _ = quick_refusal(&stream, &why);
         return;
     }

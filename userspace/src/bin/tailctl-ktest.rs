@@ -1209,7 +1209,13 @@ fn fuzz(cli: &Cli, secs: u64, threads: usize, benign: bool) -> Result<()> {
                     } else {
                         ((r >> 8) % 4) as u32
                     };
-                    let gen = ((r >> 24) % 4) as u32;
+                    // Mostly one generation, so tags stay valid long enough for
+                    // requests to cross their threshold and be capped.
+                    let gen = if r.is_multiple_of(64) {
+                        ((r >> 24) % 4) as u32
+                    } else {
+                        1
+                    };
                     let tag = ((gen as u64) << 32) | slot as u64;
                     match x % 10 {
                         0 => w64((r as usize % (len / 8)) * 8, x.rotate_left(17)),
@@ -1231,7 +1237,15 @@ fn fuzz(cli: &Cli, secs: u64, threads: usize, benign: bool) -> Result<()> {
                             };
                             w32(w + 16, t)
                         }
-                        5 => w32(w + 20, (r % 4) as u32),
+                        // Mostly WORKING (0): charged, and subject to the cap.
+                        5 => w32(
+                            w + 20,
+                            if r.is_multiple_of(4) {
+                                (r >> 2) as u32 % 4
+                            } else {
+                                0
+                            },
+                        ),
                         6 => w64(w, if r.is_multiple_of(16) { u64::MAX } else { tag }),
                         _ => {
                             if (slot as usize) < tailctl_rt::shared_state::MAX_REQUESTS {
