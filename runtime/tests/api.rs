@@ -11,21 +11,8 @@ use tailctl_rt::{
     Policy, Pool, RequestError,
 };
 
-fn scale(full: usize, miri: usize) -> usize {
-    if cfg!(miri) {
-        miri
-    } else {
-        full
-    }
-}
-
-fn fib(n: u64) -> u64 {
-    if n < 2 {
-        return n;
-    }
-    let (a, b) = join(|| fib(n - 1), || fib(n - 2));
-    a + b
-}
+mod common;
+use common::{fib, scale};
 
 fn pool(policy: Policy, workers: usize) -> Pool {
     let mut b = Pool::builder()

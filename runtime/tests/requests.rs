@@ -10,21 +10,8 @@ use tailctl_rt::{
     join, parallel_for, scope, threshold::ThresholdTable, Policy, Pool, RequestError,
 };
 
-fn scale(full: usize, miri: usize) -> usize {
-    if cfg!(miri) {
-        miri
-    } else {
-        full
-    }
-}
-
-fn fib(n: u64) -> u64 {
-    if n < 2 {
-        return n;
-    }
-    let (a, b) = join(|| fib(n - 1), || fib(n - 2));
-    a + b
-}
+mod common;
+use common::{fib, scale};
 
 fn fib_seq(n: u64) -> u64 {
     if n < 2 {
