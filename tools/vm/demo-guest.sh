@@ -24,7 +24,7 @@ pct=${DEMO_PERCENTILE:-75}
 requests=${DEMO_REQUESTS:-800}
 # Offered load as a share of the capacity measured in the guest at start
 # (emulated CPUs run at whatever speed the host lends them), or a fixed rate.
-load=${DEMO_LOAD:-0.8}
+load=${DEMO_LOAD:-0.5}
 rate=(--load "$load"); [ -n "${DEMO_RPS:-}" ] && rate=(--rps "$DEMO_RPS")
 
 echo "[demo] kernel $(uname -r), $(nproc) CPUs, sched_ext: $(cat /sys/kernel/sched_ext/state)"
