@@ -24,7 +24,9 @@ start=$(date +%s)
 for attempt in 1 2; do
   rm -rf "$out/experiment"
   if target/release/tailctl vm run -k "$k" -c "${DEMO_CPUS:-4}" --tcg-threads "${DEMO_TCG_THREADS:-multi}" \
-       --console "$out/console.log" --rwdir "$out" -- bash tools/vm/demo-guest.sh target/release "$out"; then
+       --console "$out/console.log" --rwdir "$out" -- env DEMO_LOAD="${DEMO_LOAD:-}" DEMO_RPS="${DEMO_RPS:-}" \
+       DEMO_REQUESTS="${DEMO_REQUESTS:-}" DEMO_PERCENTILE="${DEMO_PERCENTILE:-}" \
+       bash tools/vm/demo-guest.sh target/release "$out"; then
     break
   fi
   [ "$attempt" = 2 ] && exit 1
