@@ -12,21 +12,7 @@ use tailctl_rt::{
 };
 
 mod common;
-use common::{fib, scale};
-
-fn pool(policy: Policy, workers: usize) -> Pool {
-    let mut b = Pool::builder()
-        .workers(workers)
-        .policy(policy)
-        .spin_rounds(8);
-    if policy == Policy::TailControl {
-        b = b.thresholds(ThresholdTable::from_thresholds(vec![
-            None,
-            Some(Duration::from_millis(1)),
-        ]));
-    }
-    b.build().unwrap()
-}
+use common::{fib, pool, scale};
 
 /// Spins until `flag` is set (no timing: the other side always sets it).
 fn until(flag: &AtomicBool) {

@@ -5,13 +5,10 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
-use tailctl_rt::{
-    join, parallel_for, scope, threshold::ThresholdTable, Policy, Pool, RequestError,
-};
+use tailctl_rt::{join, parallel_for, scope, Policy, RequestError};
 
 mod common;
-use common::{fib, scale};
+use common::{fib, pool, scale};
 
 fn fib_seq(n: u64) -> u64 {
     if n < 2 {
@@ -19,21 +16,6 @@ fn fib_seq(n: u64) -> u64 {
     } else {
         fib_seq(n - 1) + fib_seq(n - 2)
     }
-}
-
-fn pool(policy: Policy, workers: usize) -> Pool {
-    let mut b = Pool::builder()
-        .workers(workers)
-        .policy(policy)
-        .spin_rounds(8);
-    if policy == Policy::TailControl {
-        // Serialize anything that ran 1 ms at 2+ active requests.
-        b = b.thresholds(ThresholdTable::from_thresholds(vec![
-            None,
-            Some(Duration::from_millis(1)),
-        ]));
-    }
-    b.build().unwrap()
 }
 
 #[test]
