@@ -1,0 +1,170 @@
+//! Core-allotment policies for multiprogrammed parallel jobs.
+//!
+//! # Design
+//!
+//! Several parallel jobs share `P` cores. Every quantum `L` (and on every job start and exit, as in
+//! AMCilk's `job_scheduler(e)`), a controller shows a policy what AMCilk's `job_scheduler` sees —
+//! the jobs, the machine's cores, each job's desire inputs and how its cores spent the last quantum
+//! (working vs stealing) — and the policy returns each job's *allotment*: how many cores it may use
+//! at once during the next quantum. Someone else enforces it: the sched_ext scheduler (the kernel
+//! caps how many of a job's threads run at once) or the simulator.
+//!
+//! The same policy code runs in the scheduler daemon (`scx_tailctl --allot`) and in `tailctl sim`,
+//! so a policy measured in the simulator is the policy the kernel enforces. A policy is one file
+//! behind [`AllotPolicy`]; policies keep their own per-job state keyed by [`JobId`] and must accept
+//! jobs appearing and vanishing between calls.
+//!
+//! Invariants every policy keeps (checked by [`check_allotment`], which the callers run):
+//! the allotments sum to at most `cores`, and a job with work gets at least one core whenever
+//! there are at least as many cores as jobs (nobody is starved by the policy itself).
+
+pub mod equi;
+
+pub use equi::Equi;
+
+/// Identifies a job across calls (a service's registration epoch, a cgroup id, a simulator job
+/// number). Never reused while the job lives.
+pub type JobId = u64;
+
+/// Why the controller calls the policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The quantum timer fired.
+    Quantum,
+    /// A job started (AMCilk's START_JOB); it is already in the job list.
+    JobStarted(JobId),
+    /// A job ended (AMCilk's EXIT_JOB); it is no longer in the job list.
+    JobExited(JobId),
+}
+
+/// What a job did during the last quantum, as the controller measured it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct JobView {
+    pub id: JobId,
+    /// Cores the job was allotted during the last quantum (0 for a job that just started).
+    pub allot: u32,
+    /// Most cores it could ever use (its worker count, or runnable threads for a cgroup job).
+    pub max_parallelism: u32,
+    /// Threads runnable or running at the moment of the call.
+    pub runnable: u32,
+    /// Core-time spent working (running tasks, or mugging) during the quantum, in ns.
+    pub work_ns: u64,
+    /// Core-time spent stealing (looking for work, failing) during the quantum, in ns.
+    pub steal_ns: u64,
+    /// SAWS's `u`: 1 - purely unsuccessful steals / total steals during the quantum, in [0, 1]
+    /// (1.0 when there were no steals).
+    pub steal_success: f64,
+    /// SAWS's `Q`: stealable items seen by thieves (deque lengths, muggable deques included),
+    /// averaged over the quantum.
+    pub queued_avg: f64,
+    /// SAWS's `Q'`: stealable items in the job's deques at the end of the quantum (a snapshot).
+    pub queued_now: f64,
+}
+
+impl JobView {
+    /// Fraction of the allotted core-time spent working, in [0, 1] (A-Steal's utilisation).
+    pub fn utilisation(&self, quantum_ns: u64) -> f64 {
+        let allotted = self.allot as f64 * quantum_ns as f64;
+        if allotted <= 0.0 {
+            return 0.0;
+        }
+        (self.work_ns as f64 / allotted).clamp(0.0, 1.0)
+    }
+}
+
+/// The machine the controller divides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Machine {
+    /// Cores to divide among the jobs.
+    pub cores: u32,
+    /// The quantum `L`, in ns.
+    pub quantum_ns: u64,
+}
+
+/// A core-allotment policy. One per file; see the module docs for the contract.
+pub trait AllotPolicy: Send {
+    /// The policy's name as given to `--allot`.
+    fn name(&self) -> &'static str;
+
+    /// Sets `allot[i]`, the cores job `jobs[i]` may use during the next quantum. `allot` has
+    /// `jobs.len()` entries, holding the current allotments on entry.
+    fn decide(&mut self, event: Event, machine: Machine, jobs: &[JobView], allot: &mut [u32]);
+}
+
+/// The policies `--allot` accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicyKind {
+    /// No allotment: every job may use every core (the scheduler's behaviour without `--allot`).
+    Off,
+    Equi,
+}
+
+impl PolicyKind {
+    pub const NAMES: &'static [&'static str] = &["off", "equi"];
+
+    /// Builds the policy; `None` for [`PolicyKind::Off`].
+    pub fn build(self) -> Option<Box<dyn AllotPolicy>> {
+        match self {
+            PolicyKind::Off => None,
+            PolicyKind::Equi => Some(Box::new(Equi)),
+        }
+    }
+}
+
+impl std::str::FromStr for PolicyKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "off" => Ok(PolicyKind::Off),
+            "equi" => Ok(PolicyKind::Equi),
+            other => Err(format!(
+                "unknown allotment policy `{other}`; expected one of: {}",
+                PolicyKind::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
+/// Checks the invariants of the module docs; returns a description of the first violation.
+pub fn check_allotment(machine: Machine, jobs: &[JobView], allot: &[u32]) -> Result<(), String> {
+    if allot.len() != jobs.len() {
+        return Err(format!(
+            "{} allotments for {} jobs",
+            allot.len(),
+            jobs.len()
+        ));
+    }
+    let total: u64 = allot.iter().map(|&a| a as u64).sum();
+    if total > machine.cores as u64 {
+        return Err(format!(
+            "allotments sum to {total} > {} cores",
+            machine.cores
+        ));
+    }
+    if jobs.len() as u64 <= machine.cores as u64 {
+        if let Some((job, _)) = jobs
+            .iter()
+            .zip(allot)
+            .find(|(j, &a)| a == 0 && j.runnable > 0)
+        {
+            return Err(format!("job {} has work but no core", job.id));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    pub fn job(id: JobId, max_parallelism: u32) -> JobView {
+        JobView {
+            id,
+            max_parallelism,
+            runnable: max_parallelism,
+            steal_success: 1.0,
+            ..JobView::default()
+        }
+    }
+}
