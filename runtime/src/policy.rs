@@ -33,7 +33,7 @@
 //! any serialized task they still get to its owner).
 
 use crate::registry::WorkerThread;
-use crate::shared_state::{tag_generation, tag_slot, NO_REQUEST};
+use crate::shared_state::{tag_generation, NO_REQUEST};
 use crate::time::now_ns;
 
 /// Which work a worker looks for first when it runs out of local work.
@@ -156,7 +156,11 @@ pub(crate) fn check_pileup(wt: &WorkerThread) {
         }
     }
     for &(tag, elapsed) in acc.iter() {
-        let q = shared.request(tag_slot(tag));
+        // Tags come from the region (the process can scribble on it): one
+        // naming no slot is skipped.
+        let Some(q) = shared.tag_request(tag) else {
+            continue;
+        };
         if q.generation() != tag_generation(tag) || q.is_serialized(tag_generation(tag)) {
             continue;
         }

@@ -1039,10 +1039,21 @@ impl SharedState {
         None
     }
 
-    /// Whether the request `tag` is serialized (untracked: never).
+    /// The slot of request `tag`, or `None` for a tag naming no slot. Tags the
+    /// runtime made itself are always in range; a tag read back from the
+    /// region (a worker's `current`, which the process itself can scribble
+    /// on) may not be, and is then a hint to ignore, never an index to panic
+    /// on: a worker that panics here aborts the process.
+    pub(crate) fn tag_request(&self, tag: u64) -> Option<&RequestSlot> {
+        self.region().requests.get(tag_slot(tag))
+    }
+
+    /// Whether the request `tag` is serialized (untracked, or naming no slot: never).
     pub(crate) fn tag_serialized(&self, tag: u64) -> bool {
         tag != NO_REQUEST
-            && self.region().requests[tag_slot(tag)].is_serialized(tag_generation(tag))
+            && self
+                .tag_request(tag)
+                .is_some_and(|q| q.is_serialized(tag_generation(tag)))
     }
 }
 
@@ -1267,6 +1278,24 @@ mod tests {
     /// stores `start_ns` then `current`: an old tag with a new start, i.e.
     /// the time since the worker *left* that request counted as work on it.)
     /// Here a tag is published with odd starts, no request with even ones.
+    #[test]
+    fn garbage_tags_in_the_region_are_ignored_not_indexed() {
+        // A process may scribble on its own region; tags read back from it
+        // must never index past the request slots (a worker panicking there
+        // aborts the process).
+        let s = SharedState::new(2);
+        for bad in [
+            u64::MAX - 1,
+            0xffff_ffff,
+            MAX_REQUESTS as u64,
+            (7 << 32) | 1_000_000,
+        ] {
+            s.worker(0).current.store(bad, Ordering::Relaxed);
+            assert!(!s.tag_serialized(s.worker(0).current()));
+            assert!(s.tag_request(bad).is_none());
+        }
+    }
+
     #[test]
     fn a_worker_snapshot_pairs_a_tag_with_its_own_start() {
         use std::sync::atomic::AtomicBool;
