@@ -183,25 +183,41 @@ print(" ".join(f"{k}={s[k]}" for k in ("serializations", "throttled", "rotations
 share_ratio() { $PY -c 'import sys; a=[float(x) for x in sys.argv[1].split()]; b=[float(x) for x in sys.argv[2].split()]; print(round((sum(b)/len(b))/(sum(a)/len(a)), 3))' "$1" "$2"; }
 at_least() { $PY -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)' "$1" "$2"; }
 
+# median_ratio "BASE..." "OTHER...": median(OTHER) / median(BASE).
+median_ratio() { $PY -c 'import sys, statistics as st; a=[float(x) for x in sys.argv[1].split()]; b=[float(x) for x in sys.argv[2].split()]; print(round(st.median(b)/st.median(a), 3))' "$1" "$2"; }
+
+# A service writing random bytes and random coherent values (valid magic, its
+# own and other processes' tids, tags that match their slots, tiny
+# thresholds) into its region, beside an unregistered 2-thread hog, against
+# its benign twin (same threads, same garbage written to private memory).
+# Three interleaved pairs (FUZZ_ROUNDS), medians: under single-threaded TCG
+# one vCPU runs at a time for up to 100 ms while the others' clocks run on,
+# so one hog sample drifts by about +-35% (seen: 0.68 to 1.24 CPUs beside the
+# same twin in one run). Asserted: the scheduler stays loaded with no leaked
+# token, the fuzzer's own CPU is not above its twin's (registration buys
+# nothing; a low-noise figure, within 2% between rounds), and the neighbour
+# keeps at least FUZZ_MIN (0.9) of its CPU beside the twin.
 test_fuzz() {
   start_sched --socket-mode 666 || { fail fuzz "scheduler did not load"; return; }
-  local twin="" fz="" s i secs=${FUZZ_SECS:-27}
-  # Twin, fuzzer, twin, fuzzer: 2 x 30 s of fuzzing, unprivileged.
-  for i in 1 2; do
+  local twin="" fz="" tsvc="" fsvc="" s i secs=${FUZZ_SECS:-18} rounds=${FUZZ_ROUNDS:-3} min=${FUZZ_MIN:-0.9}
+  for i in $(seq 1 "$rounds"); do
     s=$(neighbour_share "$secs" setpriv --reuid=65534 --regid=65534 --clear-groups "$ktest" fuzz --threads 8 --secs $((secs + 3)) --benign) \
       || { fail fuzz "twin run $i: $(tail -c 300 "$out/beside.err")"; stop_sched; return; }
-    twin+="$s "
+    twin+="$s "; tsvc+="$(jget "$(cat "$out/beside.json")" share) "
     sched_alive || { fail fuzz "scheduler died beside the twin: $(sched_tail)"; return; }
     s=$(neighbour_share "$secs" setpriv --reuid=65534 --regid=65534 --clear-groups "$ktest" fuzz --threads 8 --secs $((secs + 3))) \
       || { fail fuzz "fuzz run $i: $(tail -c 300 "$out/beside.err")"; stop_sched; return; }
-    fz+="$s "
+    fz+="$s "; fsvc+="$(jget "$(cat "$out/beside.json")" share) "
     cp "$out/beside.json" "$out/fuzz-$i.json"
     sched_alive || { fail fuzz "scheduler ejected while the fuzzer ran: $(sched_tail); $(dmesg | grep -i sched_ext | tail -n 2 | tr '\n"' ' ')"; return; }
   done
   local st; st=$(stats_sum)
-  stop_sched || { fail fuzz "scheduler exit non-zero: $(sched_tail)"; return; }
-  local ratio; ratio=$(share_ratio "$twin" "$fz")
-  at_least "$ratio" 0.9 || { fail fuzz "an unregistered neighbour got $ratio x its CPU beside the fuzzer (shares beside twin: $twin, beside fuzzer: $fz)"; return; }
-  pass fuzz "2 x ${secs} s of fuzzing, scheduler loaded ($st); neighbour's CPU beside the fuzzer / beside a benign twin = $ratio (shares $twin / $fz)" \
-    "\"ratio\": $ratio, \"twin_shares\": \"$twin\", \"fuzz_shares\": \"$fz\", \"stats\": \"$st\""
+  local leaks; leaks=$(check_token_leaks)
+  stop_sched || { fail fuzz "scheduler exit non-zero: $(sched_tail) $leaks"; return; }
+  local ratio svc; ratio=$(median_ratio "$twin" "$fz"); svc=$(median_ratio "$tsvc" "$fsvc")
+  local figures="neighbour's CPU beside the fuzzer / beside its twin = $ratio (shares $twin/ $fz); fuzzer's own CPU / twin's = $svc ($tsvc/ $fsvc)"
+  at_least 1.02 "$svc" || { fail fuzz "the fuzzer got more CPU than its benign twin: $figures"; return; }
+  at_least "$ratio" "$min" || { fail fuzz "the unregistered neighbour lost CPU beside the fuzzer: $figures"; return; }
+  pass fuzz "$rounds x ${secs} s of fuzzing, scheduler loaded, no leaked token ($st); $figures" \
+    "\"ratio\": $ratio, \"service_ratio\": $svc, \"twin_shares\": \"$twin\", \"fuzz_shares\": \"$fz\", \"stats\": \"$st\""
 }

@@ -11,12 +11,8 @@ set -uo pipefail
 bin=$(readlink -f "$1"); out=$2; shift 2
 ktest=$(dirname "$bin")/tailctl-ktest
 wl=$(dirname "$bin")
-# `fuzz` is not in the default list: with tags kept valid long enough to be
-# capped (a7221ee) the unregistered neighbour got 0.82x and 0.75x of its CPU
-# beside the fuzzer on 7.3 (1.03x on 6.18 with the earlier fuzzer). That is an
-# open defect of the hardening issue; run it by name (GUEST_TESTS=fuzz).
 all_tests=(load stress service serialize account isolation fault nosyscall experiment maps top
-           pinned greedy leaks races waitbound slotreuse tidreuse bindleak regversion regdos pidns)
+           pinned greedy leaks races waitbound slotreuse tidreuse bindleak regversion regdos pidns fuzz)
 tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=("${all_tests[@]}")
 # --list: print the default tests (tools/test.sh resumes from them).
 if [ "${tests[0]}" = --list ]; then echo "${all_tests[*]}"; exit 0; fi
@@ -213,6 +209,9 @@ test_isolation() {
   # share of an unregistered 2-thread neighbour, then the throughput of a
   # registered one.
   local twin="" rogue="" tr="" rr="" i s r kind
+  # Warm-up: the first serve of a boot runs at about 0.4x the later ones
+  # (TCG translates the code the first time), which would land on the twin.
+  "$ktest" -w 2 serve --secs 2 >/dev/null 2>&1
   for i in 1 2; do
     for kind in twin rogue; do
       "$ktest" -w 2 rogue --secs 20 $([ $kind = twin ] && echo --benign) >"$out/$kind-$i.json" 2>&1 &
@@ -228,10 +227,13 @@ test_isolation() {
   local cpu tput
   cpu=$(share_ratio "$twin" "$rogue"); tput=$(share_ratio "$tr" "$rr")
   at_least "$cpu" 0.9 || { fail isolation "an unregistered neighbour got $cpu x its CPU beside the rogue (shares beside twin: $twin, beside rogue: $rogue)"; return; }
-  # The registered neighbour's throughput is reported, not asserted: in this
-  # session's runs it was 0.29x on 6.18 (both rounds alike) and 1.56x on 7.3
-  # under a heavily loaded host, so the cause is not understood yet (see the
-  # issue notes); the issue's goal, the unregistered neighbour's CPU, is.
+  # The registered neighbour's throughput is reported, not asserted: without
+  # the warm-up above it ranged from 0.29x to 276x between runs, the first
+  # serve of a boot running at 0.4x the later ones (92 vs 239 requests/s
+  # alone, same guest); beside two unregistered spinners, in one guest run,
+  # it kept 0.97x and 0.60x of its alone throughput (4 vCPUs, 5 threads, so
+  # 0.8x is its fair share). The issue's goal, the unregistered neighbour's
+  # CPU, is asserted.
   pass isolation "uid 65534 registered and served; beside a rogue / beside a benign twin: unregistered neighbour's CPU $cpu x, registered neighbour's throughput $tput x; scheduler alive" \
     "\"unprivileged\": $nr, \"cpu_ratio\": $cpu, \"throughput_ratio\": $tput, \"shares\": \"$twin / $rogue\", \"rps\": \"$tr / $rr\""
 }
