@@ -298,7 +298,13 @@ static __always_inline struct tailctl_region *service_region(u32 svc)
 	r = bpf_map_lookup_elem(inner, &zero);
 	if (!r)
 		return NULL;
-	if (READ_ONCE(r->header.magic) != TAILCTL_REGION_MAGIC) {
+	/*
+	 * The daemon checked the version at registration, but the service can
+	 * rewrite its header at any time: a layout the kernel does not know is
+	 * read as nothing (the service runs as an unregistered one meanwhile).
+	 */
+	if (READ_ONCE(r->header.magic) != TAILCTL_REGION_MAGIC ||
+	    READ_ONCE(r->header.version) != TAILCTL_REGION_VERSION) {
 		STAT_INC(invalid_hints);
 		return NULL;
 	}

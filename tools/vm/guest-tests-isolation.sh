@@ -93,7 +93,9 @@ if not (r["bad_version_reply"] or "").startswith("ERR") or r["bound_bad"] is not
     why.append(f"a region of layout version 2 got its worker bound: {r['bad_version_reply']!r}, {r['bound_bad']}")
 if not (r["good_version_reply"] or "").startswith("OK") or r["bound_good"] is None:
     why.append(f"the same region back at version 1: {r['good_version_reply']!r}, {r['bound_good']}")
-print("bad " + "; ".join(why) if why else f"ok version 2: {r['bad_version_reply']}; version 1: bound")
+if r["hints_rewritten"] <= r["hints_good"]:
+    why.append(f"bound, then rewritten to version 2: the kernel still read the region ({r['hints_rewritten']} invalid hints, {r['hints_good']} before)")
+print("bad " + "; ".join(why) if why else f"ok version 2: {r['bad_version_reply']}; version 1: bound; rewritten to 2 after binding: the kernel ignored it ({r['hints_rewritten']} invalid hints vs {r['hints_good']})")
 PY
 )
   case "$verdict" in ok*) pass regversion "${verdict#ok }" "\"result\": $r";; *) fail regversion "${verdict#bad }";; esac

@@ -71,6 +71,11 @@ def worker_tids(tl):
     return {e["key"]: e["value"] for e in json.loads(out.stdout)}
 
 
+def invalid_hints(tl):
+    out = subprocess.run([tl, "maps", "dump", "stats", "--json"], capture_output=True, text=True, check=True)
+    return sum(c["value"]["invalid_hints"] for e in json.loads(out.stdout) for c in e["values"])
+
+
 def burn(secs):
     t = time.thread_time()
     while time.thread_time() - t < secs:
@@ -188,9 +193,22 @@ def version(path, tl):
     struct.pack_into("<II", m, 0, MAGIC, VERSION)
     good, _ = request(s, f"BIND {me}\n")
     bound_good = worker_tids(tl).get(me)
+    # Registered and bound, the service rewrites its header's version: the
+    # kernel must read the region as nothing from then on (counted as
+    # invalid hints each time it looks), not as the layout it knows.
+    def hints_while_running():
+        h0 = invalid_hints(tl)
+        for _ in range(20):
+            burn(0.005)
+            time.sleep(0.002)
+        return invalid_hints(tl) - h0
+    hints_good = hints_while_running()
+    struct.pack_into("<II", m, 0, MAGIC, VERSION + 1)
+    hints_bad = hints_while_running()
     s.close()
     print(json.dumps({"service": svc, "bad_version_reply": bad, "bound_bad": bound_bad,
-                      "good_version_reply": good, "bound_good": bound_good}))
+                      "good_version_reply": good, "bound_good": bound_good,
+                      "hints_good": hints_good, "hints_rewritten": hints_bad}))
 
 
 def flood(path, hold, mark):
