@@ -25,10 +25,12 @@
 pub mod arrival;
 pub mod distributions;
 pub mod experiment;
+pub mod jobs;
 pub mod kernel;
 pub mod loadgen;
 pub mod protocol;
 pub mod registration;
+pub mod scx;
 pub mod server;
 pub mod stats;
 pub mod trace;

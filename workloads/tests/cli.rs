@@ -8,6 +8,7 @@ fn bin(name: &str) -> PathBuf {
     match name {
         "tailctl-experiment" => PathBuf::from(env!("CARGO_BIN_EXE_tailctl-experiment")),
         "tailctl-loadgen" => PathBuf::from(env!("CARGO_BIN_EXE_tailctl-loadgen")),
+        "tailctl-jobs" => PathBuf::from(env!("CARGO_BIN_EXE_tailctl-jobs")),
         _ => PathBuf::from(env!("CARGO_BIN_EXE_tailctl-server")),
     }
 }
@@ -315,4 +316,75 @@ fn bad_arguments_and_missing_servers_are_clear_errors() {
             "{err}"
         );
     }
+}
+
+/// The job-arrival driver without the scheduler: every job of the trace runs
+/// as its own process, twice (two rounds), and the report pairs the rounds.
+#[test]
+fn the_job_driver_runs_every_job_as_a_process_and_reports_it() {
+    let out = tmp("jobs");
+    let status = Command::new(bin("tailctl-jobs"))
+        .args([
+            "run",
+            "--no-scheduler",
+            "--jobs",
+            "5",
+            "--rounds",
+            "2",
+            "--scale",
+            "0.05",
+        ])
+        .args(["--seed", "3", "--no-progress", "--json", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for r in runs {
+        assert_eq!(r["policy"], "default");
+        let jobs = r["jobs"].as_array().unwrap();
+        assert_eq!(jobs.len(), 5);
+        // Every job really ran: it used CPU and took time.
+        assert!(
+            jobs.iter()
+                .all(|j| j["cpu_s"].as_f64().unwrap() > 0.0
+                    && j["response_s"].as_f64().unwrap() > 0.0)
+        );
+        assert!(r["utilisation"].as_f64().unwrap() > 0.0);
+    }
+    for f in ["table.md", "plot.svg", "trace.json", "command.txt"] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    let table = std::fs::read_to_string(out.join("table.md")).unwrap();
+    assert!(table.contains("| default | 2 |"), "{table}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn the_job_driver_rejects_bad_arguments_clearly() {
+    let (rc, err) =
+        stderr_of(Command::new(bin("tailctl-jobs")).args(["run", "--no-scheduler", "--load", "0"]));
+    assert_ne!(rc, 0);
+    assert!(err.contains("--load and --scale must be positive"), "{err}");
+    let (rc, err) =
+        stderr_of(Command::new(bin("tailctl-jobs")).args(["run", "--kinds", "fib,bogus"]));
+    assert_ne!(rc, 0);
+    assert!(err.contains("unknown job kind `bogus`"), "{err}");
+    let (rc, err) = stderr_of(Command::new(bin("tailctl-jobs")).args([
+        "run",
+        "--no-scheduler",
+        "--baseline",
+        "equi",
+    ]));
+    assert_ne!(rc, 0);
+    assert!(
+        err.contains("--baseline equi is not one of the policies run"),
+        "{err}"
+    );
 }

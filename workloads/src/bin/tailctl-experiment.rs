@@ -43,6 +43,7 @@ use tailctl_workloads::experiment::{
 };
 use tailctl_workloads::kernel::{Calibration, Kernel};
 use tailctl_workloads::loadgen::read_latencies_csv;
+use tailctl_workloads::scx::{check_can_load, ScxProc};
 use tailctl_workloads::trace::{Trace, TraceConfig};
 
 /// Named configurations.
@@ -399,91 +400,6 @@ fn policy_name(p: &str) -> Result<&'static str> {
     })
 }
 
-/// `/sys/kernel/sched_ext/state`, or None without sched_ext.
-fn sched_ext_state() -> Option<String> {
-    std::fs::read_to_string("/sys/kernel/sched_ext/state")
-        .ok()
-        .map(|s| s.trim().to_string())
-}
-
-/// What --kernel-assisted needs, checked before any run: the binary, root, a
-/// sched_ext kernel and no scheduler loaded (so the other runs really are
-/// under the default kernel scheduler).
-fn check_kernel_assisted(scx: &Path) -> Result<()> {
-    if !scx.exists() {
-        bail!(
-            "--kernel-assisted: {} not found (build with `cargo build -p scx_tailctl`, or pass --scx-tailctl)",
-            scx.display()
-        );
-    }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        bail!("--kernel-assisted: loading scx_tailctl needs root");
-    }
-    match sched_ext_state().as_deref() {
-        None => bail!(
-            "--kernel-assisted: this kernel has no sched_ext (/sys/kernel/sched_ext/state missing); \
-             run in the VM: `tailctl vm run -- tailctl-experiment --kernel-assisted ...`"
-        ),
-        Some("disabled") => Ok(()),
-        Some(state) => {
-            let ops = std::fs::read_to_string("/sys/kernel/sched_ext/root/ops").unwrap_or_default();
-            bail!(
-                "--kernel-assisted: a sched_ext scheduler is already {state} ({}); \
-                 stop it so the user-space runs use the default kernel scheduler",
-                ops.trim()
-            )
-        }
-    }
-}
-
-/// scx_tailctl started by the driver; stopped (SIGINT, then waited) on drop.
-struct ScxProc {
-    child: Child,
-}
-
-impl ScxProc {
-    fn start(bin: &Path, socket: &Path, extra: &[String], log: &Path) -> Result<ScxProc> {
-        let log_file = std::fs::File::create(log)
-            .with_context(|| format!("cannot create {}", log.display()))?;
-        let child = Command::new(bin)
-            .arg("--socket")
-            .arg(socket)
-            .args(extra)
-            .stdout(log_file.try_clone()?)
-            .stderr(log_file)
-            .spawn()
-            .with_context(|| format!("cannot start {}", bin.display()))?;
-        let mut scx = ScxProc { child };
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(60) {
-            if let Some(status) = scx.child.try_wait()? {
-                bail!(
-                    "scx_tailctl exited ({status}) before attaching; its log {}:\n{}",
-                    log.display(),
-                    std::fs::read_to_string(log).unwrap_or_default()
-                );
-            }
-            if sched_ext_state().as_deref() == Some("enabled") && socket.exists() {
-                return Ok(scx);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        bail!(
-            "scx_tailctl did not attach within 60 s (log {})",
-            log.display()
-        )
-    }
-}
-
-impl Drop for ScxProc {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child's pid; at worst the pid is gone (ESRCH).
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
-        let _ = self.child.wait();
-    }
-}
-
 /// Fails unless the run's server was registered with scx_tailctl the whole run.
 fn check_registered(out: &Path, name: &str) -> Result<()> {
     let v = read_summary(out, name);
@@ -538,7 +454,7 @@ fn run(a: Args) -> Result<()> {
         .clone()
         .unwrap_or_else(|| bins.join("scx_tailctl"));
     if a.kernel_assisted && !a.dry_run {
-        check_kernel_assisted(&scx_bin)?;
+        check_can_load(&scx_bin, "--kernel-assisted")?;
     }
     std::fs::create_dir_all(&a.out)
         .with_context(|| format!("cannot create {}", a.out.display()))?;

@@ -1,0 +1,579 @@
+//! Parallel jobs for the multiprogramming experiment (`tailctl-jobs`).
+//!
+//! Design: SAWS and AMCilk evaluate core allotment with whole parallel
+//! programs (Cilk benchmarks) that arrive over time and leave when done, and
+//! judge a policy by the jobs' response times and the machine's utilisation.
+//! Here a job is one process running one of four fork-join kernels on its own
+//! `tailctl-rt` pool, registered with `scx_tailctl` when it runs, so the
+//! kernel sees it as one job and enforces its allotment. The kernels differ in
+//! shape, which is what gives the policies something to decide:
+//!
+//! - `fib`: a binary recursion of `join`s, abundant fine-grained parallelism;
+//! - `matmul`: a parallel loop over row blocks, wide and regular;
+//! - `sort`: a merge sort whose merges are serial, so parallelism shrinks
+//!   towards the root (a job whose desire falls over its life);
+//! - `heat`: a 2-D stencil, one parallel loop per time step with a barrier
+//!   between steps (parallelism that comes and goes).
+//!
+//! This module holds the kernels, the arrival trace and the report; the
+//! binary spawns the processes.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// One of the job kernels (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobKind {
+    /// Recursive Fibonacci with `join`: fine-grained, abundant parallelism.
+    Fib,
+    /// Dense matrix product, a parallel loop over rows: wide and regular.
+    Matmul,
+    /// Merge sort with serial merges: parallelism shrinks towards the root.
+    Sort,
+    /// A 2-D heat stencil, one parallel loop per step: parallelism that comes and goes.
+    Heat,
+}
+
+impl JobKind {
+    /// Every kind, in a fixed order.
+    pub const ALL: [JobKind; 4] = [JobKind::Fib, JobKind::Matmul, JobKind::Sort, JobKind::Heat];
+
+    /// The size a job of this kind has at `scale` 1: about 0.1 s of one core
+    /// on a current x86 host (the drivers calibrate; this only sets the shape).
+    pub fn base_size(self) -> usize {
+        match self {
+            JobKind::Fib => 38,
+            JobKind::Matmul => 400,
+            JobKind::Sort => 3 << 20,
+            JobKind::Heat => 880,
+        }
+    }
+
+    /// The size at `scale` (work grows about linearly with `scale`).
+    ///
+    /// ```
+    /// use tailctl_workloads::jobs::JobKind;
+    /// assert_eq!(JobKind::Sort.size_at(2.0), 6 << 20);
+    /// assert!(JobKind::Fib.size_at(4.0) > JobKind::Fib.size_at(1.0));
+    /// ```
+    pub fn size_at(self, scale: f64) -> usize {
+        let scale = scale.max(1e-3);
+        let b = self.base_size() as f64;
+        match self {
+            // fib's work grows by the golden ratio per step of n.
+            JobKind::Fib => (b + scale.ln() / 1.618f64.ln()).round().max(10.0) as usize,
+            JobKind::Matmul => (b * scale.cbrt()).round().max(8.0) as usize,
+            JobKind::Sort => (b * scale).round().max(1024.0) as usize,
+            JobKind::Heat => (b * scale.sqrt()).round().max(16.0) as usize,
+        }
+    }
+
+    /// Runs the kernel on the calling pool's workers (call it inside a
+    /// request) and returns a checksum, so nothing is optimised away.
+    ///
+    /// ```
+    /// use tailctl_workloads::jobs::JobKind;
+    /// let pool = tailctl_rt::Pool::builder().workers(2).build().unwrap();
+    /// let sum = pool.submit(|| JobKind::Fib.run(20)).wait().unwrap();
+    /// assert_eq!(sum, 6765);
+    /// ```
+    pub fn run(self, size: usize) -> u64 {
+        match self {
+            JobKind::Fib => fib(size as u32),
+            JobKind::Matmul => matmul(size),
+            JobKind::Sort => sort(size),
+            JobKind::Heat => heat(size, 32),
+        }
+    }
+}
+
+impl fmt::Display for JobKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            JobKind::Fib => "fib",
+            JobKind::Matmul => "matmul",
+            JobKind::Sort => "sort",
+            JobKind::Heat => "heat",
+        })
+    }
+}
+
+impl FromStr for JobKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobKind::ALL
+            .into_iter()
+            .find(|k| k.to_string() == s)
+            .ok_or_else(|| format!("unknown job kind `{s}`; expected fib, matmul, sort or heat"))
+    }
+}
+
+fn fib(n: u32) -> u64 {
+    if n < 18 {
+        return fib_serial(n);
+    }
+    let (a, b) = tailctl_rt::join(|| fib(n - 1), || fib(n - 2));
+    a + b
+}
+
+fn fib_serial(n: u32) -> u64 {
+    if n < 2 {
+        n as u64
+    } else {
+        fib_serial(n - 1) + fib_serial(n - 2)
+    }
+}
+
+/// A deterministic matrix, cheap to make.
+fn matrix(n: usize, seed: u64) -> Vec<f64> {
+    (0..n * n)
+        .map(|i| ((i as u64).wrapping_mul(2654435761).wrapping_add(seed) % 1000) as f64 / 1000.0)
+        .collect()
+}
+
+fn matmul(n: usize) -> u64 {
+    let (a, b) = (matrix(n, 1), matrix(n, 2));
+    let c: Vec<std::sync::atomic::AtomicU64> = (0..n * n).map(|_| Default::default()).collect();
+    tailctl_rt::parallel_for(0..n, 4, |i| {
+        for j in 0..n {
+            let mut s = 0.0;
+            for k in 0..n {
+                s += a[i * n + k] * b[k * n + j];
+            }
+            c[i * n + j].store(s.to_bits(), std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    c.iter()
+        .map(|x| f64::from_bits(x.load(std::sync::atomic::Ordering::Relaxed)))
+        .sum::<f64>() as u64
+}
+
+fn sort(n: usize) -> u64 {
+    let mut v: Vec<u64> = (0..n as u64)
+        .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 16)
+        .collect();
+    let mut tmp = vec![0; n];
+    merge_sort(&mut v, &mut tmp);
+    debug_assert!(v.windows(2).all(|w| w[0] <= w[1]));
+    v[n / 2] ^ v[n - 1]
+}
+
+fn merge_sort(v: &mut [u64], tmp: &mut [u64]) {
+    if v.len() <= 4096 {
+        v.sort_unstable();
+        return;
+    }
+    let mid = v.len() / 2;
+    {
+        let (l, r) = v.split_at_mut(mid);
+        let (tl, tr) = tmp.split_at_mut(mid);
+        tailctl_rt::join(|| merge_sort(l, tl), || merge_sort(r, tr));
+    }
+    // The serial merge: the part of sort that does not parallelise.
+    let (mut i, mut j) = (0, mid);
+    for slot in tmp.iter_mut() {
+        if j >= v.len() || (i < mid && v[i] <= v[j]) {
+            *slot = v[i];
+            i += 1;
+        } else {
+            *slot = v[j];
+            j += 1;
+        }
+    }
+    v.copy_from_slice(tmp);
+}
+
+fn heat(n: usize, steps: usize) -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let grid =
+        |v: f64| -> Vec<AtomicU64> { (0..n * n).map(|_| AtomicU64::new(v.to_bits())).collect() };
+    let (a, b) = (grid(0.0), grid(0.0));
+    for j in 0..n {
+        a[j].store(100f64.to_bits(), Relaxed);
+        b[j].store(100f64.to_bits(), Relaxed);
+    }
+    let get = |g: &[AtomicU64], i: usize| f64::from_bits(g[i].load(Relaxed));
+    for step in 0..steps {
+        let (src, dst) = if step % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        tailctl_rt::parallel_for(1..n - 1, 2, |i| {
+            for j in 1..n - 1 {
+                let x = 0.25
+                    * (get(src, (i - 1) * n + j)
+                        + get(src, (i + 1) * n + j)
+                        + get(src, i * n + j - 1)
+                        + get(src, i * n + j + 1));
+                dst[i * n + j].store(x.to_bits(), Relaxed);
+            }
+        });
+    }
+    (0..n * n).map(|i| get(&a, i)).sum::<f64>() as u64
+}
+
+/// One job of a trace: when it arrives (from the start of the run), what it runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobSpec {
+    /// Arrival, from the start of the run.
+    pub arrival: Duration,
+    /// The kernel it runs.
+    pub kind: JobKind,
+    /// Its size (see [`JobKind::size_at`]).
+    pub size: usize,
+}
+
+/// A Poisson trace of `n` jobs: kinds drawn uniformly from `kinds`, each at a
+/// size for `scale` times 1 or 2 (half each), mean inter-arrival `mean_gap`.
+///
+/// ```
+/// use std::time::Duration;
+/// use tailctl_workloads::jobs::{poisson_trace, JobKind};
+/// let t = poisson_trace(10, &JobKind::ALL, 1.0, Duration::from_millis(100), 7);
+/// assert_eq!(t.len(), 10);
+/// assert!(t.windows(2).all(|w| w[0].arrival <= w[1].arrival));
+/// assert_eq!(t, poisson_trace(10, &JobKind::ALL, 1.0, Duration::from_millis(100), 7));
+/// ```
+pub fn poisson_trace(
+    n: usize,
+    kinds: &[JobKind],
+    scale: f64,
+    mean_gap: Duration,
+    seed: u64,
+) -> Vec<JobSpec> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut t = 0.0f64;
+    (0..n)
+        .map(|i| {
+            if i > 0 {
+                // Exponential gaps: -ln(U) * mean.
+                let u: f64 = rng.gen_range(f64::EPSILON..1.0);
+                t += -u.ln() * mean_gap.as_secs_f64();
+            }
+            let kind = kinds[rng.gen_range(0..kinds.len())];
+            let s = if rng.gen_bool(0.5) {
+                scale
+            } else {
+                2.0 * scale
+            };
+            JobSpec {
+                arrival: Duration::from_secs_f64(t),
+                kind,
+                size: kind.size_at(s),
+            }
+        })
+        .collect()
+}
+
+/// What one job did in one run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobResult {
+    /// The kernel it ran.
+    pub kind: JobKind,
+    /// Its size.
+    pub size: usize,
+    /// From arrival (the spawn) to the process's exit.
+    pub response_s: f64,
+    /// The job's CPU time (all its threads).
+    pub cpu_s: f64,
+    /// Whether its pool was registered with scx_tailctl.
+    pub registered: bool,
+}
+
+/// One policy's figures over one run of a trace.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PolicyRun {
+    /// The allotment policy (`off`, `equi`, ..., or `default` without scx_tailctl).
+    pub policy: String,
+    /// Which round of the experiment.
+    pub round: u32,
+    /// Mean job response time.
+    pub mean_response_s: f64,
+    /// 95th percentile job response time (nearest rank).
+    pub p95_response_s: f64,
+    /// Sum of the jobs' CPU time over (cores x the run's span, first arrival to last exit).
+    pub utilisation: f64,
+    /// First arrival to last exit.
+    pub span_s: f64,
+    /// Every job, in trace order.
+    pub jobs: Vec<JobResult>,
+}
+
+impl PolicyRun {
+    /// Summarises the results of one run on `cores` cores.
+    ///
+    /// ```
+    /// use tailctl_workloads::jobs::{JobKind, JobResult, PolicyRun};
+    /// let j = |r: f64| JobResult { kind: JobKind::Fib, size: 20, response_s: r, cpu_s: 1.0, registered: true };
+    /// let run = PolicyRun::new("equi", 0, vec![j(1.0), j(3.0)], 4.0, 2);
+    /// assert_eq!(run.mean_response_s, 2.0);
+    /// assert_eq!(run.utilisation, 0.25);
+    /// ```
+    pub fn new(policy: &str, round: u32, jobs: Vec<JobResult>, span_s: f64, cores: usize) -> Self {
+        let mut r: Vec<f64> = jobs.iter().map(|j| j.response_s).collect();
+        r.sort_by(f64::total_cmp);
+        let mean = if r.is_empty() {
+            0.0
+        } else {
+            r.iter().sum::<f64>() / r.len() as f64
+        };
+        let cpu: f64 = jobs.iter().map(|j| j.cpu_s).sum();
+        PolicyRun {
+            policy: policy.to_string(),
+            round,
+            mean_response_s: mean,
+            p95_response_s: quantile(&r, 0.95),
+            utilisation: if span_s > 0.0 {
+                cpu / (cores as f64 * span_s)
+            } else {
+                0.0
+            },
+            span_s,
+            jobs,
+        }
+    }
+}
+
+/// The `q` quantile of sorted `v` (nearest rank), 0 for an empty slice.
+fn quantile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let i = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+    v[i]
+}
+
+/// The experiment's report: every run, and per policy the medians over rounds
+/// and the change of each round's mean response against the baseline's run in
+/// the same round (pairing cancels drift between rounds).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobsReport {
+    /// One line describing the experiment.
+    pub config: String,
+    /// The command that produced it.
+    pub command: String,
+    /// CPUs of the machine.
+    pub cores: usize,
+    /// The policy the others are compared with.
+    pub baseline: String,
+    /// Every run, in the order they ran.
+    pub runs: Vec<PolicyRun>,
+}
+
+/// One row of [`JobsReport::summary`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PolicySummary {
+    /// The policy.
+    pub policy: String,
+    /// Runs of it.
+    pub rounds: usize,
+    /// Median over rounds of the mean response time.
+    pub mean_response_s: f64,
+    /// Median over rounds of the p95 response time.
+    pub p95_response_s: f64,
+    /// Median over rounds of the utilisation.
+    pub utilisation: f64,
+    /// Median over rounds of (mean response / baseline's in the same round) - 1.
+    pub vs_baseline: Option<f64>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+impl JobsReport {
+    /// Per policy, in first-run order: medians over rounds, paired change.
+    pub fn summary(&self) -> Vec<PolicySummary> {
+        let mut names: Vec<&str> = Vec::new();
+        for r in &self.runs {
+            if !names.contains(&r.policy.as_str()) {
+                names.push(&r.policy);
+            }
+        }
+        names
+            .into_iter()
+            .map(|p| {
+                let runs: Vec<&PolicyRun> = self.runs.iter().filter(|r| r.policy == p).collect();
+                let paired: Vec<f64> = runs
+                    .iter()
+                    .filter_map(|r| {
+                        self.runs
+                            .iter()
+                            .find(|b| b.policy == self.baseline && b.round == r.round)
+                            .filter(|b| b.mean_response_s > 0.0)
+                            .map(|b| r.mean_response_s / b.mean_response_s - 1.0)
+                    })
+                    .collect();
+                PolicySummary {
+                    policy: p.to_string(),
+                    rounds: runs.len(),
+                    mean_response_s: median(runs.iter().map(|r| r.mean_response_s).collect()),
+                    p95_response_s: median(runs.iter().map(|r| r.p95_response_s).collect()),
+                    utilisation: median(runs.iter().map(|r| r.utilisation).collect()),
+                    vs_baseline: (!paired.is_empty()).then(|| median(paired)),
+                }
+            })
+            .collect()
+    }
+
+    /// The summary as a Markdown table.
+    pub fn table_md(&self) -> String {
+        let mut s = format!(
+            "{}\n\n| policy | rounds | mean response (s) | p95 response (s) | utilisation | mean vs {} (paired) |\n|---|---:|---:|---:|---:|---:|\n",
+            self.config, self.baseline
+        );
+        for r in self.summary() {
+            s += &format!(
+                "| {} | {} | {:.3} | {:.3} | {:.2} | {} |\n",
+                r.policy,
+                r.rounds,
+                r.mean_response_s,
+                r.p95_response_s,
+                r.utilisation,
+                r.vs_baseline
+                    .map_or("-".into(), |v| format!("{:+.1}%", v * 100.0))
+            );
+        }
+        s
+    }
+
+    /// Mean and p95 response per policy (medians over rounds) as grouped bars, SVG.
+    pub fn plot_svg(&self, path: &std::path::Path) -> Result<()> {
+        use plotters::prelude::*;
+        let rows = self.summary();
+        if rows.is_empty() {
+            bail!("nothing to plot");
+        }
+        let root = SVGBackend::new(path, (800, 450)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let ymax = rows.iter().map(|r| r.p95_response_s).fold(0.0, f64::max) * 1.15;
+        let n = rows.len() as f64;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!("Job response time — {}", self.config),
+                ("sans-serif", 15),
+            )
+            .margin(15)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..n, 0.0..ymax.max(1e-3))?;
+        let labels: Vec<String> = rows.iter().map(|r| r.policy.clone()).collect();
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(rows.len() * 2 + 1)
+            .x_label_formatter(&|x| {
+                let i = x.floor() as usize;
+                if (x - x.floor() - 0.5).abs() < 0.01 && i < labels.len() {
+                    labels[i].clone()
+                } else {
+                    String::new()
+                }
+            })
+            .y_desc("seconds (median over rounds)")
+            .draw()?;
+        for (i, r) in rows.iter().enumerate() {
+            let x = i as f64;
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(x + 0.15, 0.0), (x + 0.48, r.mean_response_s)],
+                BLUE.filled(),
+            )))?;
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(x + 0.52, 0.0), (x + 0.85, r.p95_response_s)],
+                RED.filled(),
+            )))?;
+        }
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(0.0, 0.0), (0.0, 0.0)],
+                BLUE.filled(),
+            )))?
+            .label("mean")
+            .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], BLUE.filled()));
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(0.0, 0.0), (0.0, 0.0)],
+                RED.filled(),
+            )))?
+            .label("p95")
+            .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], RED.filled()));
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE)
+            .draw()?;
+        root.present()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_compute_what_they_should() {
+        let pool = tailctl_rt::Pool::builder().workers(2).build().unwrap();
+        assert_eq!(pool.submit(|| fib(25)).wait().unwrap(), fib_serial(25));
+        // The sort's checksum depends on a sorted result: compare with std.
+        let n = 50_000;
+        let mut v: Vec<u64> = (0..n as u64)
+            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 16)
+            .collect();
+        v.sort_unstable();
+        assert_eq!(
+            pool.submit(move || sort(n)).wait().unwrap(),
+            v[n / 2] ^ v[n - 1]
+        );
+        // Heat keeps the boundary and diffuses inward: the sum grows with steps.
+        let (h1, h2) = (
+            pool.submit(|| heat(32, 1)).wait().unwrap(),
+            pool.submit(|| heat(32, 8)).wait().unwrap(),
+        );
+        assert!(h2 > h1, "{h1} {h2}");
+        assert!(pool.submit(|| matmul(16)).wait().unwrap() > 0);
+    }
+
+    #[test]
+    fn summary_pairs_rounds_against_the_baseline() {
+        let j = |r: f64| JobResult {
+            kind: JobKind::Fib,
+            size: 20,
+            response_s: r,
+            cpu_s: 1.0,
+            registered: true,
+        };
+        let report = JobsReport {
+            config: "t".into(),
+            command: "c".into(),
+            cores: 2,
+            baseline: "equi".into(),
+            runs: vec![
+                PolicyRun::new("equi", 0, vec![j(2.0)], 2.0, 2),
+                PolicyRun::new("deq", 0, vec![j(1.0)], 2.0, 2),
+                PolicyRun::new("equi", 1, vec![j(4.0)], 2.0, 2),
+                PolicyRun::new("deq", 1, vec![j(3.0)], 2.0, 2),
+            ],
+        };
+        let s = report.summary();
+        assert_eq!(s[0].policy, "equi");
+        assert_eq!(s[0].vs_baseline, Some(0.0));
+        // Rounds: -50% and -25%; median -37.5%.
+        assert_eq!(s[1].vs_baseline, Some(-0.375));
+        assert!(report.table_md().contains("| deq | 2 |"));
+    }
+}
