@@ -228,7 +228,7 @@ fn run(a: RunArgs) -> Result<()> {
     if a.jobs == 0 || a.rounds == 0 || a.policies.is_empty() || a.kinds.is_empty() {
         bail!("--jobs, --rounds, --policies and --kinds must not be empty");
     }
-    if !(a.load > 0.0 && a.load.is_finite()) || !(a.scale > 0.0 && a.scale.is_finite()) {
+    if !(a.load > 0.0 && a.load.is_finite() && a.scale > 0.0 && a.scale.is_finite()) {
         bail!("--load and --scale must be positive numbers");
     }
     let me = std::env::current_exe().context("cannot find this binary")?;
