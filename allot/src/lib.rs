@@ -17,9 +17,28 @@
 //! Invariants every policy keeps (checked by [`check_allotment`], which the callers run):
 //! the allotments sum to at most `cores`, and a job with work gets at least one core whenever
 //! there are at least as many cores as jobs (nobody is starved by the policy itself).
+//!
+//! The policies:
+//!
+//! | `--allot` | file | desire | allotment | reacts to |
+//! |---|---|---|---|---|
+//! | `equi` | [`equi`] | ignored | `P/|J|` each | every call |
+//! | `deq` | [`deq`] | SAWS: `u·a + β(αQ + (1−α)Q′)` | DEQ | desires at quanta, allotment at every call |
+//! | `asteal` | [`asteal`] | A-Steal: `d·ρ`, `d/ρ` or `d` from utilisation | DEQ | desires at quanta, allotment at every call |
+//! | `drep` | [`drep`] | ignored | random per-core moves | job start and exit only |
+//!
+//! A policy that sees a job for the first time gives it the desire 1 (a job starts with one
+//! thread), as SAWS and A-Steal do; every policy keeps its state keyed by [`JobId`] and forgets
+//! jobs that left the list, so a controller may also just stop listing a job.
 
+pub mod asteal;
+pub mod deq;
+pub mod drep;
 pub mod equi;
 
+pub use asteal::ASteal;
+pub use deq::Deq;
+pub use drep::Drep;
 pub use equi::Equi;
 
 /// Identifies a job across calls (a service's registration epoch, a cgroup id, a simulator job
@@ -55,9 +74,13 @@ pub struct JobView {
     /// (1.0 when there were no steals).
     pub steal_success: f64,
     /// SAWS's `Q`: stealable items seen by thieves (deque lengths, muggable deques included),
-    /// averaged over the quantum.
+    /// averaged over the quantum. It is the job's *total*, not one deque's: SAWS's implementable
+    /// form is `Q = e · Σ lengths seen / Σ steal attempts`, with `e` the job's deques (active and
+    /// muggable) at the end of the quantum. When there were no steal attempts, report
+    /// `queued_now` here (SAWS then uses the snapshot alone).
     pub queued_avg: f64,
-    /// SAWS's `Q'`: stealable items in the job's deques at the end of the quantum (a snapshot).
+    /// SAWS's `Q'`: stealable items in the job's deques at the end of the quantum (a snapshot,
+    /// the job's total over its deques, muggable ones included).
     pub queued_now: f64,
 }
 
@@ -96,17 +119,45 @@ pub trait AllotPolicy: Send {
 pub enum PolicyKind {
     /// No allotment: every job may use every core (the scheduler's behaviour without `--allot`).
     Off,
+    /// Equal partition ([`Equi`]).
     Equi,
+    /// DEQ with SAWS's desire ([`Deq`]).
+    Deq,
+    /// A-Steal's desires allotted by DEQ ([`ASteal`]).
+    Asteal,
+    /// Distributed Random Equi-Partition, AMCilk's mean-flow-time policy ([`Drep`]).
+    Drep,
 }
 
 impl PolicyKind {
-    pub const NAMES: &'static [&'static str] = &["off", "equi"];
+    pub const NAMES: &'static [&'static str] = &["off", "equi", "deq", "asteal", "drep"];
 
-    /// Builds the policy; `None` for [`PolicyKind::Off`].
+    /// Builds the policy; `None` for [`PolicyKind::Off`]. DREP's random stream starts from
+    /// [`drep::DEFAULT_SEED`].
     pub fn build(self) -> Option<Box<dyn AllotPolicy>> {
+        self.build_seeded(drep::DEFAULT_SEED)
+    }
+
+    /// Like [`PolicyKind::build`], with the seed of the policy's randomness (only DREP has any),
+    /// so that a simulator run is reproducible from its own seed.
+    pub fn build_seeded(self, seed: u64) -> Option<Box<dyn AllotPolicy>> {
         match self {
             PolicyKind::Off => None,
             PolicyKind::Equi => Some(Box::new(Equi)),
+            PolicyKind::Deq => Some(Box::new(Deq::default())),
+            PolicyKind::Asteal => Some(Box::new(ASteal::default())),
+            PolicyKind::Drep => Some(Box::new(Drep::with_seed(seed))),
+        }
+    }
+
+    /// The name `--allot` takes (an entry of [`PolicyKind::NAMES`]).
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Off => "off",
+            PolicyKind::Equi => "equi",
+            PolicyKind::Deq => "deq",
+            PolicyKind::Asteal => "asteal",
+            PolicyKind::Drep => "drep",
         }
     }
 }
@@ -118,6 +169,9 @@ impl std::str::FromStr for PolicyKind {
         match s {
             "off" => Ok(PolicyKind::Off),
             "equi" => Ok(PolicyKind::Equi),
+            "deq" => Ok(PolicyKind::Deq),
+            "asteal" => Ok(PolicyKind::Asteal),
+            "drep" => Ok(PolicyKind::Drep),
             other => Err(format!(
                 "unknown allotment policy `{other}`; expected one of: {}",
                 PolicyKind::NAMES.join(", ")
@@ -166,5 +220,25 @@ pub(crate) mod testing {
             steal_success: 1.0,
             ..JobView::default()
         }
+    }
+
+    /// One quantum of SAWS's Fig. 3 program (a parent spawning `parallelism` long children) on
+    /// `allot` cores, as a fluid: `min(allot, parallelism)` cores work, the rest steal in vain,
+    /// and while children are left to spawn the parent's continuation (one item) is queued.
+    /// `u` is Eq. 1's exact busy fraction.
+    pub fn fluid_quantum(job: &mut JobView, allot: u32, parallelism: u32, quantum_ns: u64) {
+        let busy = allot.min(parallelism);
+        job.allot = allot;
+        job.runnable = parallelism;
+        job.work_ns = busy as u64 * quantum_ns;
+        job.steal_ns = (allot - busy) as u64 * quantum_ns;
+        job.steal_success = if allot == 0 {
+            1.0
+        } else {
+            busy as f64 / allot as f64
+        };
+        let queued = if parallelism > allot { 1.0 } else { 0.0 };
+        job.queued_avg = queued;
+        job.queued_now = queued;
     }
 }

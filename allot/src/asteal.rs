@@ -1,0 +1,221 @@
+//! A-Steal (Agrawal, He and Leiserson, "Adaptive work stealing with parallelism feedback",
+//! TOCS 2008), the baseline SAWS (seed 001) compares against and AMCilk ships as
+//! PARALLELISM_FB, allotted by DEQ as in both papers.
+//!
+//! **Desire.** Multiplicative increase, multiplicative decrease on the utilisation of the last
+//! quantum: with `u = work / allotted core-time`, the quantum is *efficient* when `u ≥ δ` and
+//! *satisfied* when the job got at least its desire (`a ≥ d`); then
+//!
+//! ```text
+//! d(q+1) = d(q)·ρ   if efficient and satisfied
+//!          d(q)/ρ   if inefficient
+//!          d(q)     if efficient and deprived
+//! ```
+//!
+//! with `δ = 0.8` ([`DELTA`]) and `ρ = 2` ([`RHO`]), SAWS's settings, and `d = 1` for a new job.
+//! The desire is real; it is clamped to `[1, min(max_parallelism, cores)]` and the allotment uses
+//! its ceiling. Allotted core-time is `a·L`, or the measured work + steal time when that is more
+//! (the allotment changed during the quantum), so a job that leaves allotted cores idle is
+//! inefficient, as it should be.
+//!
+//! **Instability.** The rule is blind to the job's actual parallelism: a job of constant
+//! parallelism 10 on 16 or more cores climbs 1, 2, 4, 8, 16, then finds 10/16 < δ inefficient,
+//! drops to 8, finds 8 efficient and satisfied, doubles to 16, and so on for ever (SAWS's
+//! Fig. 4(a); the test `oscillates_between_8_and_16_for_parallelism_10` reproduces it).
+//!
+//! Desires change at [`Event::Quantum`] only; job starts and exits re-run DEQ on the current
+//! desires.
+
+use std::collections::HashMap;
+
+use crate::deq::deq_allot;
+use crate::{AllotPolicy, Event, JobId, JobView, Machine};
+
+/// Utilisation threshold `δ`: a quantum with `u ≥ δ` is efficient.
+pub const DELTA: f64 = 0.8;
+
+/// Responsiveness `ρ`: the factor by which the desire grows or shrinks.
+pub const RHO: f64 = 2.0;
+
+/// A-Steal's desires allotted by DEQ; see the module docs.
+///
+/// ```
+/// use tailctl_allot::{ASteal, AllotPolicy, Event, JobView, Machine};
+/// let m = Machine { cores: 32, quantum_ns: 10_000_000 };
+/// let mut p = ASteal::default();
+/// let mut job = JobView { id: 1, max_parallelism: 32, ..Default::default() };
+/// let mut allot = [0];
+/// p.decide(Event::JobStarted(1), m, &[job], &mut allot);
+/// assert_eq!(allot, [1]);
+/// // Its one core worked the whole quantum: efficient and satisfied, so the desire doubles.
+/// job.allot = 1;
+/// job.work_ns = m.quantum_ns;
+/// p.decide(Event::Quantum, m, &[job], &mut allot);
+/// assert_eq!(allot, [2]);
+/// // Both cores mostly stole: inefficient, so it halves.
+/// job.allot = 2;
+/// job.work_ns = m.quantum_ns;
+/// job.steal_ns = m.quantum_ns;
+/// p.decide(Event::Quantum, m, &[job], &mut allot);
+/// assert_eq!(allot, [1]);
+/// ```
+#[derive(Clone, Debug)]
+pub struct ASteal {
+    delta: f64,
+    rho: f64,
+    /// Real desire of each job.
+    desire: HashMap<JobId, f64>,
+}
+
+impl Default for ASteal {
+    fn default() -> Self {
+        Self::new(DELTA, RHO)
+    }
+}
+
+impl ASteal {
+    /// A-Steal with utilisation threshold `delta ∈ (0, 1]` and responsiveness `rho > 1`.
+    pub fn new(delta: f64, rho: f64) -> Self {
+        Self {
+            delta: if delta.is_finite() && delta > 0.0 {
+                delta.min(1.0)
+            } else {
+                DELTA
+            },
+            rho: if rho.is_finite() && rho > 1.0 {
+                rho
+            } else {
+                RHO
+            },
+            desire: HashMap::new(),
+        }
+    }
+
+    /// The real desire the policy holds for `job` (after the last call).
+    pub fn desire(&self, job: JobId) -> Option<f64> {
+        self.desire.get(&job).copied()
+    }
+
+    /// Utilisation of the quantum: work over allotted core-time (see the module docs).
+    fn utilisation(job: &JobView, quantum_ns: u64) -> f64 {
+        let allotted =
+            (job.allot as f64 * quantum_ns as f64).max(job.work_ns as f64 + job.steal_ns as f64);
+        if allotted <= 0.0 {
+            return 0.0;
+        }
+        (job.work_ns as f64 / allotted).clamp(0.0, 1.0)
+    }
+}
+
+impl AllotPolicy for ASteal {
+    fn name(&self) -> &'static str {
+        "asteal"
+    }
+
+    fn decide(&mut self, event: Event, machine: Machine, jobs: &[JobView], allot: &mut [u32]) {
+        let mut desire = HashMap::with_capacity(jobs.len());
+        let mut want = Vec::with_capacity(jobs.len());
+        for j in jobs {
+            let cap = match j.max_parallelism {
+                0 => machine.cores,
+                m => m.min(machine.cores),
+            }
+            .max(1) as f64;
+            let mut d = match self.desire.get(&j.id) {
+                Some(&d) => d,
+                // A new job asks for 1; one the policy has not measured keeps its allotment.
+                None => j.allot.max(1) as f64,
+            };
+            // A job that had no core learnt nothing this quantum: its desire stands.
+            if event == Event::Quantum && j.allot > 0 {
+                let efficient = Self::utilisation(j, machine.quantum_ns) >= self.delta;
+                let satisfied = j.allot as f64 >= d.ceil();
+                if !efficient {
+                    d /= self.rho;
+                } else if satisfied {
+                    d *= self.rho;
+                }
+            }
+            let d = if d.is_finite() {
+                d.clamp(1.0, cap)
+            } else {
+                1.0
+            };
+            desire.insert(j.id, d);
+            want.push(d.ceil() as u32);
+        }
+        self.desire = desire;
+        deq_allot(machine.cores, &want, allot);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{check_allotment, testing};
+
+    fn run(cores: u32, parallelism: u32, quanta: usize) -> Vec<u32> {
+        let m = Machine {
+            cores,
+            quantum_ns: 10_000_000,
+        };
+        let mut p = ASteal::default();
+        let mut job = testing::job(3, cores);
+        let mut allot = [0];
+        p.decide(Event::JobStarted(3), m, &[job], &mut allot);
+        let mut seen = vec![allot[0]];
+        for _ in 0..quanta {
+            testing::fluid_quantum(&mut job, allot[0], parallelism, m.quantum_ns);
+            p.decide(Event::Quantum, m, &[job], &mut allot);
+            check_allotment(m, &[job], &allot).unwrap();
+            seen.push(allot[0]);
+        }
+        seen
+    }
+
+    #[test]
+    fn oscillates_between_8_and_16_for_parallelism_10() {
+        for cores in [16, 32, 64] {
+            let seen = run(cores, 10, 24);
+            assert_eq!(&seen[..5], &[1, 2, 4, 8, 16], "{cores} cores: {seen:?}");
+            for w in seen[4..].chunks(2) {
+                assert_eq!(w, &[16, 8][..w.len()], "{cores} cores: {seen:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn settles_when_the_cap_is_efficient() {
+        // On 12 cores the cap (12) is efficient for parallelism 10 (10/12 ≥ 0.8): no oscillation.
+        let seen = run(12, 10, 12);
+        assert!(seen[5..].iter().all(|&a| a == 12), "{seen:?}");
+    }
+
+    #[test]
+    fn deprived_keeps_its_desire() {
+        let m = Machine {
+            cores: 8,
+            quantum_ns: 10_000_000,
+        };
+        let mut p = ASteal::default();
+        let mut jobs = vec![testing::job(1, 8), testing::job(2, 8)];
+        let mut allot = vec![0, 0];
+        p.decide(Event::JobStarted(2), m, &jobs, &mut allot);
+        assert_eq!(allot, [1, 1]);
+        // Both fully busy for a few quanta: 2, 4, then 8 each wanted, 4 each given (deprived).
+        for want in [[2, 2], [4, 4], [4, 4], [4, 4]] {
+            for (j, &a) in jobs.iter_mut().zip(&allot) {
+                testing::fluid_quantum(j, a, 100, m.quantum_ns);
+            }
+            p.decide(Event::Quantum, m, &jobs, &mut allot);
+            assert_eq!(allot, want);
+        }
+        assert_eq!(p.desire(1), Some(8.0));
+        // Job 2 leaves: job 1 gets its whole desire at once.
+        jobs.pop();
+        allot.pop();
+        p.decide(Event::JobExited(2), m, &jobs, &mut allot);
+        assert_eq!(allot, [8]);
+        assert_eq!(p.desire(2), None);
+    }
+}
