@@ -2,8 +2,9 @@
 /*
  * scx_tailctl - the kernel half of tailctl.
  *
- * Design: every task that is not registered with tailctl (at this stage, every
- * task) is scheduled by a fair, work-conserving virtual-time scheduler:
+ * Design: every task that is not registered with tailctl (every task but the
+ * workers of registered services) is scheduled by a fair, work-conserving
+ * virtual-time scheduler:
  *
  *  - ops.select_cpu picks an idle CPU with the built-in idle tracking; when one
  *    is found the task is inserted straight into that CPU's local DSQ, which
