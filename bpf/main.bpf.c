@@ -2,8 +2,9 @@
 /*
  * scx_tailctl - the kernel half of tailctl.
  *
- * Design: every task that is not registered with tailctl (at this stage, every
- * task) is scheduled by a fair, work-conserving virtual-time scheduler:
+ * Design: every task that is not registered with tailctl (every task but the
+ * workers of registered services) is scheduled by a fair, work-conserving
+ * virtual-time scheduler:
  *
  *  - ops.select_cpu picks an idle CPU with the built-in idle tracking; when one
  *    is found the task is inserted straight into that CPU's local DSQ, which
@@ -742,17 +743,21 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 		bounce(p, tctx);
 		return;
 	}
-	running = __sync_fetch_and_add(&a->running, 1) + 1;
-	dec_u32(&a->arriving);
 	/*
 	 * A thread let through by the wait bound is reported apart (overdue):
 	 * the cap's own accounting (max_running_settled) counts token holders.
+	 * It is counted overdue before it counts as running (both full-barrier
+	 * atomics), so a thread that sees it in `running` also sees it in
+	 * overdue_running and never reports it as a second holder; end_request
+	 * takes them back in the opposite order.
 	 */
 	if (tctx->overdue && a->alloc && !tctx->holds_token) {
 		tctx->counted_overdue = true;
 		__sync_fetch_and_add(&a->overdue_running, 1);
 		__sync_fetch_and_add(&a->overdue, 1);
 	}
+	running = __sync_fetch_and_add(&a->running, 1) + 1;
+	dec_u32(&a->arriving);
 	od = READ_ONCE(a->overdue_running);
 	running = running > od ? running - od : 0;
 	tctx->counted_running = true;

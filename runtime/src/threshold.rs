@@ -6,7 +6,7 @@
 //! requests. The table `q = 1..q_max → l_q` is computed offline by the paper's
 //! Figure 3 algorithm ([`ThresholdTable::compute`]): for each `q` and each
 //! candidate `l ∈ {w_i}`, estimate the target misses of a pileup started by a
-//! large request (`miss_l + miss_s`, formulas in `papers/DIGEST.md` §1 and
+//! large request (`miss_l + miss_s`, formulas in `docs/design.md` and
 //! [`evaluate`]) and keep the `l` with the fewest. It is pure arithmetic over
 //! `f64` seconds, `O(q_max · n²)`, with no dependencies, so that the runtime,
 //! the daemon and the tools share one implementation.

@@ -180,10 +180,14 @@ fn trace_file_and_plot() {
     assert_eq!(sf[1], 0.0);
     assert!(std::fs::read_to_string(&plot).unwrap().contains("<svg"));
 
-    std::fs::write(&trace, "0 0 bs 100 0\n1 5 bs x 0\n").unwrap();
+    std::fs::write(&trace, "# tailctl-trace v1\n0 0 bs 100 0\n1 5 bs x 0\n").unwrap();
     let (ok, _, err) = tailctl(&["sim", "compare", "--trace", trace.to_str().unwrap()]);
     assert!(!ok);
-    assert!(err.contains("line 2") && err.contains("work"), "{err}");
+    assert!(err.contains("line 3") && err.contains("work"), "{err}");
+    std::fs::write(&trace, "0 0 bs 100 0\n").unwrap();
+    let (ok, _, err) = tailctl(&["sim", "compare", "--trace", trace.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("tailctl-trace v1"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

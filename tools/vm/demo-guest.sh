@@ -44,7 +44,7 @@ fi
 # The scheduler's own count of the serializations it made.
 # The scheduler's own count of the serializations it made (its --stats lines
 # are per-second deltas).
-sched_ser=$(grep -ohE 'serialize +[0-9]+' "$exp"/scx_tailctl*.log 2>/dev/null | awk '{s+=$2} END {print s+0}')
+sched_ser=$(grep -ohE 'serialize +[0-9]+' "$exp"/raw/scx_tailctl*.log 2>/dev/null | awk '{s+=$2} END {print s+0}')
 "$py" - "$exp/report.json" "${sched_ser:-}" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))

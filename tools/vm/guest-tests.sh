@@ -138,36 +138,68 @@ test_service() {
 # jq-free JSON field access for the ktest outputs.
 jget() { $PY -c 'import json,sys; d=json.loads(sys.argv[1]); exec("for k in sys.argv[2].split(\".\"):\n d=d[k] if isinstance(d,dict) else d[int(k)]"); print(json.dumps(d) if isinstance(d,(dict,list)) else d)' "$1" "$2"; }
 
+# Serialization latency, kernel against the runtime's lazy serialization, on
+# the same workload in this guest run: `ktest serialize --compare` alternates
+# the two modes (a fresh pool each run, the order flipping every round).
+# Asserted: mechanisms only. The huge request ran on at least 2 threads before
+# its mark in every run (else there was nothing to serialize); the kernel
+# serialized it every time; no cap violation (more than one token holder
+# running after settling: threads the wait bound let through are counted
+# apart, as wait-bound escapes); escapes stay rare; small requests still ran
+# in parallel beside it. The latencies are reported, never asserted.
 test_serialize() {
   local w; w=$(nproc)
+  local rounds=${SERIALIZE_ROUNDS:-3}
   start_sched || { fail serialize "scheduler did not load"; return; }
-  local k u
-  k=$(timeout 300 "$ktest" -w "$w" serialize --threshold-ms 200 --small-every-ms 40 2>"$out/ktest.err") || { fail serialize "ktest (kernel) failed: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
-  u=$(timeout 300 "$ktest" -w "$w" serialize --threshold-ms 200 --small-every-ms 40 --user-only 2>>"$out/ktest.err") || { fail serialize "ktest (user) failed: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
+  local c
+  c=$(timeout 900 "$ktest" -w "$w" serialize --threshold-ms 200 --small-every-ms 40 --compare --rounds "$rounds" 2>"$out/ktest.err") \
+    || { fail serialize "ktest failed: $(tail -c 300 "$out/ktest.err" | tr '\n"' ' ')"; stop_sched; return; }
   stop_sched || { fail serialize "scheduler exit non-zero"; return; }
-  echo "$k" >"$out/serialize-kernel.json"; echo "$u" >"$out/serialize-user.json"
-  local ser maxr par klat ulat umax
-  # max_running_after_settle counts token holders; a thread let through by
-  # the wait bound (--max-throttle-wait-ms, liveness over the cap) is
-  # reported as overdue_runs instead.
-  ser=$(jget "$k" kernel.serialized); maxr=$(jget "$k" kernel.max_running_after_settle)
-  par=$(jget "$k" small_requests_parallel); klat=$(jget "$k" kernel.serialization_latency_ms)
-  ulat=$(jget "$u" observed_serialization_latency_ms); umax=$(jget "$u" max_concurrency_before_mark)
-  [ "$ser" = True ] || { fail serialize "the kernel never serialized the huge request: $k"; return; }
-  local od; od=$(jget "$k" kernel.overdue_runs)
-  # More than one runner is a cap bug unless the wait bound let a thread
-  # through (documented liveness override, counted). Under TCG a vCPU can
-  # stall past the bound now and then (about one run per serialize test was
-  # seen); the bound taking more than 1 in 20 of the waits means rotation is
-  # not handing the token on.
-  local thr; thr=$(jget "$k" kernel.throttled)
-  [ "$maxr" -le 1 ] 2>/dev/null || [ "${od:-0}" -gt 0 ] 2>/dev/null \
-    || { fail serialize "huge request ran $maxr threads at once after serialization settled: $k"; return; }
-  [ "${od:-0}" -le 3 ] 2>/dev/null || [ $((${od:-0} * 20)) -le "${thr:-0}" ] 2>/dev/null \
-    || { fail serialize "$od of $thr waits ended at the wait bound: rotation is not handing the token on: $k"; return; }
-  [ "$par" -gt 0 ] 2>/dev/null || { fail serialize "no small request ran in parallel: $k"; return; }
-  pass serialize "kernel: max $maxr running after settle, settle latency ${klat} ms, $par small requests parallel, $od runs past the wait bound | user-space lazy: latency ${ulat} ms" \
-    "\"kernel\": $k, \"user\": $u"
+  echo "$c" >"$out/serialize.json"
+  local verdict
+  verdict=$($PY - "$c" <<'EOF_PY'
+import json, sys
+c = json.loads(sys.argv[1])
+runs = c["runs"]
+ker = [r for r in runs if r["mode"] == "kernel"]
+usr = [r for r in runs if r["mode"] == "user-space"]
+problems = []
+for r in runs:
+    if r.get("max_concurrency_before_mark", 0) < 2:
+        problems.append(f"{r['mode']} round {r['round']}: the huge request never ran on 2+ threads before its mark")
+    if r.get("threshold_crossed_after_ms") is None:
+        problems.append(f"{r['mode']} round {r['round']}: its work never reached the threshold")
+for r in ker:
+    k = r.get("kernel") or {}
+    if not k.get("serialized"):
+        problems.append(f"kernel round {r['round']}: the kernel never serialized the huge request")
+    elif not r.get("settled"):
+        problems.append(f"kernel round {r['round']}: serialized but never down to one thread")
+k = c["kernel"]
+if k["cap_violations"]:
+    problems.append(f"cap violated in {k['cap_violations']} kernel runs: {k['max_running_after_settle']} token holders running at once after settling")
+od, thr = k["overdue_runs"], k["throttled"]
+if od > 3 and od * 20 > thr:
+    problems.append(f"{od} of {thr} waits ended at the wait bound: rotation is not handing the token on")
+if sum(r.get("small_requests_parallel", 0) for r in ker) == 0:
+    problems.append("no small request ran in parallel beside the serialized one")
+fmt = lambda v: "[" + ", ".join(f"{x:.1f}" for x in v) + "]"
+med = lambda x: "n/a" if x is None else f"{x:.1f}"
+ratio = c["user_over_kernel"]
+summary = (f"threshold to <=1 thread, median of {c['rounds']}: kernel {med(k['median_latency_ms'])} ms {fmt(k['latency_ms'])}"
+           f" (kernel clock {fmt(k['kernel_clock_ms'])}), user-space lazy {med(c['user']['median_latency_ms'])} ms {fmt(c['user']['latency_ms'])}"
+           f", lazy/kernel {('%.1fx' % ratio) if ratio else 'n/a'}; threads before the mark >= {min(k['min_concurrency_before_mark'], c['user']['min_concurrency_before_mark'])}"
+           f"; cap violations {k['cap_violations']} (max {k['max_running_after_settle']} holders after settle); wait-bound escapes {od} of {thr} waits")
+unsettled = sum(1 for r in usr if not r.get("settled"))
+if unsettled:
+    summary += f"; {unsettled} user-space runs finished before settling (latency to their end, a lower bound)"
+print(("FAIL " + "; ".join(problems) + " | " if problems else "PASS ") + summary)
+EOF_PY
+)
+  case "$verdict" in
+    PASS*) pass serialize "${verdict#PASS }" "\"compare\": $c" ;;
+    *) fail serialize "$(echo "${verdict#FAIL }" | tr '"' "'")" ;;
+  esac
 }
 
 test_account() {

@@ -27,6 +27,18 @@ HOST_PACKAGES=(
   "util-linux=2.38.1-5+deb12u3"
 )
 
+# Only for the scheduler benchmark (tools/bench-sched.sh; provision.sh
+# --bench): rt-tests (hackbench, cyclictest) and perf (perf bench sched
+# pipe, the wake-up latency benchmark: Debian packages no schbench).
+# stress-ng and redis come from HOST_PACKAGES.
+BENCH_PACKAGES=(
+  "rt-tests=2.4-1"
+  "linux-perf=6.1.192-2"
+)
+# The peer scheduler of the benchmark, from its crate (cargo install
+# --locked), into $cache/tools/bin beside virtiofsd; only with --bench.
+SCX_BPFLAND_VERSION=1.1.4
+
 # virtme-ng and its dependencies, installed with --require-hashes from
 # virtme-ng.requirements beside this file.
 VIRTME_NG_VERSION=1.42

@@ -4,10 +4,12 @@
 #   - host packages (qemu, clang-19 for the BPF side, udev/kmod for virtme-ng, ...)
 #   - virtme-ng in a venv ($cache/venv, hashes in virtme-ng.requirements)
 #   - virtiofsd ($cache/tools/bin)
+#   - with --bench only: the scheduler benchmark's packages (BENCH_PACKAGES)
+#     and scx_bpfland ($cache/tools/bin), for tools/bench-sched.sh
 #   - Debian trixie-backports cloud kernels with CONFIG_SCHED_CLASS_EXT=y
 #     ($cache/vm/kernels/<series>/), one per requested series (default: 6.18 7)
 #
-# Usage: tools/vm/provision.sh [--host-only] [SERIES...]
+# Usage: tools/vm/provision.sh [--host-only] [--bench] [SERIES...]
 # $cache is $TAILCTL_CACHE, default the repository's ignored .cache/.
 # Kernel packages are kept, verified by sha256, in $TAILCTL_DOWNLOADS
 # (default $cache/downloads): a fresh cache pointed at an existing download
@@ -24,10 +26,12 @@ mkdir -p "$cache" "$downloads"
 # shellcheck source=pins.sh
 . "$here/pins.sh"
 host_only=0
+bench=0
 series=()
 for a in "$@"; do
   case "$a" in
     --host-only) host_only=1 ;;
+    --bench) bench=1 ;;
     -*) echo "provision.sh: unknown flag $a" >&2; exit 2 ;;
     *) series+=("$a") ;;
   esac
@@ -38,27 +42,31 @@ log() { echo "[provision] $*" >&2; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 # ---- host packages -------------------------------------------------------
-missing=()
-for pin in "${HOST_PACKAGES[@]}"; do
-  p=${pin%%=*}; v=${pin#*=}
-  have=$(dpkg-query -W -f='${Status} ${Version}' "$p" 2>/dev/null || true)
-  case "$have" in
-    "install ok installed $v") ;;
-    "install ok installed "*) log "note: $p ${have##* } is installed, pinned $v (kept)" ;;
-    *) missing+=("$pin") ;;
-  esac
-done
-if [ ${#missing[@]} -gt 0 ]; then
+# install_pinned NAME=VERSION...: installs what is missing at the pinned versions.
+install_pinned() {
+  local missing=() pin p v have
+  for pin in "$@"; do
+    p=${pin%%=*}; v=${pin#*=}
+    have=$(dpkg-query -W -f='${Status} ${Version}' "$p" 2>/dev/null || true)
+    case "$have" in
+      "install ok installed $v") ;;
+      "install ok installed "*) log "note: $p ${have##* } is installed, pinned $v (kept)" ;;
+      *) missing+=("$pin") ;;
+    esac
+  done
+  [ ${#missing[@]} -gt 0 ] || return 0
   log "installing host packages: ${missing[*]}"
   as_root apt-get update -qq
   if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; then
     # Only a Debian point release moves these; say which pin to update.
     log "WARNING: a pinned version is no longer served; installing the mirror's candidates."
-    log "         update HOST_PACKAGES in tools/vm/pins.sh to: $(for m in "${missing[@]}"; do
+    log "         update tools/vm/pins.sh to: $(for m in "${missing[@]}"; do
                  p=${m%%=*}; echo -n "$p=$(apt-cache policy "$p" | awk '/Candidate/{print $2}') "; done)"
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]%%=*}" >/dev/null
   fi
-fi
+}
+install_pinned "${HOST_PACKAGES[@]}"
+[ "$bench" = 0 ] || install_pinned "${BENCH_PACKAGES[@]}"
 # redis-server's package starts a system instance; our tests run their own.
 if command -v systemctl >/dev/null 2>&1; then as_root systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
 
@@ -76,6 +84,13 @@ fi
 if [ "$("$cache/tools/bin/virtiofsd" --version 2>/dev/null | awk '{print $2}')" != "$VIRTIOFSD_VERSION" ]; then
   log "building virtiofsd $VIRTIOFSD_VERSION into $cache/tools (about 1.5 min)"
   cargo install -q --locked --force --version "=$VIRTIOFSD_VERSION" --root "$cache/tools" virtiofsd
+fi
+# The benchmark's peer scheduler, only on demand (not in the test path). Its
+# build needs clang for the BPF side (BPF_CLANG, as for scx_tailctl).
+if [ "$bench" = 1 ] && [ "$("$cache/tools/bin/scx_bpfland" --version 2>/dev/null | awk '{print $2}')" != "$SCX_BPFLAND_VERSION" ]; then
+  log "building scx_bpfland $SCX_BPFLAND_VERSION into $cache/tools (several minutes)"
+  env -u CARGO_TARGET_DIR BPF_CLANG="${BPF_CLANG:-clang-19}" \
+    cargo install -q --locked --force --version "=$SCX_BPFLAND_VERSION" --root "$cache/tools" scx_bpfland
 fi
 [ "$host_only" = 1 ] && exit 0
 

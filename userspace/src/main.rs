@@ -8,8 +8,8 @@
 //! the kernel asks for a restart (SCX_ECODE_ACT_RESTART, e.g. after CPU
 //! hotplug) the scheduler is loaded again.
 //!
-//! The BPF side makes every scheduling decision; user space only configures,
-//! observes and (in later stages) registers services and writes allotments.
+//! The BPF side makes every scheduling decision; user space configures,
+//! observes, and registers services (the daemon in `services`).
 
 mod bpf_intf;
 mod bpf_skel;

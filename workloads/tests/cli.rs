@@ -116,7 +116,7 @@ fn a_small_experiment_runs_every_policy_and_writes_its_report() {
     assert!(st.success());
     assert_eq!(
         std::fs::read(&again).unwrap(),
-        std::fs::read(out.join("trace.txt")).unwrap()
+        std::fs::read(out.join("raw/trace.txt")).unwrap()
     );
     std::fs::remove_dir_all(&out).ok();
 }
@@ -143,6 +143,11 @@ fn rounds_repeat_every_policy_and_pair_the_improvements() {
         "admit-first-r2.csv",
         "tail-control-r2.csv",
     ] {
+        assert!(out.join("raw").join(f).exists(), "{f} missing");
+        // Raw records never land beside the summaries (git keeps those).
+        assert!(!out.join(f).exists(), "{f} beside the summaries");
+    }
+    for f in ["table.md", "report.json", "plot.svg"] {
         assert!(out.join(f).exists(), "{f} missing");
     }
     let runs = report["runs"].as_object().unwrap();
@@ -248,7 +253,7 @@ fn the_paper_preset_is_the_papers_configuration() {
         "{line}"
     );
     assert!(line.contains("kernel bs"), "{line}");
-    let trace = std::fs::read_to_string(out.join("trace.txt")).unwrap();
+    let trace = std::fs::read_to_string(out.join("raw/trace.txt")).unwrap();
     assert_eq!(
         trace.lines().filter(|l| !l.starts_with('#')).count(),
         100_000

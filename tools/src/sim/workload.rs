@@ -1,5 +1,6 @@
 //! Workload inputs of the simulator: work and arrival specifications, and the
-//! request trace they generate (or that is read from a `tailctl-trace` file).
+//! request trace they generate (or that is read from a `tailctl-trace` file
+//! through `tailctl_workloads::trace`, the one parser of that format).
 //!
 //! Design: a trace is fixed before any policy runs, so every policy sees the
 //! same requests (common random numbers: differences between policies are not
@@ -217,54 +218,28 @@ impl Trace {
         }
     }
 
-    /// Reads a `tailctl-trace v1` file (written by `tailctl-loadgen`): lines
-    /// `ID SEND_NS KERNEL WORK_US SEQ_PCT`, `#` comments.
+    /// Reads a `tailctl-trace v1` file (written by `tailctl-loadgen` and
+    /// `tailctl-experiment`) with the workloads crate's parser, the one every
+    /// tool uses, and converts it to seconds.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading trace {}", path.display()))?;
-        let mut t = Self::default();
-        for (i, raw) in text.lines().enumerate() {
-            let line = raw.split('#').next().unwrap_or("").trim();
-            if line.is_empty() {
-                continue;
-            }
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let at = |msg: String| anyhow::anyhow!("{}: line {}: {msg}", path.display(), i + 1);
-            if f.len() != 5 {
-                return Err(at(format!(
-                    "expected `ID SEND_NS KERNEL WORK_US SEQ_PCT`, found {} fields",
-                    f.len()
-                )));
-            }
-            let send: u64 = f[1]
-                .parse()
-                .map_err(|_| at(format!("send time `{}` is not an integer (ns)", f[1])))?;
-            let work: f64 = f[3]
-                .parse()
-                .map_err(|_| at(format!("work `{}` is not a number (µs)", f[3])))?;
-            let seq: f64 = f[4]
-                .parse()
-                .map_err(|_| at(format!("sequential percent `{}` is not a number", f[4])))?;
-            if !(work > 0.0 && work.is_finite()) {
-                return Err(at(format!("work must be > 0, got {work}")));
-            }
-            if !(0.0..=100.0).contains(&seq) {
-                return Err(at(format!(
-                    "sequential percent must be in 0..=100, got {seq}"
-                )));
-            }
-            let s = send as f64 * 1e-9;
-            if t.arrival.last().is_some_and(|&p| s < p) {
-                return Err(at("send times must not decrease".into()));
-            }
-            t.arrival.push(s);
-            t.work.push(work * 1e-6);
-            t.seq_fraction.push(seq / 100.0);
-        }
-        if t.arrival.is_empty() {
+        let file = tailctl_workloads::trace::Trace::load(path)?;
+        if file.entries.is_empty() {
             bail!("{}: trace has no requests", path.display());
         }
-        Ok(t)
+        Ok(Self::from_file(&file))
+    }
+
+    /// The simulator's view of a workloads trace: send times as arrivals,
+    /// work in seconds, the sequential percent as a fraction.
+    pub fn from_file(file: &tailctl_workloads::trace::Trace) -> Self {
+        let mut t = Self::default();
+        for e in &file.entries {
+            t.arrival.push(e.send_at.as_secs_f64());
+            t.work.push(e.request.spec.work.as_secs_f64());
+            t.seq_fraction
+                .push(f64::from(e.request.spec.seq_pct) / 100.0);
+        }
+        t
     }
 
     /// Number of requests.
@@ -310,6 +285,36 @@ mod tests {
         );
         assert!("lognormal:0".parse::<ArrivalSpec>().is_err());
         assert!("uniform".parse::<ArrivalSpec>().is_err());
+    }
+
+    #[test]
+    fn trace_files_are_read_by_the_workloads_parser() {
+        use tailctl_workloads::{arrival::ArrivalProcess, kernel::Kernel, trace as wt};
+        let cfg = wt::TraceConfig {
+            requests: 50,
+            arrival: ArrivalProcess::Poisson { rps: 100.0 },
+            kernel: Kernel::Spin,
+            seq_pct: 10,
+            seed: 5,
+        };
+        let file =
+            wt::Trace::generate(&cfg, &tailctl_workloads::distributions::bing(), "bing").unwrap();
+        let path = std::env::temp_dir().join(format!("sim-trace-{}.txt", std::process::id()));
+        file.save(&path).unwrap();
+        let t = Trace::load(&path).unwrap();
+        std::fs::remove_file(&path).ok();
+        assert_eq!(t.len(), 50);
+        for (i, e) in file.entries.iter().enumerate() {
+            assert_eq!(t.arrival[i], e.send_at.as_secs_f64());
+            assert_eq!(t.work[i], e.request.spec.work.as_secs_f64());
+            assert_eq!(t.seq_fraction[i], 0.1);
+        }
+        // The same errors as every other reader of the format.
+        let bad = std::env::temp_dir().join(format!("sim-trace-bad-{}.txt", std::process::id()));
+        std::fs::write(&bad, "# tailctl-trace v1\n0 0 bs 100 0\n1 5 bs 0 0\n").unwrap();
+        let err = format!("{:#}", Trace::load(&bad).unwrap_err());
+        std::fs::remove_file(&bad).ok();
+        assert!(err.contains("line 3") && err.contains("work_us"), "{err}");
     }
 
     #[test]

@@ -5,8 +5,13 @@
 //! - `serialize`: one huge parallel request and a stream of small ones. Reads
 //!   the scheduler's own per-request counters (the pinned `req_acct` map) to
 //!   show the huge request never runs more than one thread once serialization
-//!   settled, and how long settling took; `--user-only` measures the runtime's
-//!   lazy serialization instead, on the same workload.
+//!   settled (threads let through by the wait bound are counted apart), and
+//!   how long settling took; `--user-only` measures the runtime's lazy
+//!   serialization instead, on the same workload; `--compare --rounds N`
+//!   alternates the two modes N times each in one process (a fresh pool per
+//!   run) and reports both settle latencies side by side. Every run reports
+//!   how many threads ran the huge request at once before its mark: a run
+//!   where it never ran in parallel had nothing to serialize.
 //! - `account`: sequential requests of known CPU time, optionally beside a CPU
 //!   hog; compares the kernel's charge with the true thread CPU time and with
 //!   the runtime's wall-clock figure.
@@ -46,7 +51,7 @@ use clap::{Parser, Subcommand};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use serde_json::json;
 use tailctl_rt::kernel::link::{AssistedPool, DEFAULT_SOCKET};
-use tailctl_rt::shared_state::{FLAG_SERIALIZED, MAX_REQUESTS, REQ_FREE, WORKER_WORKING};
+use tailctl_rt::shared_state::{FLAG_SERIALIZED, MAX_REQUESTS, REQ_FREE};
 use tailctl_rt::threshold::ThresholdTable;
 use tailctl_rt::{parallel_for, Policy, Pool, RequestHandle};
 
@@ -85,6 +90,14 @@ enum Cmd {
         /// Do not register: the runtime's own (lazy, wall-clock) serialization.
         #[arg(long)]
         user_only: bool,
+        /// Run both modes, user-space lazy and kernel, alternately (`--rounds`
+        /// times each, the order flipping every round) on the same workload,
+        /// and report them side by side.
+        #[arg(long, conflicts_with = "user_only")]
+        compare: bool,
+        /// Rounds of `--compare`.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+        rounds: u32,
         /// Pin worker w to CPU w (mod the CPU count) before the huge request.
         #[arg(long)]
         pin: bool,
@@ -382,17 +395,143 @@ fn set_nice(tid: u32, nice: i32) {
     unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) };
 }
 
-#[allow(clippy::too_many_arguments)]
-fn serialize(
-    cli: &Cli,
+/// The `serialize` experiment's workload, the same in both modes.
+struct SerializeWorkload {
     huge_ms: u64,
     threshold_ms: u64,
     small_ms: u64,
     every_ms: u64,
-    user_only: bool,
     pin: bool,
     ignore_cap: bool,
-) -> Result<()> {
+}
+
+/// Median of the values present (None if there are none).
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// `serialize --compare`: both modes, alternately, on one workload; per mode
+/// the settle latencies of every run and their median, and the ratio of the
+/// medians (user-space lazy over kernel).
+fn serialize_compare(cli: &Cli, w: &SerializeWorkload, rounds: u32) -> Result<serde_json::Value> {
+    let mut runs = Vec::new();
+    for round in 0..rounds {
+        // Flip the order every round, so drift of the machine does not
+        // always favour the same mode.
+        let order = if round % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for user_only in order {
+            eprintln!(
+                "serialize: round {}/{rounds}, {}",
+                round + 1,
+                if user_only {
+                    "user-space lazy"
+                } else {
+                    "kernel"
+                }
+            );
+            let mut r = serialize(cli, w, user_only)?;
+            r["round"] = json!(round);
+            runs.push(r);
+        }
+    }
+    let pick = |mode: &str, f: &dyn Fn(&serde_json::Value) -> Option<f64>| -> Vec<f64> {
+        runs.iter()
+            .filter(|r| r["mode"] == mode)
+            .filter_map(f)
+            .collect()
+    };
+    let to_settle = |r: &serde_json::Value| r["threshold_to_settle_ms"].as_f64();
+    let mark_to_settle = |r: &serde_json::Value| r["observed_serialization_latency_ms"].as_f64();
+    let kernel_own = |r: &serde_json::Value| r["kernel"]["serialization_latency_ms"].as_f64();
+    let user_lat = pick("user-space", &to_settle);
+    let kernel_lat = pick("kernel", &to_settle);
+    let user_mark = pick("user-space", &mark_to_settle);
+    let kernel_mark = pick("kernel", &mark_to_settle);
+    let kernel_own = pick("kernel", &kernel_own);
+    let (um, km) = (median(user_lat.clone()), median(kernel_lat.clone()));
+    let sum_u = |key: &str| -> u64 {
+        runs.iter()
+            .filter(|r| r["mode"] == "kernel")
+            .filter_map(|r| r["kernel"][key].as_u64())
+            .sum()
+    };
+    let max_u = |key: &str| -> u64 {
+        runs.iter()
+            .filter(|r| r["mode"] == "kernel")
+            .filter_map(|r| r["kernel"][key].as_u64())
+            .max()
+            .unwrap_or(0)
+    };
+    let min_par = |mode: &str| -> u64 {
+        runs.iter()
+            .filter(|r| r["mode"] == mode)
+            .filter_map(|r| r["max_concurrency_before_mark"].as_u64())
+            .min()
+            .unwrap_or(0)
+    };
+    Ok(json!({
+        "mode": "compare",
+        "rounds": rounds,
+        "workers": cli.workers,
+        "huge_ms": w.huge_ms,
+        "threshold_ms": w.threshold_ms,
+        // latency_ms: threshold crossing to at most one thread running, per
+        // run (the same sampler in both modes); mark_to_settle_ms: from the
+        // SERIALIZED mark instead; the kernel's own clock (crossing detected
+        // at a tick or stop, to concurrency <= 1) in kernel_clock_ms.
+        "user": {
+            "latency_ms": user_lat,
+            "median_latency_ms": um,
+            "mark_to_settle_ms": user_mark,
+            "min_concurrency_before_mark": min_par("user-space"),
+        },
+        "kernel": {
+            "latency_ms": kernel_lat,
+            "median_latency_ms": km,
+            "mark_to_settle_ms": kernel_mark,
+            "kernel_clock_ms": kernel_own,
+            "min_concurrency_before_mark": min_par("kernel"),
+            "max_running_after_settle": max_u("max_running_after_settle"),
+            "cap_violations": runs.iter()
+                .filter(|r| r["mode"] == "kernel")
+                .filter(|r| r["kernel"]["cap_violation"] == true)
+                .count(),
+            "overdue_runs": sum_u("overdue_runs"),
+            "throttled": sum_u("throttled"),
+        },
+        // How many times longer lazy user-space serialization took to settle
+        // than the kernel's (medians); null when the kernel's median is 0.
+        "user_over_kernel": match (um, km) {
+            (Some(u), Some(k)) if k > 0.0 => Some(u / k),
+            _ => None,
+        },
+        "runs": runs,
+    }))
+}
+
+fn serialize(cli: &Cli, w: &SerializeWorkload, user_only: bool) -> Result<serde_json::Value> {
+    let SerializeWorkload {
+        huge_ms,
+        threshold_ms,
+        small_ms,
+        every_ms,
+        pin,
+        ignore_cap,
+    } = *w;
     let table = threshold_table(threshold_ms);
     let pool = start_pool(cli, Some(&table), !user_only)?;
     if pin {
@@ -470,6 +609,15 @@ fn serialize(
     let mut max_after_settle_user = 0u32;
     let mut max_before_flag_user = 0u32;
     let mut last = None;
+    // When the request's work crossed its threshold, by each mode's own
+    // measure of work: user space, the runtime's wall-clock bookkeeping as
+    // the paper's check sums it (charged work plus the running intervals of
+    // the workers on it), sampled here continuously, while the runtime itself
+    // only checks when a worker looks for work (lazy); kernel, the kernel's
+    // CPU-time charge, whose crossing is detected at the next tick or stop
+    // (serialized_at_ns, CLOCK_MONOTONIC like mono_ns).
+    let threshold_ns = threshold_ms * 1_000_000;
+    let mut cross_at = None;
     while !huge.is_finished() {
         let now = mono_ns();
         let req = pool.shared_state().request(slot as usize);
@@ -477,17 +625,28 @@ fn serialize(
             break;
         }
         let flagged = req.flags() & FLAG_SERIALIZED != 0;
-        // User-visible concurrency: workers on the request and executing.
+        // User-visible concurrency: workers on the request. A worker publishes
+        // the request it executes and moves to no request as soon as it looks
+        // for work (see the runtime's `wait_until`), so this counts workers
+        // executing it. (The `state` field is not used: a worker that found
+        // work without searching first still shows STEALING there.)
         let on = (0..pool.workers())
-            .filter(|&w| {
-                let ws = pool.shared_state().worker(w);
-                ws.current() == tag && ws.state() == WORKER_WORKING
-            })
+            .filter(|&w| pool.shared_state().worker(w).current() == tag)
             .count() as u32;
         let running = match &acct {
             Some(_) => req.kernel_running(),
             None => on,
         };
+        if user_only && cross_at.is_none() {
+            let running_ns: u64 = (0..pool.workers())
+                .map(|w| pool.shared_state().worker(w))
+                .filter(|ws| ws.current() == tag && ws.start_ns() != 0)
+                .map(|ws| now.saturating_sub(ws.start_ns()))
+                .sum();
+            if req.work_ns() + running_ns >= threshold_ns {
+                cross_at = Some(now);
+            }
+        }
         if flagged && flag_at.is_none() {
             flag_at = Some(now);
         }
@@ -509,7 +668,8 @@ fn serialize(
         }
         std::thread::sleep(Duration::from_micros(200));
     }
-    let wall_ms = (mono_ns() - t0) as f64 / 1e6;
+    let end = mono_ns();
+    let wall_ms = (end - t0) as f64 / 1e6;
     huge.wait()
         .map_err(|e| anyhow::anyhow!("huge request failed: {e:?}"))?;
     stop.store(true, Ordering::Relaxed);
@@ -518,6 +678,11 @@ fn serialize(
         m.join().unwrap();
     }
 
+    if let Some(v) = &last {
+        if v.serialized_at_ns != 0 {
+            cross_at = Some(v.serialized_at_ns);
+        }
+    }
     let ms = |a: Option<u64>, b: Option<u64>| match (a, b) {
         (Some(a), Some(b)) if b >= a => Some((b - a) as f64 / 1e6),
         _ => None,
@@ -529,7 +694,19 @@ fn serialize(
         "threshold_ms": threshold_ms,
         "huge_wall_ms": wall_ms,
         "max_concurrency_before_mark": max_before_flag_user,
+        // From the mark (SERIALIZED seen) to at most one thread running it.
         "observed_serialization_latency_ms": ms(flag_at, settle_at),
+        // From the threshold crossing (each mode's own work measure, see
+        // above) to the mark, and to at most one thread running it (sampled
+        // here the same way in both modes): the figure that compares lazy and
+        // kernel serialization.
+        "threshold_crossed_after_ms": ms(Some(t0), cross_at),
+        "mark_delay_ms": ms(cross_at, flag_at),
+        // A request that finished before it settled (or was marked) counts
+        // until its end, a lower bound: `settled` says which.
+        "threshold_to_settle_ms": ms(cross_at, settle_at.or(cross_at.map(|_| end))),
+        "settled": settle_at.is_some(),
+        "mark_after_ms": ms(Some(t0), flag_at),
         "observed_max_concurrency_after_settle": max_after_settle_user,
         "small_requests": small_done.load(Ordering::Relaxed),
         "small_requests_parallel": small_parallel.load(Ordering::Relaxed),
@@ -539,7 +716,11 @@ fn serialize(
             "work_ms": v.work_ns as f64 / 1e6,
             "serialized": v.serialized_at_ns != 0,
             "serialization_latency_ms": ms(Some(v.serialized_at_ns).filter(|x| *x != 0), Some(v.settled_at_ns).filter(|x| *x != 0)),
+            // Token holders running at once after settling (the kernel counts
+            // threads let through by the wait bound apart, in overdue_runs):
+            // more than the cap (1) is a violation of the cap.
             "max_running_after_settle": v.max_running_settled,
+            "cap_violation": v.serialized_at_ns != 0 && v.max_running_settled > 1,
             "max_running": v.max_running,
             "throttled": v.throttled,
             "bounces": v.bounces,
@@ -548,8 +729,7 @@ fn serialize(
             "overdue_runs": v.overdue,
         });
     }
-    println!("{}", serde_json::to_string(&out)?);
-    Ok(())
+    Ok(out)
 }
 
 fn account(cli: &Cli, ms: u64, count: u32) -> Result<()> {
@@ -1296,18 +1476,27 @@ fn main() -> Result<()> {
             small_ms,
             small_every_ms,
             user_only,
+            compare,
+            rounds,
             pin,
             ignore_cap,
-        } => serialize(
-            &cli,
-            huge_ms,
-            threshold_ms,
-            small_ms,
-            small_every_ms,
-            user_only,
-            pin,
-            ignore_cap,
-        ),
+        } => {
+            let w = SerializeWorkload {
+                huge_ms,
+                threshold_ms,
+                small_ms,
+                every_ms: small_every_ms,
+                pin,
+                ignore_cap,
+            };
+            let out = if compare {
+                serialize_compare(&cli, &w, rounds)?
+            } else {
+                serialize(&cli, &w, user_only)?
+            };
+            println!("{}", serde_json::to_string(&out)?);
+            Ok(())
+        }
         Cmd::Account { ms, count } => account(&cli, ms, count),
         Cmd::Serve {
             secs,

@@ -1,6 +1,7 @@
 #!/bin/bash
 # In the guest: what does registration cost? Same trace, same scheduler (scx_tailctl), interleaved.
-cd /work/main; B=target/release; O=/tmp/regcost
+# Run from the repository root (the guest sees the host's file system); raw output stays in $O.
+B=target/release; O=/tmp/regcost
 $B/tailctl-loadgen --requests 2000 --arrival poisson:110 --distribution bing --kernel spin --seed 3 --write-trace $O/t.txt --dry-run >/dev/null 2>&1
 CAL=$($B/tailctl-server --workers 4 --calibrate)
 bs=$(echo "$CAL" | python3 -c 'import json,sys;print(json.load(sys.stdin)["bs_unit_ns"])'); sp=$(echo "$CAL" | python3 -c 'import json,sys;print(json.load(sys.stdin)["spin_unit_ns"])')

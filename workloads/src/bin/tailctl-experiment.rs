@@ -9,9 +9,11 @@
 //! percentile latencies become the targets. Tail-control's threshold table
 //! depends on the target, so by default it runs once per target (`--tc-runs
 //! per-target`, as the paper's per-target bars imply); `single` runs it once
-//! with the table for the middle target to save time. Everything lands in
-//! `--out`: the trace, each run's per-request CSV and summary, `report.json`,
-//! `table.md` and `plot.svg`.
+//! with the table for the middle target to save time. `--out` receives the
+//! summaries (`table.md` with the exact command, `report.json` with every
+//! run's summary, `plot.svg`); the raw records (the trace, each run's
+//! per-request CSV and load-generator summary, the scheduler's log) go to
+//! `--out`/raw, which git ignores under `workloads/results`.
 //!
 //! `--kernel-assisted` (root, on a sched_ext kernel with no scheduler loaded,
 //! e.g. in the VM of `tailctl vm run`): the runs above happen under the
@@ -45,6 +47,10 @@ use tailctl_workloads::kernel::{Calibration, Kernel};
 use tailctl_workloads::loadgen::read_latencies_csv;
 use tailctl_workloads::scx::{check_can_load, ScxProc};
 use tailctl_workloads::trace::{Trace, TraceConfig};
+
+/// Where, under `--out`, the raw records go (git-ignored under
+/// `workloads/results`).
+const RAW_DIR: &str = "raw";
 
 /// Named configurations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -458,6 +464,10 @@ fn run(a: Args) -> Result<()> {
     }
     std::fs::create_dir_all(&a.out)
         .with_context(|| format!("cannot create {}", a.out.display()))?;
+    // Raw records (trace, per-request CSVs, per-run summaries, scheduler
+    // logs) go to `raw/`, which git ignores; the summaries stay beside it.
+    let raw = a.out.join(RAW_DIR);
+    std::fs::create_dir_all(&raw).with_context(|| format!("cannot create {}", raw.display()))?;
 
     let load_before = loadavg();
     let dist = cfg.dist.build().map_err(anyhow::Error::msg)?;
@@ -504,7 +514,7 @@ fn run(a: Args) -> Result<()> {
         &dist,
         &cfg.dist.to_string(),
     )?;
-    let trace_path = a.out.join("trace.txt");
+    let trace_path = raw.join("trace.txt");
     trace.save(&trace_path)?;
     let utilisation = trace.offered_load() / cfg.workers as f64;
     let describe = format!(
@@ -541,7 +551,7 @@ fn run(a: Args) -> Result<()> {
     };
     let common = |policy: &str| server_args(&cfg, &cal, policy);
     let mut runs = serde_json::Map::new();
-    let sf = run_one(&bins, "steal-first", common("sf"), &trace_path, &a.out)?;
+    let sf = run_one(&bins, "steal-first", common("sf"), &trace_path, &raw)?;
     let targets = targets_from(&sf, &a.percentiles)?;
     eprintln!(
         "targets (steal-first percentiles): {}",
@@ -558,23 +568,17 @@ fn run(a: Args) -> Result<()> {
         "steal-first",
         PolicyRow::from_latencies("steal-first", &sf, &targets).miss,
     );
-    runs.insert("steal-first".into(), read_summary(&a.out, "steal-first"));
+    runs.insert("steal-first".into(), read_summary(&raw, "steal-first"));
 
     if a.noise_check {
         let name = "steal-first (rerun)";
-        let lat = run_one(
-            &bins,
-            "steal-first-rerun",
-            common("sf"),
-            &trace_path,
-            &a.out,
-        )?;
+        let lat = run_one(&bins, "steal-first-rerun", common("sf"), &trace_path, &raw)?;
         record(
             &mut results,
             name,
             PolicyRow::from_latencies(name, &lat, &targets).miss,
         );
-        runs.insert(name.into(), read_summary(&a.out, "steal-first-rerun"));
+        runs.insert(name.into(), read_summary(&raw, "steal-first-rerun"));
     }
     let tc_args = |mut v: Vec<String>, t: Duration| {
         v.extend([
@@ -594,7 +598,7 @@ fn run(a: Args) -> Result<()> {
         tc_runs: a.tc_runs,
         targets: &targets,
         trace: &trace_path,
-        out: &a.out,
+        out: &raw,
     };
     // Round 0 keeps the historical file names; later rounds add `-rN`.
     let file = |base: &str, round: u32| match round {
@@ -631,13 +635,13 @@ fn run(a: Args) -> Result<()> {
             _ => "tbb",
         };
         let name = file(p, round);
-        let lat = run_one(&bins, &name, common(flag), &trace_path, &a.out)?;
+        let lat = run_one(&bins, &name, common(flag), &trace_path, &raw)?;
         record(
             results,
             p,
             PolicyRow::from_latencies(p, &lat, &targets).miss,
         );
-        runs.insert(format!("{p}{}", key(round)), read_summary(&a.out, &name));
+        runs.insert(format!("{p}{}", key(round)), read_summary(&raw, &name));
         Ok(())
     };
     // The runs under scx_tailctl, as one block: the scheduler starts and stops
@@ -647,22 +651,19 @@ fn run(a: Args) -> Result<()> {
                      results: &mut Vec<(String, Vec<Vec<f64>>)>,
                      tc_ctx: &mut TcContext<'_>|
      -> Result<()> {
-        let log = a.out.join(format!("{}.log", file("scx_tailctl", round)));
+        let log = raw.join(format!("{}.log", file("scx_tailctl", round)));
         eprintln!("== starting {} (log {})", scx_bin.display(), log.display());
         let scx = ScxProc::start(&scx_bin, &a.scx_socket, &a.scx_args, &log)?;
         // Under scx_tailctl but not registered: what the scheduler alone does.
         let label = format!("steal-first {UNDER_SCX_MARK}");
         let name = file("steal-first-scx", round);
-        let lat = run_one(&bins, &name, common("sf"), &trace_path, &a.out)?;
+        let lat = run_one(&bins, &name, common("sf"), &trace_path, &raw)?;
         record(
             results,
             &label,
             PolicyRow::from_latencies(&label, &lat, &targets).miss,
         );
-        runs.insert(
-            format!("{label}{}", key(round)),
-            read_summary(&a.out, &name),
-        );
+        runs.insert(format!("{label}{}", key(round)), read_summary(&raw, &name));
         // Registered: kernel-measured work, kernel serialization and caps.
         let kernel_args = |t: Duration| {
             let mut v = tc_args(common("tc"), t);
@@ -678,7 +679,7 @@ fn run(a: Args) -> Result<()> {
             kernel_args,
             tc_ctx,
             runs,
-            |name| check_registered(&a.out, name),
+            |name| check_registered(&raw, name),
         )?;
         record(results, TAIL_CONTROL_KERNEL, row.miss);
         drop(scx);

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# The scheduler benchmark, guest side (tools/bench-sched.sh boots the VM and
+# runs this as root on a sched_ext kernel):
+#   tools/vm/bench-sched-guest.sh SCX_TAILCTL SCX_BPFLAND OUT_DIR
+#
+# Design: every figure is compared only within this one guest run. Each round
+# runs one block per scheduler — the default kernel scheduler (none attached),
+# scx_tailctl, scx_bpfland — in an order that rotates every round, so drift of
+# the emulated machine does not always fall on the same scheduler. A block:
+#   hackbench      rt-tests hackbench (process mode, pipes+sockets), seconds
+#   pipe           perf bench sched pipe: two tasks waking each other, us/op
+#                  (the wake-up latency benchmark: Debian packages no schbench)
+#   cyclictest     SCHED_OTHER timer threads beside one CPU hog per CPU
+#                  (stress-ng): mean and max wake-up latency, us
+#   redis          redis-benchmark SET+GET against a redis-server started
+#                  once for the whole run: requests/s and p99 ms
+#   stress-ng mix  cpu, switch, pipe, futex stressors together: bogo ops/s each
+# then, for the two sched_ext schedulers, a cost probe: with
+# kernel.bpf_stats_enabled=1 only around a fixed hackbench + pipe workload
+# (so the stats' own overhead never touches the benchmarks above), every BPF
+# program the scheduler loaded reports run_cnt and run_time_ns (bpftool).
+# Everything is appended as JSON lines to OUT_DIR/raw/records.jsonl; the
+# summary (tools/vm/bench_sched_summary.py) is computed on the host.
+# Sizes: BENCH_ROUNDS (5), BENCH_HB_GROUPS/BENCH_HB_LOOPS (2/50),
+# BENCH_PIPE_LOOPS (5000), BENCH_SECS (4, cyclictest and stress-ng),
+# BENCH_REDIS_N (5000).
+set -uo pipefail
+
+tailctl=$(readlink -f "$1"); bpfland=$(readlink -f "$2"); out=$3
+rounds=${BENCH_ROUNDS:-5}
+hb_groups=${BENCH_HB_GROUPS:-2}; hb_loops=${BENCH_HB_LOOPS:-50}
+pipe_loops=${BENCH_PIPE_LOOPS:-5000}; secs=${BENCH_SECS:-4}; redis_n=${BENCH_REDIS_N:-5000}
+raw=$out/raw
+mkdir -p "$raw"
+: >"$raw/records.jsonl"
+ncpu=$(nproc)
+PY=$(command -v /usr/bin/python3 || command -v python3)
+log() { echo "[bench $(date +%H:%M:%S)] $*" >&2; }
+state() { cat /sys/kernel/sched_ext/state 2>/dev/null || echo missing; }
+# rec ROUND SCHED BENCH METRIC VALUE: one measurement.
+rec() {
+  printf '{"round": %s, "sched": "%s", "bench": "%s", "metric": "%s", "value": %s}\n' \
+    "$1" "$2" "$3" "$4" "${5:-null}" >>"$raw/records.jsonl"
+}
+num() { [[ "$1" =~ ^[0-9]+([.][0-9]+)?$ ]] && echo "$1" || echo null; }
+
+for tool in hackbench cyclictest perf redis-server redis-benchmark stress-ng bpftool; do
+  command -v "$tool" >/dev/null || { echo "bench-sched: $tool missing (tools/vm/provision.sh --bench)" >&2; exit 1; }
+done
+[ -x "$tailctl" ] && [ -x "$bpfland" ] || { echo "bench-sched: scheduler binaries missing: $tailctl $bpfland" >&2; exit 1; }
+[ "$(state)" = disabled ] || { echo "bench-sched: sched_ext state is $(state), want disabled (no scheduler attached)" >&2; exit 1; }
+
+sched_pid=""
+start_sched() { # NAME
+  case "$1" in
+    scx_tailctl) "$tailctl" >>"$raw/sched-$1.log" 2>&1 & ;;
+    scx_bpfland) "$bpfland" >>"$raw/sched-$1.log" 2>&1 & ;;
+    *) return 0 ;;
+  esac
+  sched_pid=$!
+  for _ in $(seq 1 600); do
+    [ "$(state)" = enabled ] && return 0
+    kill -0 "$sched_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "bench-sched: $1 did not attach: $(tail -n 3 "$raw/sched-$1.log" | tr '\n' ' ')" >&2
+  return 1
+}
+stop_sched() {
+  [ -n "$sched_pid" ] || return 0
+  kill -INT "$sched_pid" 2>/dev/null; wait "$sched_pid" 2>/dev/null
+  sched_pid=""
+  for _ in $(seq 1 300); do [ "$(state)" = disabled ] && return 0; sleep 0.1; done
+  echo "bench-sched: scheduler did not detach (state $(state))" >&2
+  return 1
+}
+
+redis-server --port 6399 --bind 127.0.0.1 --save '' --appendonly no --daemonize no >"$raw/redis.log" 2>&1 &
+redis_pid=$!
+cleanup() { stop_sched; kill "$redis_pid" 2>/dev/null; }
+trap cleanup EXIT
+for _ in $(seq 1 100); do redis-cli -p 6399 ping >/dev/null 2>&1 && break; sleep 0.1; done
+redis-cli -p 6399 ping >/dev/null 2>&1 || { echo "bench-sched: redis-server did not start" >&2; exit 1; }
+
+block() { # ROUND SCHED
+  local r=$1 s=$2 v
+  v=$(hackbench -g "$hb_groups" -l "$hb_loops" 2>>"$raw/errors.log" | awk '/^Time:/ {print $2}')
+  rec "$r" "$s" hackbench seconds "$(num "$v")"
+  v=$(perf bench sched pipe -l "$pipe_loops" 2>>"$raw/errors.log" | awk '/usecs\/op/ {print $1}')
+  rec "$r" "$s" pipe us_per_op "$(num "$v")"
+  # cyclictest's threads beside one CPU hog per CPU: how soon a sleeper runs.
+  stress-ng --cpu "$ncpu" -t $((secs + 4)) --temp-path "$raw" >/dev/null 2>&1 &
+  local hog=$!
+  sleep 1
+  local ct
+  ct=$(cyclictest -q -m -d 0 -t 2 -i 1000 -D "${secs}" --policy=other 2>>"$raw/errors.log")
+  kill "$hog" 2>/dev/null; wait "$hog" 2>/dev/null
+  rec "$r" "$s" cyclictest avg_us "$(num "$(awk '/^T:/ {for (i=1;i<=NF;i++) if ($i=="Avg:") {s+=$(i+1); n++}} END {if (n) printf "%.1f", s/n}' <<<"$ct")")"
+  rec "$r" "$s" cyclictest max_us "$(num "$(awk '/^T:/ {for (i=1;i<=NF;i++) if ($i=="Max:" && $(i+1)>m) m=$(i+1)} END {if (m!="") print m}' <<<"$ct")")"
+  local rb
+  rb=$(redis-benchmark -h 127.0.0.1 -p 6399 -q -n "$redis_n" -c 16 -t set,get --csv 2>>"$raw/errors.log" \
+       | awk -F'","|"' 'NR>1 {rps+=$3; p99+=$8; n++} END {if (n) printf "%.1f %.3f\n", rps/n, p99/n}')
+  rec "$r" "$s" redis rps "$(num "${rb%% *}")"
+  rec "$r" "$s" redis p99_ms "$(num "${rb##* }")"
+  local sn
+  sn=$(stress-ng --cpu 1 --switch 1 --pipe 1 --futex 1 -t "${secs}s" --metrics-brief --temp-path "$raw" 2>&1)
+  echo "$sn" >>"$raw/stress-ng.log"
+  local st
+  for st in cpu switch pipe futex; do
+    rec "$r" "$s" "stress-ng-$st" bogo_ops_per_s "$(num "$(awk -v st="$st" '$3 ~ /^\[/ && $4 == st && $5 ~ /^[0-9]+$/ {print $9; exit}' <<<"$sn")")"
+  done
+}
+
+# The cost probe: BPF stats on only around a fixed workload; the programs are
+# fresh for every block (the scheduler was loaded for it), so the counters are
+# this probe's alone.
+probe() { # ROUND SCHED
+  local r=$1 s=$2
+  sysctl -q -w kernel.bpf_stats_enabled=1
+  hackbench -g 2 -l 50 >/dev/null 2>&1
+  perf bench sched pipe -l 5000 >/dev/null 2>&1
+  sysctl -q -w kernel.bpf_stats_enabled=0
+  bpftool -j prog show 2>>"$raw/errors.log" | "$PY" -c '
+import json, sys
+r, s, base = sys.argv[1], sys.argv[2], set(int(x) for x in sys.argv[3].split(",") if x)
+for p in json.load(sys.stdin):
+    if p["id"] in base or p.get("type") != "struct_ops":
+        continue
+    print(json.dumps({"round": int(r), "sched": s, "bench": "bpf", "prog": p.get("name", "?"),
+                      "run_cnt": p.get("run_cnt", 0), "run_time_ns": p.get("run_time_ns", 0)}))
+' "$r" "$s" "$base_ids" >>"$raw/records.jsonl"
+}
+base_ids=$(bpftool -j prog show 2>/dev/null | "$PY" -c 'import json,sys; print(",".join(str(p["id"]) for p in json.load(sys.stdin)))')
+
+scheds=(default scx_tailctl scx_bpfland)
+t_start=$(date +%s)
+for ((r = 0; r < rounds; r++)); do
+  order=()
+  for ((i = 0; i < 3; i++)); do order+=("${scheds[$(((i + r) % 3))]}"); done
+  log "round $((r + 1))/$rounds: ${order[*]}"
+  for s in "${order[@]}"; do
+    start_sched "$s" || exit 1
+    log "  $s: benchmarks"
+    block "$r" "$s"
+    if [ "$s" != default ]; then
+      [ "$(state)" = enabled ] || { echo "bench-sched: $s was ejected during its block (state $(state))" >&2; exit 1; }
+      probe "$r" "$s"
+    fi
+    stop_sched || exit 1
+  done
+  log "round $((r + 1)) done ($(( $(date +%s) - t_start )) s so far)"
+done
+printf '{"kernel": "%s", "cpus": %s, "rounds": %s, "hackbench": "-g %s -l %s", "pipe_loops": %s, "secs": %s, "redis_n": %s}\n' \
+  "$(uname -r)" "$ncpu" "$rounds" "$hb_groups" "$hb_loops" "$pipe_loops" "$secs" "$redis_n" >"$raw/config.json"
+log "done: $raw/records.jsonl"
