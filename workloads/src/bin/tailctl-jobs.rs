@@ -11,9 +11,9 @@
 //! waits for all of them and stops the scheduler. A job's response time runs
 //! from its arrival to its process's exit. Everything lands in `--out`:
 //! `report.json` (every job of every run), `table.md`, `plot.svg` and
-//! `command.txt`. `--no-scheduler` runs the same trace under the default
-//! kernel scheduler only (one row, `default`), which needs neither root nor
-//! sched_ext.
+//! `command.txt`. The policy `default` runs the trace under the default
+//! kernel scheduler (no scx_tailctl); `--no-scheduler` runs only that, which
+//! needs neither root nor sched_ext.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -236,10 +236,14 @@ fn run(a: RunArgs) -> Result<()> {
         .scx_tailctl
         .clone()
         .unwrap_or_else(|| me.with_file_name("scx_tailctl"));
+    // `default` is the default kernel scheduler (no scx_tailctl), the others
+    // scx_tailctl with `--allot POLICY` (`off`: without --allot).
     let policies: Vec<String> = if a.no_scheduler {
         vec!["default".into()]
     } else {
-        check_can_load(&scx_bin, "tailctl-jobs")?;
+        if a.policies.iter().any(|p| p != "default") {
+            check_can_load(&scx_bin, "tailctl-jobs")?;
+        }
         a.policies.clone()
     };
     let baseline = a.baseline.clone().unwrap_or_else(|| policies[0].clone());
@@ -306,7 +310,7 @@ fn run(a: RunArgs) -> Result<()> {
         for k in 0..n {
             let policy = &policies[(k + round as usize) % n];
             bar.set_message(format!("round {round} {policy}"));
-            let (jobs, span) = if a.no_scheduler {
+            let (jobs, span) = if policy == "default" {
                 run_trace(&me, &trace, workers, None, &bar)?
             } else {
                 let log = a.out.join(format!("scx_tailctl-{policy}-{round}.log"));
@@ -320,7 +324,7 @@ fn run(a: RunArgs) -> Result<()> {
                 r
             };
             let unregistered = jobs.iter().filter(|j| !j.registered).count();
-            if !a.no_scheduler && unregistered > 0 {
+            if policy != "default" && unregistered > 0 {
                 bar.println(format!(
                     "warning: {policy} round {round}: {unregistered} of {} jobs ran unregistered (registration refused or failed)",
                     jobs.len()
