@@ -493,15 +493,17 @@ impl Report {
                             x0: f64,
                             title: &str,
                             get: &dyn Fn(&SummaryRow) -> Spread,
-                            fmt: &dyn Fn(f64) -> String| {
-            let max = self
-                .summary
-                .iter()
-                .map(|r| get(r).max)
-                .filter(|x| x.is_finite())
-                .fold(0.0f64, f64::max)
-                .max(1e-9)
-                * 1.1;
+                            fmt: &dyn Fn(f64) -> String,
+                            fixed: Option<f64>| {
+            let max = fixed.unwrap_or_else(|| {
+                nice_top(
+                    self.summary
+                        .iter()
+                        .map(|r| get(r).max)
+                        .filter(|x| x.is_finite())
+                        .fold(0.0f64, f64::max),
+                )
+            });
             let y_of = |v: f64| top + ph - ph * v / max;
             let _ = writeln!(
                 s,
@@ -578,6 +580,7 @@ impl Report {
             "mean response time (s)",
             &|r| r.mean_response_s,
             &|v| format!("{v:.1}"),
+            None,
         );
         metric_panel(
             &mut s,
@@ -585,6 +588,7 @@ impl Report {
             "utilisation (work / allotted core-time)",
             &|r| r.utilisation,
             &|v| format!("{v:.2}"),
+            Some(1.0),
         );
         if with_trace {
             let x0 = left + 2.0 * (pw + gap);
@@ -595,14 +599,13 @@ impl Report {
                 .max()
                 .unwrap_or(1)
                 .max(2);
-            let max = self
-                .allot_trace
-                .iter()
-                .flat_map(|(_, a)| a.iter().copied())
-                .max()
-                .unwrap_or(1)
-                .max(1) as f64
-                * 1.1;
+            let max = nice_top(
+                self.allot_trace
+                    .iter()
+                    .flat_map(|(_, a)| a.iter().copied())
+                    .max()
+                    .unwrap_or(1) as f64,
+            );
             let _ = writeln!(
                 s,
                 r#"<text x="{x0}" y="{}" font-size="12">job 0: allotment after each quantum</text>"#,
@@ -661,6 +664,24 @@ impl Report {
         s.push_str("</svg>\n");
         s
     }
+}
+
+/// A round axis top at or above `x`: 1, 2, 4 or 5 times a power of ten, or a multiple of 8
+/// between 8 and 64 (core counts), so that the four grid lines fall on readable values.
+fn nice_top(x: f64) -> f64 {
+    if !(x.is_finite() && x > 0.0) {
+        return 1.0;
+    }
+    if (4.0..=64.0).contains(&x) && x.fract() == 0.0 {
+        return (x / 8.0).ceil() * 8.0;
+    }
+    let p = 10f64.powf(x.log10().floor());
+    for m in [1.0, 2.0, 4.0, 5.0, 10.0] {
+        if m * p >= x * 1.02 {
+            return m * p;
+        }
+    }
+    10.0 * p
 }
 
 /// `1 2 4 8 16 8 16 …` with runs of one value written `v×n`.
@@ -745,5 +766,9 @@ mod tests {
         assert_eq!(r.json()["relative"][0]["over"], "equi");
         assert!(r.svg().starts_with("<svg") && r.svg().contains("polyline"));
         assert_eq!(compress(&[1, 2, 2, 2, 4]), "1 2×3 4");
+        assert_eq!(nice_top(16.0), 16.0);
+        assert_eq!(nice_top(32.0), 32.0);
+        assert_eq!(nice_top(2.7), 4.0);
+        assert_eq!(nice_top(0.93), 1.0);
     }
 }
