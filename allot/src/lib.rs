@@ -22,7 +22,7 @@
 //!
 //! | `--allot` | file | desire | allotment | reacts to |
 //! |---|---|---|---|---|
-//! | `equi` | [`equi`] | ignored | `P/|J|` each | every call |
+//! | `equi` | [`equi`] | ignored | `P/n` each (`n` jobs) | every call |
 //! | `deq` | [`deq`] | SAWS: `u·a + β(αQ + (1−α)Q′)` | DEQ | desires at quanta, allotment at every call |
 //! | `asteal` | [`asteal`] | A-Steal: `d·ρ`, `d/ρ` or `d` from utilisation | DEQ | desires at quanta, allotment at every call |
 //! | `drep` | [`drep`] | ignored | random per-core moves | job start and exit only |

@@ -9,7 +9,7 @@
 //!
 //! | name | shape | work | span | parallelism (work/span) |
 //! |---|---|---|---|---|
-//! | `fib` | `fib(46)` cut off at `fib(24)` (≈ 200 µs leaves): binary, unbalanced | ≈ 7.2 s | ≈ 0.2 ms | ≈ 30,000 |
+//! | `fib` | `fib(46)` cut off at `fib(24)` (≈ 200 µs leaves): binary, unbalanced | ≈ 7.9 s | ≈ 0.2 ms | ≈ 39,000 |
 //! | `matmul` | recursive 8-way block product (Cilk's `matmul`: two rounds of four), 4 levels, 2 ms leaves | ≈ 8.2 s | ≈ 32 ms | ≈ 256 |
 //! | `heat` | 200 time steps, each a serial 0.5 ms step then a divide-and-conquer loop over 16 blocks of 2.5 ms | ≈ 8.1 s | ≈ 0.6 s | ≈ 13 |
 //! | `sort` | mergesort of 4096 leaves (0.4 ms sorts) with *serial* merges (0.15 ms per leaf merged) | ≈ 9.0 s | ≈ 1.2 s | ≈ 7, falling to 1 at the top merge |
