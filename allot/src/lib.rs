@@ -27,9 +27,11 @@
 //! | `asteal` | [`asteal`] | A-Steal: `d·ρ`, `d/ρ` or `d` from utilisation | DEQ | desires at quanta, allotment at every call |
 //! | `drep` | [`drep`] | ignored | random per-core moves | job start and exit only |
 //!
-//! A policy that sees a job for the first time gives it the desire 1 (a job starts with one
-//! thread), as SAWS and A-Steal do; every policy keeps its state keyed by [`JobId`] and forgets
-//! jobs that left the list, so a controller may also just stop listing a job.
+//! DEQ and A-Steal give a new job (allotment 0) the desire 1, as SAWS and A-Steal do (a job
+//! starts with one thread); a job they have not seen but which already holds cores keeps its
+//! allotment as its first desire. Every policy keeps its state keyed by [`JobId`] and forgets jobs
+//! that left the list, so a controller may also just stop listing a job (DREP then treats it as
+//! an exit, and an unknown job as an arrival).
 
 pub mod asteal;
 pub mod deq;
