@@ -28,8 +28,8 @@
 //! | `drep` | [`drep`] | ignored | random per-core moves | job start and exit only |
 //!
 //! DEQ and A-Steal give a new job (allotment 0) the desire 1, as SAWS and A-Steal do (a job
-//! starts with one thread); a job they have not seen but which already holds cores keeps its
-//! allotment as its first desire. Every policy keeps its state keyed by [`JobId`] and forgets jobs
+//! starts with one thread); a job they have not seen but which already holds cores starts from
+//! its allotment (at a quantum, DEQ computes any job's desire from its view). Every policy keeps its state keyed by [`JobId`] and forgets jobs
 //! that left the list, so a controller may also just stop listing a job (DREP then treats it as
 //! an exit, and an unknown job as an arrival).
 
