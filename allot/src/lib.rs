@@ -22,14 +22,16 @@
 //!
 //! | `--allot` | file | desire | allotment | reacts to |
 //! |---|---|---|---|---|
-//! | `equi` | [`equi`] | ignored | `P/|J|` each | every call |
+//! | `equi` | [`equi`] | ignored | `P/n` each (`n` jobs) | every call |
 //! | `deq` | [`deq`] | SAWS: `u·a + β(αQ + (1−α)Q′)` | DEQ | desires at quanta, allotment at every call |
 //! | `asteal` | [`asteal`] | A-Steal: `d·ρ`, `d/ρ` or `d` from utilisation | DEQ | desires at quanta, allotment at every call |
 //! | `drep` | [`drep`] | ignored | random per-core moves | job start and exit only |
 //!
-//! A policy that sees a job for the first time gives it the desire 1 (a job starts with one
-//! thread), as SAWS and A-Steal do; every policy keeps its state keyed by [`JobId`] and forgets
-//! jobs that left the list, so a controller may also just stop listing a job.
+//! DEQ and A-Steal give a new job (allotment 0) the desire 1, as SAWS and A-Steal do (a job
+//! starts with one thread); a job they have not seen but which already holds cores starts from
+//! its allotment (at a quantum, DEQ computes any job's desire from its view). Every policy keeps its state keyed by [`JobId`] and forgets jobs
+//! that left the list, so a controller may also just stop listing a job (DREP then treats it as
+//! an exit, and an unknown job as an arrival).
 
 pub mod asteal;
 pub mod deq;

@@ -293,3 +293,103 @@ fn malformed_input_names_the_problem() {
         assert!(err.contains(needle), "{args:?}: `{err}` lacks `{needle}`");
     }
 }
+
+#[test]
+fn multiprog_runs_every_policy_deterministically_and_shows_the_oscillation() {
+    let run = |seed: &str| {
+        let mut v = json(&[
+            "sim",
+            "multiprog",
+            "--cores",
+            "8",
+            "--jobs",
+            "8",
+            "--load",
+            "0.7",
+            "--mix",
+            "loop:3:200,loop:12:100,heat:8",
+            "--runs",
+            "2",
+            "--seed",
+            seed,
+            "--threads",
+            "2",
+            "--json",
+        ]);
+        v["settings"].as_object_mut().unwrap().remove("wall_time");
+        v
+    };
+    let a = run("4");
+    assert_eq!(a, run("4"), "same seed, same report");
+    assert_ne!(a["runs"], run("5")["runs"]);
+    let summary = a["summary"].as_array().unwrap();
+    let policies: Vec<&str> = summary
+        .iter()
+        .map(|r| r["policy"].as_str().unwrap())
+        .collect();
+    assert_eq!(policies, ["equi", "deq", "asteal", "drep"]);
+    for r in summary {
+        let u = r["utilisation"]["mean"].as_f64().unwrap();
+        assert!(u > 0.1 && u <= 1.0, "{r}");
+        let (lo, hi) = (
+            r["mean_response_s"]["min"].as_f64().unwrap(),
+            r["mean_response_s"]["max"].as_f64().unwrap(),
+        );
+        assert!(0.0 < lo && lo <= hi, "{r}");
+    }
+    assert_eq!(a["runs"].as_array().unwrap().len(), 8);
+    let over: Vec<&str> = a["relative"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["over"].as_str().unwrap())
+        .collect();
+    assert_eq!(over, ["equi", "asteal", "drep"]);
+
+    // SAWS's Fig. 4: one job of parallelism 10 on 16 cores.
+    let (ok, out, err) = tailctl(&[
+        "sim",
+        "multiprog",
+        "--cores",
+        "16",
+        "--jobs",
+        "1",
+        "--mix",
+        "loop:10:300",
+        "--policy",
+        "asteal,deq",
+        "--show-allot",
+        "--quiet",
+    ]);
+    assert!(ok, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("quantum, asteal"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains(": 1 2 4 8 16 8 16 8 16 8 16"), "{line}");
+
+    for (args, needle) in [
+        (
+            &["sim", "multiprog", "--policy", "off"][..],
+            "not simulated",
+        ),
+        (
+            &["sim", "multiprog", "--policy", "saws"][..],
+            "unknown allotment policy",
+        ),
+        (
+            &["sim", "multiprog", "--mix", "fft"][..],
+            "unknown benchmark",
+        ),
+        (
+            &["sim", "multiprog", "--jobs", "4", "--warmup", "4"][..],
+            "warmup",
+        ),
+        (&["sim", "multiprog", "--load", "0"][..], "load"),
+        (&["sim", "multiprog", "--measure", "guess"][..], "sampled"),
+    ] {
+        let (ok, _, err) = tailctl(args);
+        assert!(!ok, "{args:?} should fail");
+        assert!(err.contains(needle), "{args:?}: `{err}` lacks `{needle}`");
+    }
+}

@@ -13,9 +13,12 @@
 //! * `tailctl sim capacity` — the largest rps at which a policy keeps a
 //!   latency percentile under a target (bisection on rps).
 //! * `tailctl sim meanfield` — mean response time of child / parent stealing.
+//! * `tailctl sim multiprog` — several parallel jobs sharing the cores under an allotment policy
+//!   of `tailctl-allot` (EQUI, DEQ+SAWS, A-Steal, DREP); see [`multiprog`].
 
 pub mod engine;
 pub mod meanfield;
+pub mod multiprog;
 pub mod report;
 pub mod rng;
 pub mod workload;
@@ -50,6 +53,8 @@ enum SimCommand {
     Capacity(Box<CapacityArgs>),
     /// Mean-field model of seed 004: N servers, child or parent stealing.
     Meanfield(Box<MeanfieldArgs>),
+    /// Several parallel jobs share the cores under an allotment policy (EQUI, DEQ+SAWS, A-Steal, DREP).
+    Multiprog(Box<multiprog::Args>),
 }
 
 /// Options shared by `compare` and `capacity`.
@@ -247,6 +252,7 @@ pub fn run(args: Args) -> Result<()> {
         SimCommand::Compare(a) => compare(*a),
         SimCommand::Capacity(a) => capacity(*a),
         SimCommand::Meanfield(a) => meanfield_cmd(*a),
+        SimCommand::Multiprog(a) => multiprog::run(*a),
     }
 }
 

@@ -1,0 +1,327 @@
+//! `tailctl sim multiprog`: several parallel jobs share `P` cores; a controller divides the
+//! cores among them every quantum with a `tailctl-allot` policy (the same code the scheduler
+//! daemon runs), and each job runs randomized work stealing on the cores it was allotted.
+//!
+//! Design: [`dag`] generates Cilk-benchmark-like jobs, [`engine`] simulates one policy on one
+//! workload (Poisson arrivals, [`engine::poisson_workload`]), [`report`] summarises runs over
+//! seeds. The subcommand runs every (load, seed, policy) on worker threads; within a (load, seed)
+//! every policy sees the same jobs arriving at the same times, so differences are paired.
+
+pub mod dag;
+pub mod engine;
+pub mod report;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use tailctl_allot::PolicyKind;
+
+use dag::Bench;
+use engine::{poisson_workload, simulate, Measure, MpConfig};
+use report::{Report, RunStats};
+
+/// Arguments of `tailctl sim multiprog`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Cores `P` the controller divides.
+    #[arg(long, default_value_t = 32)]
+    cores: u32,
+    /// Allotment policies (comma-separated): equi, deq (DEQ with SAWS's desire), asteal, drep.
+    #[arg(
+        long,
+        alias = "policies",
+        default_value = "equi,deq,asteal,drep",
+        value_delimiter = ','
+    )]
+    policy: Vec<String>,
+    /// Jobs per run.
+    #[arg(long, default_value_t = 64)]
+    jobs: usize,
+    /// Offered load(s), comma-separated: arrival rate × mean job work / cores.
+    #[arg(long, default_value = "0.6", value_delimiter = ',')]
+    load: Vec<f64>,
+    /// The controller's quantum L, µs (SAWS and the daemon: 10 ms).
+    #[arg(long, default_value_t = 10_000)]
+    quantum_us: u64,
+    /// Benchmarks jobs are drawn from, uniformly (fib, matmul, heat, sort, loop:N[:MS]).
+    #[arg(long, default_value = "fib,matmul,heat,sort", value_delimiter = ',')]
+    mix: Vec<String>,
+    /// Multiply every job's work by this (longer jobs against the same quantum and costs).
+    #[arg(long, default_value_t = 1)]
+    job_scale: u64,
+    /// Cost of one steal or mug attempt.
+    #[arg(long, default_value = "1us", value_parser = super::parse_dur)]
+    steal_cost: Duration,
+    /// Time from a core's reallocation to its new worker running (AMCilk: 57.5 µs to wake a worker).
+    #[arg(long, default_value = "100us", value_parser = parse_dur0)]
+    realloc_cost: Duration,
+    /// How the controller measures SAWS's u and Q: `sampled` (SAWS §4.2: u from purely unsuccessful steals, Q from deque lengths thieves saw) or `exact` (SAWS Eq. 1: working vs stealing time, time-averaged deque lengths).
+    #[arg(long, default_value = "sampled", value_parser = ["sampled", "exact"])]
+    measure: String,
+    /// Seed of the first run (workload, scheduler and DREP's coin flips).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Runs per load and policy, with seeds seed, seed+1, …
+    #[arg(long, default_value_t = 1)]
+    runs: u64,
+    /// Jobs at the start left out of the response-time statistics.
+    #[arg(long, default_value_t = 0)]
+    warmup: usize,
+    /// Print job 0's allotment during its first quantum and after every quantum, first run, per policy (the oscillation trace).
+    #[arg(long)]
+    show_allot: bool,
+    /// Write every job's view and allotment at every quantum of every run here (CSV).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Write an SVG plot here.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Print the benchmarks' work, span and parallelism and exit.
+    #[arg(long)]
+    describe: bool,
+    /// Worker threads (default: available cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_dur0(s: &str) -> Result<Duration, String> {
+    if s.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    super::parse_dur(s)
+}
+
+fn ns(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
+}
+
+/// Entry point of `tailctl sim multiprog`.
+pub fn run(a: Args) -> Result<()> {
+    let mut mix = Vec::new();
+    for m in &a.mix {
+        mix.push(Bench::parse(m.trim()).map_err(anyhow::Error::msg)?);
+    }
+    if mix.is_empty() {
+        bail!("--mix is empty");
+    }
+    if a.describe {
+        let mut s =
+            String::from("| benchmark | work (s) | span (s) | parallelism |\n|---|---|---|---|\n");
+        for b in &mix {
+            let (w, sp) = b.work_span();
+            s.push_str(&format!(
+                "| {b} | {:.3} | {:.4} | {:.1} |\n",
+                w as f64 / 1e9,
+                sp as f64 / 1e9,
+                w as f64 / sp as f64
+            ));
+        }
+        return super::emit(&s);
+    }
+    let mut policies: Vec<PolicyKind> = Vec::new();
+    for p in &a.policy {
+        let k: PolicyKind = p.trim().parse().map_err(anyhow::Error::msg)?;
+        if k == PolicyKind::Off {
+            bail!("policy `off` is not simulated (jobs sharing every core would need a time-sharing model); use equi, deq, asteal or drep");
+        }
+        if !policies.contains(&k) {
+            policies.push(k);
+        }
+    }
+    if policies.is_empty() {
+        bail!("no policies given");
+    }
+    if a.cores == 0 || a.cores > 4096 {
+        bail!("--cores must be in 1..=4096");
+    }
+    if a.jobs == 0 {
+        bail!("--jobs must be ≥ 1");
+    }
+    if a.warmup >= a.jobs {
+        bail!("--warmup must be below --jobs");
+    }
+    if a.runs == 0 {
+        bail!("--runs must be ≥ 1");
+    }
+    if a.job_scale == 0 || a.job_scale > 1000 {
+        bail!("--job-scale must be in 1..=1000");
+    }
+    if a.quantum_us == 0 {
+        bail!("--quantum-us must be ≥ 1");
+    }
+    if a.steal_cost.is_zero() {
+        bail!("--steal-cost must be > 0");
+    }
+    if a.load.is_empty() {
+        bail!("--load is empty");
+    }
+    for &l in &a.load {
+        if !(l.is_finite() && l > 0.0) {
+            bail!("--load {l}: must be a number > 0");
+        }
+    }
+    let seeds: Vec<u64> = (0..a.runs).map(|i| a.seed.wrapping_add(i)).collect();
+    let tracing = a.trace.is_some() || a.show_allot;
+    let measure = if a.measure == "exact" {
+        Measure::Exact
+    } else {
+        Measure::Sampled
+    };
+
+    // Every (load, seed, policy), policies innermost; workloads shared within a (load, seed).
+    let mut work = Vec::new();
+    for &load in &a.load {
+        for &seed in &seeds {
+            let specs = poisson_workload(a.jobs, load, a.cores, &mix, a.job_scale, seed);
+            for &p in &policies {
+                work.push((load, seed, p, specs.clone()));
+            }
+        }
+    }
+    let pb = super::progress((work.len() * a.jobs) as u64, a.quiet || a.json, "multiprog");
+    let tick = || pb.inc(1);
+    let started = Instant::now();
+    let outs = super::parallel_map(&work, super::threads(a.threads), |(_, seed, p, specs)| {
+        let cfg = MpConfig {
+            cores: a.cores,
+            quantum_ns: a.quantum_us * 1_000,
+            steal_ns: ns(a.steal_cost).max(1),
+            realloc_ns: ns(a.realloc_cost),
+            policy: *p,
+            seed: *seed,
+            trace: tracing,
+            measure,
+            job_scale: a.job_scale,
+        };
+        simulate(&cfg, specs, Some(&tick))
+    });
+    pb.finish_and_clear();
+
+    let mut runs = Vec::new();
+    let mut allot_trace = Vec::new();
+    let mut trace_out = match &a.trace {
+        Some(path) => {
+            let f = std::fs::File::create(path)
+                .with_context(|| format!("creating {}", path.display()))?;
+            let mut w = std::io::BufWriter::new(f);
+            writeln!(
+                w,
+                "load,seed,policy,t_ms,job,bench,allot,next_allot,work_ms,steal_ms,u,queued_avg,queued_now"
+            )?;
+            Some(w)
+        }
+        None => None,
+    };
+    for (i, ((load, seed, p, specs), o)) in work.iter().zip(outs).enumerate() {
+        let o = o.map_err(|e| anyhow::anyhow!("{} at load {load}, seed {seed}: {e}", p.name()))?;
+        runs.push(RunStats::new(*load, *seed, p.name(), specs, &o, a.warmup));
+        if a.show_allot && i < policies.len() {
+            // The allotment during job 0's first quantum, then after every quantum.
+            let rows: Vec<_> = o.trace.iter().filter(|r| r.job == 0).collect();
+            let first = rows.first().map(|r| r.view.allot);
+            allot_trace.push((
+                p.name().to_string(),
+                first
+                    .into_iter()
+                    .chain(rows.iter().map(|r| r.next_allot))
+                    .collect(),
+            ));
+        }
+        if let Some(w) = trace_out.as_mut() {
+            for r in &o.trace {
+                let v = &r.view;
+                writeln!(
+                    w,
+                    "{load},{seed},{},{:.3},{},{},{},{},{:.3},{:.3},{:.4},{:.3},{}",
+                    p.name(),
+                    r.t_ns as f64 / 1e6,
+                    r.job,
+                    specs[r.job as usize].bench,
+                    v.allot,
+                    r.next_allot,
+                    v.work_ns as f64 / 1e6,
+                    v.steal_ns as f64 / 1e6,
+                    v.steal_success,
+                    v.queued_avg,
+                    v.queued_now
+                )?;
+            }
+        }
+    }
+    if let Some(mut w) = trace_out {
+        w.flush()?;
+    }
+    let benches = mix
+        .iter()
+        .map(|b| {
+            let (w, s) = b.work_span();
+            let k = a.job_scale as f64;
+            (b.to_string(), k * w as f64 / 1e9, k * s as f64 / 1e9)
+        })
+        .collect();
+    let settings = vec![
+        ("cores".to_string(), a.cores.to_string()),
+        (
+            "jobs".to_string(),
+            format!(
+                "{} per run (warmup {}), work ×{}",
+                a.jobs, a.warmup, a.job_scale
+            ),
+        ),
+        (
+            "mix".to_string(),
+            mix.iter()
+                .map(|b| b.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        (
+            "arrivals".to_string(),
+            format!(
+                "Poisson, load {}",
+                a.load
+                    .iter()
+                    .map(|l| l.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        ),
+        ("quantum".to_string(), format!("{} us", a.quantum_us)),
+        ("steal_cost".to_string(), format!("{:?}", a.steal_cost)),
+        ("realloc_cost".to_string(), format!("{:?}", a.realloc_cost)),
+        ("measure".to_string(), measure.name().to_string()),
+        (
+            "seeds".to_string(),
+            if seeds.len() == 1 {
+                seeds[0].to_string()
+            } else {
+                format!("{}..={}", seeds[0], seeds[seeds.len() - 1])
+            },
+        ),
+        (
+            "wall_time".to_string(),
+            format!("{:.1}s", started.elapsed().as_secs_f64()),
+        ),
+    ];
+    let names: Vec<String> = policies.iter().map(|p| p.name().to_string()).collect();
+    let report = Report::new(settings, benches, runs, &names, &a.load, allot_trace);
+    if let Some(p) = &a.plot {
+        std::fs::write(p, report.svg()).with_context(|| format!("writing {}", p.display()))?;
+    }
+    if a.json {
+        super::emit(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&report.json())?
+        ))
+    } else {
+        super::emit(&report.table())
+    }
+}
