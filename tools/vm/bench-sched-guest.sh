@@ -95,8 +95,9 @@ block() { # ROUND SCHED
   local ct
   ct=$(cyclictest -q -m -d 0 -t 2 -i 1000 -D "${secs}" --policy=other 2>>"$raw/errors.log")
   kill "$hog" 2>/dev/null; wait "$hog" 2>/dev/null
-  rec "$r" "$s" cyclictest avg_us "$(num "$(awk '/^T:/ {for (i=1;i<=NF;i++) if ($i=="Avg:") {s+=$(i+1); n++}} END {if (n) printf "%.1f", s/n}' <<<"$ct")")"
-  rec "$r" "$s" cyclictest max_us "$(num "$(awk '/^T:/ {for (i=1;i<=NF;i++) if ($i=="Max:" && $(i+1)>m) m=$(i+1)} END {if (m!="") print m}' <<<"$ct")")"
+  echo "$ct" >>"$raw/cyclictest.log"
+  rec "$r" "$s" cyclictest avg_us "$(num "$(awk '/^T:/ && match($0, /Avg: *[0-9]+/) {v=substr($0, RSTART+4, RLENGTH-4); s+=v; n++} END {if (n) printf "%.1f", s/n}' <<<"$ct")")"
+  rec "$r" "$s" cyclictest max_us "$(num "$(awk '/^T:/ && match($0, /Max: *[0-9]+/) {v=substr($0, RSTART+4, RLENGTH-4)+0; if (v>m) m=v; n++} END {if (n) print m}' <<<"$ct")")"
   local rb
   rb=$(redis-benchmark -h 127.0.0.1 -p 6399 -q -n "$redis_n" -c 16 -t set,get --csv 2>>"$raw/errors.log" \
        | awk -F'","|"' 'NR>1 {rps+=$3; p99+=$8; n++} END {if (n) printf "%.1f %.3f\n", rps/n, p99/n}')
