@@ -16,7 +16,8 @@ wl=$(dirname "$bin")
 # beside the fuzzer on 7.3 (1.03x on 6.18 with the earlier fuzzer). That is an
 # open defect of the hardening issue; run it by name (GUEST_TESTS=fuzz).
 all_tests=(load stress service serialize account isolation fault nosyscall experiment maps top
-           pinned greedy leaks races waitbound slotreuse tidreuse bindleak regversion regdos pidns)
+           pinned greedy leaks races waitbound slotreuse tidreuse bindleak regversion regdos pidns
+           allotequi allotexit allotstarve)
 tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=("${all_tests[@]}")
 # --list: print the default tests (tools/test.sh resumes from them).
 if [ "${tests[0]}" = --list ]; then echo "${all_tests[*]}"; exit 0; fi
@@ -330,6 +331,11 @@ harden_tests="$(dirname "$(readlink -f "$0")")/guest-tests-harden.sh"
 iso_tests="$(dirname "$(readlink -f "$0")")/guest-tests-isolation.sh"
 # shellcheck source=/dev/null
 [ -f "$iso_tests" ] && . "$iso_tests"
+
+# Core-allotment tests (issue 12: jobs, --allot, per-job enforcement).
+allot_tests="$(dirname "$(readlink -f "$0")")/guest-tests-allot.sh"
+# shellcheck source=/dev/null
+[ -f "$allot_tests" ] && . "$allot_tests"
 
 [ -e /sys/kernel/sched_ext/state ] || { echo "FAIL setup: kernel $kver has no sched_ext"; echo "guest: 0 passed, 1 failed"; exit 1; }
 log "$(nproc) CPUs; running: ${tests[*]}"

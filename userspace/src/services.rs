@@ -87,6 +87,8 @@ struct Registry {
     limits: Limits,
     shutdown: AtomicBool,
     refusals: RateLimit,
+    /// Told of every registration and unregistration (the allotment controller's job events).
+    events: Option<std::sync::mpsc::Sender<()>>,
 }
 
 /// At most one log line a second for refused connections: a flood must not
@@ -123,6 +125,13 @@ impl Registry {
         let mut book = self.book.lock().unwrap();
         book.release(slot);
         self.publish_count(&book);
+    }
+
+    /// A job started or ended: wake the allotment controller (if any).
+    fn notify(&self) {
+        if let Some(tx) = &self.events {
+            let _ = tx.send(());
+        }
     }
 
     /// Publish how many services are registered; the BPF side skips all
@@ -164,6 +173,7 @@ impl RegistrationServer {
         services: &libbpf_rs::MapMut<'_>,
         worker_tids: &libbpf_rs::MapMut<'_>,
         registered: &libbpf_rs::MapMut<'_>,
+        events: Option<std::sync::mpsc::Sender<()>>,
     ) -> Result<Self> {
         let maps = RegistryMaps {
             regions: MapHandle::try_from(regions)?,
@@ -201,6 +211,7 @@ impl RegistrationServer {
             limits,
             shutdown: AtomicBool::new(false),
             refusals: RateLimit::default(),
+            events,
         });
         let r = registry.clone();
         let thread = std::thread::Builder::new()
@@ -494,10 +505,12 @@ fn serve(stream: UnixStream, reg: &Registry, peer: &Peer) -> Result<()> {
                 ""
             }
         );
+        reg.notify();
         hold(&stream, reg, peer, slot, &region_fd, &mut bound)
     });
     uninstall(maps, slot, &bound);
     reg.release(slot);
+    reg.notify();
     info!("service {slot} (pid {pid}) unregistered");
     outcome
 }
