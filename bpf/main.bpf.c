@@ -1247,15 +1247,28 @@ static __always_inline void job_release_waiters(u32 svc, u64 now)
 		struct tailctl_job_acct *j = NULL;
 		bool claimed = false, overdue = false;
 		u64 waited = 0;
+		s32 cpu;
 
 		if (tctx && tctx->svc == (s32)svc && allot && still_bound(p, tctx))
 			j = job_entry(tctx->svc, tctx->owner);
 		if (j) {
+			struct tailctl_stats *st;
+
 			waited = now - tctx->job_wait_at_ns;
 			if (!tctx->job_token && !(claimed = job_claim(tctx, j, allot))) {
 				if (waited <= max_throttle_wait_ns)
 					continue;
 				overdue = true;
+			}
+			/* Counted before the move: a waiter dequeued under us waited all the same. */
+			if (waited > j->max_wait_ns)
+				j->max_wait_ns = waited;
+			st = stats_cpu();
+			if (st)
+				stat_max(&st->allot_max_wait_ns, waited);
+			if (overdue) {
+				__sync_fetch_and_add(&j->overdue, 1);
+				STAT_INC(allot_overdue);
 			}
 		}
 		if (tctx) {
@@ -1273,20 +1286,8 @@ static __always_inline void job_release_waiters(u32 svc, u64 now)
 			}
 			continue;
 		}
-		if (j) {
-			struct tailctl_stats *st = stats_cpu();
-
-			if (waited > j->max_wait_ns)
-				j->max_wait_ns = waited;
-			if (st)
-				stat_max(&st->allot_max_wait_ns, waited);
-			if (overdue) {
-				__sync_fetch_and_add(&j->overdue, 1);
-				STAT_INC(allot_overdue);
-			}
-		}
-		s32 cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
-
+		/* A waiter this CPU may not run goes to one that may (its own, if pinned). */
+		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 		if (cpu >= 0)
 			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
 	}
