@@ -1254,7 +1254,8 @@ static __always_inline void job_release_waiters(u32 svc, u64 now)
 		if (j) {
 			struct tailctl_stats *st;
 
-			waited = now - tctx->job_wait_at_ns;
+			/* A waiter queued on another CPU after this dispatch read the clock waited 0. */
+			waited = now > tctx->job_wait_at_ns ? now - tctx->job_wait_at_ns : 0;
 			if (!tctx->job_token && !(claimed = job_claim(tctx, j, allot))) {
 				if (waited <= max_throttle_wait_ns)
 					continue;
@@ -1440,7 +1441,7 @@ static __always_inline void job_check_waiters(u32 svc, u64 now)
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct task_ctx *tctx = task_ctx(p);
 
-		if (!tctx || now - tctx->job_wait_at_ns <= max_throttle_wait_ns)
+		if (!tctx || now < tctx->job_wait_at_ns || now - tctx->job_wait_at_ns <= max_throttle_wait_ns)
 			continue;
 		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_PREEMPT);
 		STAT_INC(bound_kicks);

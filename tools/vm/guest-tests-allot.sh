@@ -34,7 +34,7 @@ def load(p):
     t = int(open(p + ".t").read())
     return acct, svc, t
 a1, s1, t1 = load(sys.argv[1]); a2, s2, t2 = load(sys.argv[2])
-dt = (t2 - t1) / 1e9
+dt = max((t2 - t1) / 1e9, 1e-9)
 res = {}
 for k, s in s2.items():
     if not s["pid"]:
@@ -73,7 +73,8 @@ tot["watchdog_margin_ms"] = 30000 - max(tot.get("allot_max_wait_ns", 0), tot.get
 print(json.dumps(tot))'
 }
 # A CPU-bound registered service: greedy --benign keeps 16 requests of 8 x 20 ms items in flight.
-allot_service() { "$ktest" -w "$1" greedy --benign --secs "$2" --requests 16 --items 8 --item-us 20000; }
+# exec: run in the background, the job's pid ($!) is the service's own (services.pid).
+allot_service() { exec "$ktest" -w "$1" greedy --benign --secs "$2" --requests 16 --items 8 --item-us 20000; }
 
 allot_phase() { # allot_phase POLICY -> prints {"wide": {...}, "narrow": {...}}
   local n; n=$(nproc)
