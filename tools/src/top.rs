@@ -225,9 +225,7 @@ impl App {
                     s.comm.clone(),
                     s.desire.to_string(),
                     s.allot_label(),
-                    s.job
-                        .as_ref()
-                        .map_or("-".into(), |j| j.used_label()),
+                    s.job.as_ref().map_or("-".into(), |j| j.used_label()),
                     self.job_cores
                         .get(&(s.slot, s.pid))
                         .map_or("-".into(), |c| format!("{c:.2}")),

@@ -350,7 +350,8 @@ impl Loop {
             }
         }
         // Keep registration order: survivors first, newcomers (in slot order) after.
-        self.jobs.retain(|(id, _)| now_jobs.iter().any(|(_, j)| j == id));
+        self.jobs
+            .retain(|(id, _)| now_jobs.iter().any(|(_, j)| j == id));
         for &(slot, id) in &now_jobs {
             if !self.jobs.iter().any(|(j, _)| *j == id) {
                 self.jobs.push((
@@ -483,9 +484,7 @@ fn apply(prog: &OwnedFd, cmd: &tailctl_allot_cmd) -> Result<i32> {
     };
     // SAFETY: `prog` is a valid program fd we own; opts points at a live
     // tailctl_allot_cmd of the size given, which the kernel only reads.
-    let rc = unsafe {
-        libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(prog.as_raw_fd(), &mut opts)
-    };
+    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(prog.as_raw_fd(), &mut opts) };
     if rc != 0 {
         return Err(std::io::Error::last_os_error()).context("BPF_PROG_TEST_RUN apply_allot");
     }

@@ -312,8 +312,10 @@ impl<'a> Scheduler<'a> {
             &skel.maps.services,
             &skel.maps.worker_tids,
             &skel.maps.registered,
-            controller.as_ref().map(|_| events_tx),
         )?);
+        if let (Some(_), Some(r)) = (&controller, &registration) {
+            r.notify_to(events_tx);
+        }
         let stats_server = StatsServer::new(stats::server_data()).launch()?;
 
         info!(

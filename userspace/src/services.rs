@@ -88,7 +88,7 @@ struct Registry {
     shutdown: AtomicBool,
     refusals: RateLimit,
     /// Told of every registration and unregistration (the allotment controller's job events).
-    events: Option<std::sync::mpsc::Sender<()>>,
+    events: Mutex<Option<std::sync::mpsc::Sender<()>>>,
 }
 
 /// At most one log line a second for refused connections: a flood must not
@@ -129,7 +129,7 @@ impl Registry {
 
     /// A job started or ended: wake the allotment controller (if any).
     fn notify(&self) {
-        if let Some(tx) = &self.events {
+        if let Some(tx) = self.events.lock().unwrap().as_ref() {
             let _ = tx.send(());
         }
     }
@@ -173,7 +173,6 @@ impl RegistrationServer {
         services: &libbpf_rs::MapMut<'_>,
         worker_tids: &libbpf_rs::MapMut<'_>,
         registered: &libbpf_rs::MapMut<'_>,
-        events: Option<std::sync::mpsc::Sender<()>>,
     ) -> Result<Self> {
         let maps = RegistryMaps {
             regions: MapHandle::try_from(regions)?,
@@ -211,7 +210,7 @@ impl RegistrationServer {
             limits,
             shutdown: AtomicBool::new(false),
             refusals: RateLimit::default(),
-            events,
+            events: Mutex::new(None),
         });
         let r = registry.clone();
         let thread = std::thread::Builder::new()
@@ -229,6 +228,14 @@ impl RegistrationServer {
             registry,
             thread: Some(thread),
         })
+    }
+}
+
+impl RegistrationServer {
+    /// Tell `tx` of every registration and unregistration from now on (the
+    /// allotment controller's job start/exit events).
+    pub fn notify_to(&self, tx: std::sync::mpsc::Sender<()>) {
+        *self.registry.events.lock().unwrap() = Some(tx);
     }
 }
 

@@ -193,8 +193,12 @@ impl Metrics {
             allot_lat_lt10us: self.allot_lat_lt10us.saturating_sub(prev.allot_lat_lt10us),
             allot_lat_lt25us: self.allot_lat_lt25us.saturating_sub(prev.allot_lat_lt25us),
             allot_lat_lt50us: self.allot_lat_lt50us.saturating_sub(prev.allot_lat_lt50us),
-            allot_lat_lt100us: self.allot_lat_lt100us.saturating_sub(prev.allot_lat_lt100us),
-            allot_lat_lt250us: self.allot_lat_lt250us.saturating_sub(prev.allot_lat_lt250us),
+            allot_lat_lt100us: self
+                .allot_lat_lt100us
+                .saturating_sub(prev.allot_lat_lt100us),
+            allot_lat_lt250us: self
+                .allot_lat_lt250us
+                .saturating_sub(prev.allot_lat_lt250us),
             allot_lat_lt1ms: self.allot_lat_lt1ms.saturating_sub(prev.allot_lat_lt1ms),
             allot_lat_lt10ms: self.allot_lat_lt10ms.saturating_sub(prev.allot_lat_lt10ms),
             allot_lat_ge10ms: self.allot_lat_ge10ms.saturating_sub(prev.allot_lat_ge10ms),
@@ -202,7 +206,9 @@ impl Metrics {
             allot_borrows: self.allot_borrows.saturating_sub(prev.allot_borrows),
             allot_reclaims: self.allot_reclaims.saturating_sub(prev.allot_reclaims),
             allot_overdue: self.allot_overdue.saturating_sub(prev.allot_overdue),
-            allot_preemptions: self.allot_preemptions.saturating_sub(prev.allot_preemptions),
+            allot_preemptions: self
+                .allot_preemptions
+                .saturating_sub(prev.allot_preemptions),
             allot_max_wait_ns: self.allot_max_wait_ns,
         }
     }

@@ -323,8 +323,7 @@ impl Snapshot {
                 job: jobs
                     .get(&(slot as u64))
                     .filter(|j| {
-                        j["owner"].as_u64()
-                            == Some((v["epoch"].as_u64().unwrap_or(0) << 32) + pid)
+                        j["owner"].as_u64() == Some((v["epoch"].as_u64().unwrap_or(0) << 32) + pid)
                     })
                     .map(|j| {
                         let g = |k: &str| j[k].as_u64().unwrap_or(0);
