@@ -29,6 +29,10 @@ enum tailctl_consts {
 	/* Registered services; service s's throttle queue is DSQ TAILCTL_THROTTLE_DSQ_BASE + s. */
 	TAILCTL_MAX_SERVICES = 16,
 	TAILCTL_THROTTLE_DSQ_BASE = 1,
+	/* Service s's job wait queue (threads over the job's allotment) is DSQ TAILCTL_JOB_DSQ_BASE + s. */
+	TAILCTL_JOB_DSQ_BASE = 1 + 16,
+	/* Buckets of the allotment latency histogram (tailctl_stats.allot_lat_hist). */
+	TAILCTL_ALLOT_LAT_BUCKETS = 8,
 	/* Slots of a service's region (must match tailctl-rt's shared_state.rs). */
 	TAILCTL_MAX_WORKERS = 64,
 	TAILCTL_MAX_REQUESTS = 1024,
@@ -151,6 +155,78 @@ struct tailctl_service {
 	 * never inherits the previous service's accounting.
 	 */
 	u64 epoch;
+	/*
+	 * Core allotment (issue 12), written by the daemon's controller through
+	 * the apply_allot program (never by a map update, which could race with
+	 * registration): the job's desire as the policy saw it, and the decision
+	 * `allot` belongs to (a sequence number and when the daemon took it,
+	 * CLOCK_MONOTONIC ns, the clock of bpf_ktime_get_ns).
+	 */
+	u32 desire;
+	u32 reserved_allot;
+	u64 allot_seq;
+	u64 allot_at_ns;
+};
+
+/*
+ * One allotment decision of the daemon, the context of the apply_allot
+ * syscall program (BPF_PROG_TEST_RUN). It applies only if `owner`
+ * ((epoch << 32) + pid) is still the registration in slot `svc`.
+ */
+struct tailctl_allot_cmd {
+	u32 svc;
+	u32 allot;
+	u32 desire;
+	u32 reserved;
+	u64 owner;
+	u64 seq;
+	u64 decided_at_ns;
+};
+
+
+/*
+ * Kernel-only accounting of one job (a registered service slot) under its
+ * core allotment, indexed by service slot. Written only by the scheduler.
+ */
+struct tailctl_job_acct {
+	/* The registration this entry belongs to ((epoch << 32) + pid). */
+	u64 owner;
+	/* CPU time of the job's threads (sum_exec_runtime), all of it / while working / while not. */
+	u64 cpu_ns;
+	u64 work_ns;
+	u64 steal_ns;
+	/* ... of which on borrowed CPUs (over the allotment, lent because nothing else was runnable). */
+	u64 borrowed_ns;
+	/* Job tokens in use (threads queued for or on a CPU within the allotment). */
+	u32 holders;
+	/* Threads on a CPU within the allotment, and on borrowed CPUs. */
+	u32 running;
+	u32 borrowing;
+	/* Threads waiting in the job queue, and threads runnable (ops.runnable .. ops.quiescent). */
+	u32 waiting;
+	u32 runnable;
+	/* The allotment being enforced (copied from services.allot when applied). */
+	u32 allot;
+	/* The last decision applied, when the daemon took it and when the kernel first saw the job at or under it. */
+	u64 seq;
+	u64 decided_at_ns;
+	u64 enforced_at_ns;
+	/* 1 while the last decision is not yet enforced. */
+	u32 pending;
+	u32 reserved0;
+	/* Decisions that changed the allotment, and decision-to-enforcement latency (sum, count, max, last). */
+	u64 reallocs;
+	u64 lat_sum_ns;
+	u64 lat_count;
+	u64 lat_max_ns;
+	u64 lat_last_ns;
+	/* Threads that waited for a job token, ran on a borrowed CPU, were taken off one, ran past the wait bound. */
+	u64 waits;
+	u64 borrows;
+	u64 reclaims;
+	u64 overdue;
+	/* Longest a thread of the job waited in the job queue, ns. */
+	u64 max_wait_ns;
 };
 
 /*
@@ -237,6 +313,23 @@ struct tailctl_stats {
 	u64 token_leaks;
 	/* CPUs kicked by the wait-bound timer because a waiter passed its bound and no CPU dispatched. */
 	u64 bound_kicks;
+	/* Core allotments (issue 12): decisions that changed a job's allotment. */
+	u64 allot_reallocs;
+	/* Decisions enforced (the job first ran at or under its new allotment), with the latency sum and max. */
+	u64 allot_enforced;
+	u64 allot_lat_sum_ns;
+	u64 allot_lat_max_ns;
+	/* Latency histogram: < 10, 25, 50, 100, 250, 1000, 10000 us, and above. */
+	u64 allot_lat_hist[TAILCTL_ALLOT_LAT_BUCKETS];
+	/* Threads that waited for a job token; ran on a borrowed CPU; borrowed CPUs taken back; waits past the bound. */
+	u64 allot_waits;
+	u64 allot_borrows;
+	u64 allot_reclaims;
+	u64 allot_overdue;
+	/* Threads taken off a CPU because their job was over its allotment. */
+	u64 allot_preemptions;
+	/* Longest wait in a job queue, ns (a maximum). */
+	u64 allot_max_wait_ns;
 };
 
 #endif /* __TAILCTL_INTF_H */

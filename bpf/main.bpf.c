@@ -215,7 +215,19 @@ struct task_ctx {
 	bool evict;
 	u64 charge_from_ns;
 	u64 throttled_at_ns;
+	/* Core allotments (issue 12): see "per-job core allotments" below. */
+	u32 job_token;
+	u32 job_waiting;
+	u32 job_runnable;
+	bool job_on_cpu;
+	bool job_borrowing;
+	bool job_lent;
+	bool job_overdue;
+	u64 job_from_ns;
+	u64 job_wait_at_ns;
 };
+
+static __always_inline void job_unbind(struct task_ctx *tctx);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -445,6 +457,7 @@ static __always_inline void leave_wait(struct task_ctx *tctx)
  */
 static __always_inline void unbind(struct task_ctx *tctx)
 {
+	job_unbind(tctx);
 	put_token(tctx);
 	leave_wait(tctx);
 	tctx->bound = false;
@@ -859,6 +872,653 @@ static __always_inline void charge_vtime(struct task_struct *p)
 	p->scx.dsq_vtime += used * TAILCTL_WEIGHT_NICE0 / weight;
 }
 
+/* ---- per-job core allotments (issue 12) --------------------------------- */
+
+/*
+ * A job is a registered service slot. The daemon's controller decides each
+ * job's allotment (services.allot, 0: none) and applies it through the
+ * apply_allot syscall program below; the kernel makes at most `allot` of the
+ * job's threads run at once, with the serialization cap's token machinery
+ * generalised from requests to jobs:
+ *
+ *  - A job thread may be queued for a CPU only holding one of its job's
+ *    `allot` tokens (claimed at enqueue, given back at stopping). Without one
+ *    it waits in its job's queue (DSQ TAILCTL_JOB_DSQ_BASE + slot); dispatch
+ *    hands freed tokens to waiters (FIFO) and moves them to the shared vtime
+ *    queue, where they compete like any task. A holder whose job has waiters
+ *    gets no slice extension (rotation).
+ *  - Work conserving: a CPU that finds nothing in the shared queue (no
+ *    unregistered task, no job thread within its allotment) and whose
+ *    previous task is not kept borrows a waiter: scx_bpf_dsq_move_to_local()
+ *    from a job queue, which only takes a task this CPU may run (pinned and
+ *    migration-disabled tasks are skipped, never moved to another CPU's local
+ *    DSQ). A thread whose CPU would otherwise go idle (SCX_ENQ_LAST) keeps it
+ *    the same way, on its own CPU. A borrower runs one slice at most: a task
+ *    queued in the shared queue with no idle CPU preempts a borrowing CPU it
+ *    may run on (reclaim), and a borrower's tick gives the CPU up as soon as
+ *    the shared queue has work, so a borrowed CPU comes back within one tick.
+ *  - Shrinking: apply_allot kicks as many of the job's CPUs as run threads
+ *    over the new allotment; a kicked thread gives its token back at
+ *    stopping and finds none at enqueue. A token holder that starts running
+ *    while its job holds more tokens than its allotment gives its token up
+ *    (ops.running and ops.tick), so the excess never outlives one tick.
+ *  - Enforcement latency: apply_allot records the decision's time (stamped
+ *    by the daemon); the first time the job's non-borrowing runners are at
+ *    or under the new allotment (at apply time, or when one stops) the
+ *    difference goes into the stats histogram and the job's entry.
+ *  - Liveness: a waiter older than max_throttle_wait_ns runs one slice
+ *    regardless (counted as allot_overdue); the wait-bound timer kicks its
+ *    CPU when no CPU dispatches. So a job thread waits at most the bound
+ *    plus one timer period plus one slice, far below the 30 s watchdog.
+ *  - Per-job CPU time (job_acct.cpu_ns) is the threads' sum_exec_runtime
+ *    deltas, charged in running/tick/stopping like request time.
+ */
+
+#define JOB_RESETTING (~0ULL)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TAILCTL_MAX_SERVICES);
+	__type(key, u32);
+	__type(value, struct tailctl_job_acct);
+} job_acct SEC(".maps");
+
+/* Which job (service slot + 1, 0: none) each CPU runs now, and whether on a borrowed CPU. */
+struct job_cpu {
+	u32 svc1;
+	u32 borrowed;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_CPUS);
+	__type(key, u32);
+	__type(value, struct job_cpu);
+} job_cpus SEC(".maps");
+
+/* CPUs running a borrower now (reclaim scans job_cpus only when this is non-zero). */
+static u32 nr_borrowing;
+/* Round-robin start for borrowing, so no job's queue is always looked at first. */
+static u32 borrow_rr;
+/* Set while a CPU releases a job's waiters. */
+static u32 job_releasing[TAILCTL_MAX_SERVICES];
+
+/* The job entry of registration @owner in slot @svc; reset when the slot holds a new registration. */
+static __always_inline struct tailctl_job_acct *job_entry(s32 svc, u64 owner)
+{
+	struct tailctl_job_acct *j;
+	u32 key = svc;
+	u64 old;
+
+	if (svc < 0 || svc >= TAILCTL_MAX_SERVICES || !owner)
+		return NULL;
+	j = bpf_map_lookup_elem(&job_acct, &key);
+	if (!j)
+		return NULL;
+	old = READ_ONCE(j->owner);
+	if (old == owner)
+		return j;
+	if (old == JOB_RESETTING || service_owner(key) != owner)
+		return NULL;
+	if (__sync_val_compare_and_swap(&j->owner, old, JOB_RESETTING) != old)
+		return NULL;
+	__builtin_memset((void *)j + sizeof(j->owner), 0, sizeof(*j) - sizeof(j->owner));
+	__sync_lock_test_and_set(&j->owner, owner);
+	return j;
+}
+
+/* The allotment of slot @svc now (0: none), clamped to the CPUs there are. */
+static __always_inline u32 job_allot(s32 svc)
+{
+	struct tailctl_service *s;
+	u32 key = svc, a, n = scx_bpf_nr_cpu_ids();
+
+	if (svc < 0 || svc >= TAILCTL_MAX_SERVICES)
+		return 0;
+	s = bpf_map_lookup_elem(&services, &key);
+	if (!s)
+		return 0;
+	a = READ_ONCE(s->allot);
+	return a > n ? n : a;
+}
+
+/* Take one of the job's tokens (CAS loop, one token per task). */
+static __always_inline bool job_claim(struct task_ctx *tctx, struct tailctl_job_acct *j, u32 allot)
+{
+	u32 h, i;
+
+	if (tctx->job_token)
+		return true;
+	bpf_for(i, 0, MAX_CPUS) {
+		h = READ_ONCE(j->holders);
+		if (h >= allot)
+			return false;
+		if (__sync_val_compare_and_swap(&j->holders, h, h + 1) == h) {
+			if (__sync_val_compare_and_swap(&tctx->job_token, 0, 1) != 0)
+				dec_u32(&j->holders);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Give @tctx's job token back (to the registration it was taken from). */
+static __always_inline void job_put(struct task_ctx *tctx)
+{
+	struct tailctl_job_acct *j;
+
+	if (__sync_val_compare_and_swap(&tctx->job_token, 1, 0) != 1)
+		return;
+	j = job_entry(tctx->svc, tctx->owner);
+	if (j && !dec_u32(&j->holders))
+		count_leak();
+}
+
+/* Give a token back only while the job holds more than @allot: shed one over the allotment. */
+static __always_inline bool job_shed(struct task_ctx *tctx, struct tailctl_job_acct *j, u32 allot)
+{
+	u32 h, i;
+
+	bpf_for(i, 0, MAX_CPUS) {
+		h = READ_ONCE(j->holders);
+		if (h <= allot)
+			return false;
+		if (__sync_val_compare_and_swap(&j->holders, h, h - 1) == h) {
+			if (__sync_val_compare_and_swap(&tctx->job_token, 1, 0) != 1)
+				__sync_fetch_and_add(&j->holders, 1);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* @tctx left its job queue: drop it from the wait count. */
+static __always_inline bool job_leave_wait(struct task_ctx *tctx)
+{
+	struct tailctl_job_acct *j;
+
+	if (__sync_val_compare_and_swap(&tctx->job_waiting, 1, 0) != 1)
+		return false;
+	j = job_entry(tctx->svc, tctx->owner);
+	if (j && !dec_u32(&j->waiting))
+		count_leak();
+	return true;
+}
+
+static __always_inline void stat_max(u64 *field, u64 v)
+{
+	if (v > *field)
+		*field = v;
+}
+
+/* The job's non-borrowing runners are within @allot: close a pending decision, recording its latency. */
+static __always_inline void job_check_enforced(struct tailctl_job_acct *j, u64 now)
+{
+	struct tailctl_stats *st;
+	u32 allot = READ_ONCE(j->allot), b;
+	u64 lat, at = READ_ONCE(j->decided_at_ns);
+
+	if (!READ_ONCE(j->pending) || (allot && READ_ONCE(j->running) > allot))
+		return;
+	if (__sync_val_compare_and_swap(&j->pending, 1, 0) != 1)
+		return;
+	lat = now > at ? now - at : 0;
+	j->enforced_at_ns = now;
+	j->lat_last_ns = lat;
+	__sync_fetch_and_add(&j->lat_sum_ns, lat);
+	__sync_fetch_and_add(&j->lat_count, 1);
+	if (lat > j->lat_max_ns)
+		j->lat_max_ns = lat;
+	st = stats_cpu();
+	if (!st)
+		return;
+	st->allot_enforced++;
+	st->allot_lat_sum_ns += lat;
+	stat_max(&st->allot_lat_max_ns, lat);
+	b = lat < 10000 ? 0 : lat < 25000 ? 1 : lat < 50000 ? 2 : lat < 100000 ? 3 :
+	    lat < 250000 ? 4 : lat < 1000000 ? 5 : lat < 10000000 ? 6 : 7;
+	if (b < TAILCTL_ALLOT_LAT_BUCKETS)
+		st->allot_lat_hist[b]++;
+}
+
+/* Charge the CPU time since the last charge point to the job (working or not, borrowed or not). */
+static __always_inline void job_charge(struct task_struct *p, struct task_ctx *tctx, struct tailctl_job_acct *j)
+{
+	struct tailctl_region *r;
+	u64 now_cpu = p->se.sum_exec_runtime, delta;
+	u32 w = tctx->worker;
+
+	if (!tctx->job_from_ns || now_cpu < tctx->job_from_ns) {
+		tctx->job_from_ns = now_cpu;
+		return;
+	}
+	delta = now_cpu - tctx->job_from_ns;
+	tctx->job_from_ns = now_cpu;
+	__sync_fetch_and_add(&j->cpu_ns, delta);
+	if (tctx->job_borrowing)
+		__sync_fetch_and_add(&j->borrowed_ns, delta);
+	/* The worker's state is a hint from the region: it only splits the job's own time. */
+	r = service_region(tctx->svc);
+	if (r && w < TAILCTL_MAX_WORKERS && READ_ONCE(r->workers[w].state) == TAILCTL_WORKER_WORKING)
+		__sync_fetch_and_add(&j->work_ns, delta);
+	else
+		__sync_fetch_and_add(&j->steal_ns, delta);
+}
+
+static __always_inline void set_job_cpu(u32 svc1, u32 borrowed)
+{
+	u32 cpu = bpf_get_smp_processor_id();
+	struct job_cpu *jc = bpf_map_lookup_elem(&job_cpus, &cpu);
+
+	if (jc) {
+		jc->svc1 = svc1;
+		jc->borrowed = borrowed;
+	}
+}
+
+/* Take the CPU off a thread at once (it goes back through enqueue). */
+static __always_inline void job_preempt(struct task_struct *p, struct task_ctx *tctx)
+{
+	tctx->evict = true;
+	p->scx.slice = 0;
+	scx_bpf_kick_cpu(bpf_get_smp_processor_id(), SCX_KICK_PREEMPT);
+	STAT_INC(allot_preemptions);
+}
+
+/* The job thread stops running (or is unbound): account, give back its token and its CPU. */
+static __always_inline void job_stop(struct task_struct *p, struct task_ctx *tctx, u64 now)
+{
+	struct tailctl_job_acct *j = job_entry(tctx->svc, tctx->owner);
+
+	if (p && j && tctx->job_on_cpu)
+		job_charge(p, tctx, j);
+	tctx->job_from_ns = 0;
+	if (tctx->job_on_cpu) {
+		tctx->job_on_cpu = false;
+		set_job_cpu(0, 0);
+		if (tctx->job_borrowing) {
+			dec_u32(&nr_borrowing);
+			if (j)
+				dec_u32(&j->borrowing);
+		} else if (j) {
+			dec_u32(&j->running);
+		}
+	}
+	tctx->job_borrowing = false;
+	job_put(tctx);
+	if (j)
+		job_check_enforced(j, now);
+}
+
+/* Everything a thread holds in its job goes back (unbind: rebinding, disable, exit). */
+static __always_inline void job_unbind(struct task_ctx *tctx)
+{
+	struct tailctl_job_acct *j;
+
+	if (tctx->svc < 0)
+		return;
+	job_stop(NULL, tctx, bpf_ktime_get_ns());
+	job_leave_wait(tctx);
+	if (__sync_val_compare_and_swap(&tctx->job_runnable, 1, 0) == 1) {
+		j = job_entry(tctx->svc, tctx->owner);
+		if (j)
+			dec_u32(&j->runnable);
+	}
+	tctx->job_lent = false;
+	tctx->job_overdue = false;
+}
+
+/* A borrowed CPU goes back: preempt one CPU running a borrower that @p may run on. */
+static __always_inline void job_reclaim(struct task_struct *p)
+{
+	u32 n = scx_bpf_nr_cpu_ids(), cpu;
+
+	if (!READ_ONCE(nr_borrowing))
+		return;
+	if (n > MAX_CPUS)
+		n = MAX_CPUS;
+	bpf_for(cpu, 0, n) {
+		struct job_cpu *jc = bpf_map_lookup_elem(&job_cpus, &cpu);
+
+		if (jc && jc->svc1 && jc->borrowed && bpf_cpumask_test_cpu(cpu, p->cpus_ptr)) {
+			scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
+			STAT_INC(allot_reclaims);
+			return;
+		}
+	}
+}
+
+/*
+ * ops.enqueue for a registered thread that passed its request's cap: true if
+ * it was queued here (waiting for a job token, or kept on its CPU as a
+ * borrower), false if it holds a token or its job has no allotment.
+ */
+static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *tctx, u64 enq_flags)
+{
+	struct tailctl_job_acct *j;
+	u32 allot;
+	s32 cpu;
+
+	/* Re-enqueued out of the job queue (affinity or nice change): its old place goes. */
+	job_leave_wait(tctx);
+	tctx->job_lent = false;
+	allot = job_allot(tctx->svc);
+	if (!allot)
+		return false;
+	j = job_entry(tctx->svc, tctx->owner);
+	if (!j)
+		return false;
+	if (tctx->job_token)
+		return false;
+	/* Others of the job are waiting for a token: queue behind them (rotation). */
+	if (!READ_ONCE(j->waiting) && job_claim(tctx, j, allot))
+		return false;
+	/*
+	 * Its CPU would go idle otherwise (nothing in the shared queue) and the
+	 * job has no free token a waiter could take: keep running here, lent.
+	 */
+	if ((enq_flags & SCX_ENQ_LAST) && !scx_bpf_dsq_nr_queued(TAILCTL_SHARED_DSQ) &&
+	    READ_ONCE(j->holders) >= allot) {
+		tctx->job_lent = true;
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
+		return true;
+	}
+	tctx->job_wait_at_ns = bpf_ktime_get_ns();
+	tctx->job_waiting = 1;
+	__sync_fetch_and_add(&j->waiting, 1);
+	__sync_fetch_and_add(&j->waits, 1);
+	STAT_INC(allot_waits);
+	scx_bpf_dsq_insert(p, TAILCTL_JOB_DSQ_BASE + tctx->svc, slice_ns, enq_flags);
+	/* Work conserving: an idle CPU borrows it; its own CPU looks again if it was the last task. */
+	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+	if (cpu >= 0)
+		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+	else if (enq_flags & SCX_ENQ_LAST)
+		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), 0);
+	return true;
+}
+
+/*
+ * Release the waiters of job @svc that may go now (a free token, past the
+ * wait bound, or no longer capped or bound) to the shared vtime queue.
+ */
+static __always_inline void job_release_waiters(u32 svc, u64 now)
+{
+	struct task_struct *p;
+	u64 dsq = TAILCTL_JOB_DSQ_BASE + svc;
+	u32 allot;
+
+	if (svc >= TAILCTL_MAX_SERVICES || !scx_bpf_dsq_nr_queued(dsq))
+		return;
+	if (__sync_val_compare_and_swap(&job_releasing[svc], 0, 1) != 0)
+		return;
+	allot = job_allot(svc);
+	bpf_for_each(scx_dsq, p, dsq, 0) {
+		struct task_ctx *tctx = task_ctx(p);
+		struct tailctl_job_acct *j = NULL;
+		bool claimed = false, overdue = false;
+		u64 waited = 0;
+		s32 cpu;
+
+		if (tctx && tctx->svc == (s32)svc && allot && still_bound(p, tctx))
+			j = job_entry(tctx->svc, tctx->owner);
+		if (j) {
+			struct tailctl_stats *st;
+
+			/* A waiter queued on another CPU after this dispatch read the clock waited 0. */
+			waited = now > tctx->job_wait_at_ns ? now - tctx->job_wait_at_ns : 0;
+			if (!tctx->job_token && !(claimed = job_claim(tctx, j, allot))) {
+				if (waited <= max_throttle_wait_ns)
+					continue;
+				overdue = true;
+			}
+			/* Counted before the move: a waiter dequeued under us waited all the same. */
+			if (waited > j->max_wait_ns)
+				j->max_wait_ns = waited;
+			st = stats_cpu();
+			if (st)
+				stat_max(&st->allot_max_wait_ns, waited);
+			if (overdue) {
+				__sync_fetch_and_add(&j->overdue, 1);
+				STAT_INC(allot_overdue);
+			}
+		}
+		if (tctx) {
+			job_leave_wait(tctx);
+			tctx->job_overdue = overdue;
+		}
+		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
+					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
+		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, TAILCTL_SHARED_DSQ, 0)) {
+			/* Dequeued under us: it comes back through enqueue. */
+			if (tctx) {
+				tctx->job_overdue = false;
+				if (claimed)
+					job_put(tctx);
+			}
+			continue;
+		}
+		/* A waiter this CPU may not run goes to one that may (its own, if pinned). */
+		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+		if (cpu >= 0)
+			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+	}
+	WRITE_ONCE(job_releasing[svc], 0);
+}
+
+/* A job thread over its job's allotment that must not have its slice extended. */
+static __always_inline bool job_must_yield(struct task_struct *prev)
+{
+	struct task_ctx *ptctx = task_ctx(prev);
+	struct tailctl_job_acct *j;
+	u32 allot;
+
+	if (!ptctx || ptctx->svc < 0 || !ptctx->job_on_cpu)
+		return false;
+	allot = job_allot(ptctx->svc);
+	j = job_entry(ptctx->svc, ptctx->owner);
+	if (!allot || !j)
+		return false;
+	/* Rotation: a holder whose job has waiters gives the CPU up at the end of its slice. */
+	if (ptctx->job_token)
+		return READ_ONCE(j->waiting) > 0 || READ_ONCE(j->holders) > allot;
+	/* A borrower keeps the CPU while nothing else wants it (the shared queue is empty here). */
+	return false;
+}
+
+/*
+ * ops.dispatch found nothing in the shared queue: returns true when it
+ * handled the CPU (the previous task must give it up, or a waiter was lent
+ * this CPU), false to let the previous task's slice be extended.
+ */
+static __always_inline bool job_dispatch_tail(s32 cpu, struct task_struct *prev)
+{
+	u32 i, start;
+
+	/* The previous task stays runnable: it keeps the CPU unless it must rotate out (then no extension). */
+	if (prev && (prev->scx.flags & SCX_TASK_QUEUED))
+		return job_must_yield(prev);
+	/* Lend this CPU to a waiter of some job (only one this CPU may run: pinned tasks stay home). */
+	start = __sync_fetch_and_add(&borrow_rr, 1);
+	bpf_for(i, 0, TAILCTL_MAX_SERVICES) {
+		u32 svc = (start + i) % TAILCTL_MAX_SERVICES;
+
+		if (!scx_bpf_dsq_nr_queued(TAILCTL_JOB_DSQ_BASE + svc))
+			continue;
+		if (scx_bpf_dsq_move_to_local(TAILCTL_JOB_DSQ_BASE + svc, 0))
+			return true;
+	}
+	return false;
+}
+
+/* ops.running for a job thread: claim, lend, shed or send back; start charging. */
+static __always_inline void job_running(struct task_struct *p, struct task_ctx *tctx)
+{
+	struct tailctl_job_acct *j = job_entry(tctx->svc, tctx->owner);
+	u32 allot = job_allot(tctx->svc);
+	bool lent;
+
+	tctx->job_from_ns = p->se.sum_exec_runtime;
+	if (!j)
+		return;
+	/* Still marked waiting: taken straight from its job queue by an idle CPU, i.e. lent. */
+	lent = job_leave_wait(tctx) || tctx->job_lent || tctx->job_overdue;
+	tctx->job_lent = false;
+	tctx->job_overdue = false;
+	tctx->job_borrowing = false;
+	if (allot && !tctx->job_token && !job_claim(tctx, j, allot)) {
+		if (!lent) {
+			/* Queued before its allotment shrank, without a token: back it goes. */
+			job_preempt(p, tctx);
+			return;
+		}
+		tctx->job_borrowing = true;
+		__sync_fetch_and_add(&nr_borrowing, 1);
+		__sync_fetch_and_add(&j->borrowing, 1);
+		__sync_fetch_and_add(&j->borrows, 1);
+		STAT_INC(allot_borrows);
+	} else if (allot && tctx->job_token && READ_ONCE(j->holders) > allot && job_shed(tctx, j, allot)) {
+		/* The allotment shrank while it held a token: one token over goes, with its CPU. */
+		job_preempt(p, tctx);
+		return;
+	} else {
+		__sync_fetch_and_add(&j->running, 1);
+	}
+	tctx->job_on_cpu = true;
+	set_job_cpu(tctx->svc + 1, tctx->job_borrowing);
+}
+
+/* ops.stopping for a job thread: its token and CPU go back; a waiter of its job may take them now. */
+static __always_inline void job_stopping(struct task_struct *p, struct task_ctx *tctx)
+{
+	job_stop(p, tctx, bpf_ktime_get_ns());
+	if (scx_bpf_dsq_nr_queued(TAILCTL_JOB_DSQ_BASE + tctx->svc))
+		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), 0);
+}
+
+/* ops.tick for a job thread: charge; give back a borrowed CPU someone wants; shed a token over the allotment. */
+static __always_inline void job_tick(struct task_struct *p, struct task_ctx *tctx)
+{
+	struct tailctl_job_acct *j = job_entry(tctx->svc, tctx->owner);
+	u32 allot = job_allot(tctx->svc);
+
+	if (!j || !tctx->job_on_cpu)
+		return;
+	job_charge(p, tctx, j);
+	if (!allot)
+		return;
+	if (tctx->job_borrowing) {
+		/* A token freed up: it runs within the allotment from now on. */
+		if (!READ_ONCE(j->waiting) && job_claim(tctx, j, allot)) {
+			tctx->job_borrowing = false;
+			dec_u32(&nr_borrowing);
+			dec_u32(&j->borrowing);
+			__sync_fetch_and_add(&j->running, 1);
+			set_job_cpu(tctx->svc + 1, 0);
+		} else if (scx_bpf_dsq_nr_queued(TAILCTL_SHARED_DSQ)) {
+			__sync_fetch_and_add(&j->reclaims, 1);
+			STAT_INC(allot_reclaims);
+			job_preempt(p, tctx);
+		}
+		return;
+	}
+	if (tctx->job_token && READ_ONCE(j->holders) > allot && job_shed(tctx, j, allot))
+		job_preempt(p, tctx);
+}
+
+/* ops.runnable / ops.quiescent: the job's runnable threads (its demand, for the controller). */
+static __always_inline void job_set_runnable(struct task_ctx *tctx, u32 on)
+{
+	struct tailctl_job_acct *j = job_entry(tctx->svc, tctx->owner);
+
+	if (!j)
+		return;
+	if (__sync_val_compare_and_swap(&tctx->job_runnable, !on, on) != !on)
+		return;
+	if (on)
+		__sync_fetch_and_add(&j->runnable, 1);
+	else
+		dec_u32(&j->runnable);
+}
+
+/* Wait bound without a dispatching CPU: kick the CPU of job @svc's oldest waiter past its bound. */
+static __always_inline void job_check_waiters(u32 svc, u64 now)
+{
+	struct task_struct *p;
+	u64 dsq = TAILCTL_JOB_DSQ_BASE + svc;
+
+	if (!scx_bpf_dsq_nr_queued(dsq))
+		return;
+	bpf_for_each(scx_dsq, p, dsq, 0) {
+		struct task_ctx *tctx = task_ctx(p);
+
+		if (!tctx || now < tctx->job_wait_at_ns || now - tctx->job_wait_at_ns <= max_throttle_wait_ns)
+			continue;
+		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_PREEMPT);
+		STAT_INC(bound_kicks);
+		break;
+	}
+}
+
+/*
+ * One decision of the controller (BPF_PROG_TEST_RUN from the daemon, one run
+ * per job): if the job is still registered as `owner`, publish the allotment
+ * in its services entry and open the decision for the latency measurement;
+ * when the job runs more threads than the new allotment, kick that many of
+ * its CPUs (they give their tokens back at once instead of at their next
+ * tick). Returns 1 if the allotment changed, 0 if not, -1 if the job is gone.
+ */
+SEC("syscall")
+int apply_allot(struct tailctl_allot_cmd *c)
+{
+	u32 svc = c->svc, want = c->allot, desire = c->desire, n = scx_bpf_nr_cpu_ids();
+	u64 owner = c->owner, seq = c->seq, at = c->decided_at_ns;
+	struct tailctl_service *s;
+	struct tailctl_job_acct *j;
+	u32 allot, old, running, excess, cpu;
+
+	if (n > MAX_CPUS)
+		n = MAX_CPUS;
+	if (svc >= TAILCTL_MAX_SERVICES || service_owner(svc) != owner)
+		return -1;
+	s = bpf_map_lookup_elem(&services, &svc);
+	j = job_entry(svc, owner);
+	if (!s || !j)
+		return -1;
+	allot = want > n ? n : want;
+	old = READ_ONCE(s->allot);
+	WRITE_ONCE(s->desire, desire);
+	WRITE_ONCE(s->allot_seq, seq);
+	WRITE_ONCE(s->allot_at_ns, at);
+	if (old == allot)
+		return 0;
+	/* Decision first, then the allotment: the kernel never enforces one it cannot time. */
+	j->seq = seq;
+	j->decided_at_ns = at;
+	WRITE_ONCE(j->allot, allot);
+	__sync_lock_test_and_set(&j->pending, 1);
+	__sync_lock_test_and_set(&s->allot, allot);
+	__sync_fetch_and_add(&j->reallocs, 1);
+	STAT_INC(allot_reallocs);
+	running = READ_ONCE(j->running);
+	excess = allot && running > allot ? running - allot : 0;
+	bpf_for(cpu, 0, n) {
+		struct job_cpu *jc;
+
+		if (!excess)
+			break;
+		jc = bpf_map_lookup_elem(&job_cpus, &cpu);
+		if (jc && jc->svc1 == svc + 1 && !jc->borrowed) {
+			scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
+			excess--;
+		}
+	}
+	job_check_enforced(j, bpf_ktime_get_ns());
+	return 1;
+}
+
+/* ---- end of per-job core allotments -------------------------------------- */
+
 s32 BPF_STRUCT_OPS(tailctl_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
 {
 	struct task_ctx *tctx;
@@ -915,6 +1575,9 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 		STAT_INC(throttled);
 		return;
 	}
+	/* Over its job's allotment: wait for a job token (or keep an otherwise idle CPU). */
+	if (tctx && job_enqueue(p, tctx, enq_flags))
+		return;
 
 	/* Nothing else wants this CPU (ENQ_LAST): keep running, no queue round trip. */
 	if (enq_flags & SCX_ENQ_LAST) {
@@ -931,6 +1594,9 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	if (cpu >= 0) {
 		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
 		STAT_INC(idle_kicks);
+	} else {
+		/* No idle CPU: take back one lent to a job over its allotment. */
+		job_reclaim(p);
 	}
 }
 
@@ -1023,13 +1689,19 @@ void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 	u64 now = bpf_ktime_get_ns();
 	u32 svc;
 
-	bpf_for(svc, 0, TAILCTL_MAX_SERVICES)
+	bpf_for(svc, 0, TAILCTL_MAX_SERVICES) {
 		release_waiters(svc, now);
+		job_release_waiters(svc, now);
+	}
 
 	if (scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0)) {
 		STAT_INC(shared_dispatches);
 		return;
 	}
+
+	/* A job thread over its allotment rotates out; an idle CPU is lent to a waiting job thread. */
+	if (job_dispatch_tail(cpu, prev))
+		return;
 
 	/*
 	 * Nothing else is waiting: let the previous task keep the CPU for another
@@ -1073,6 +1745,7 @@ void BPF_STRUCT_OPS(tailctl_running, struct task_struct *p)
 	r = service_region(tctx->svc);
 	if (r)
 		begin_request(p, tctx, r, bpf_ktime_get_ns());
+	job_running(p, tctx);
 }
 
 /*
@@ -1088,6 +1761,7 @@ void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 
 	if (!tctx || tctx->svc < 0)
 		return;
+	job_tick(p, tctx);
 	r = service_region(tctx->svc);
 	if (!r)
 		return;
@@ -1116,6 +1790,7 @@ void BPF_STRUCT_OPS(tailctl_stopping, struct task_struct *p, bool runnable)
 	tctx = task_ctx(p);
 	if (!tctx || tctx->svc < 0)
 		return;
+	job_stopping(p, tctx);
 	end_request(p, tctx, service_region(tctx->svc), bpf_ktime_get_ns());
 	if (tctx->overdue) {
 		tctx->overdue = false;
@@ -1132,6 +1807,23 @@ void BPF_STRUCT_OPS(tailctl_stopping, struct task_struct *p, bool runnable)
 		if (scx_bpf_dsq_nr_queued(TAILCTL_THROTTLE_DSQ_BASE + tctx->svc))
 			scx_bpf_kick_cpu(scx_bpf_task_cpu(p), 0);
 	}
+}
+
+/* A job's runnable threads, for the allotment controller (issue 12). */
+void BPF_STRUCT_OPS(tailctl_runnable, struct task_struct *p, u64 enq_flags)
+{
+	struct task_ctx *tctx = resolve_task(p);
+
+	if (tctx)
+		job_set_runnable(tctx, 1);
+}
+
+void BPF_STRUCT_OPS(tailctl_quiescent, struct task_struct *p, u64 deq_flags)
+{
+	struct task_ctx *tctx = task_ctx(p);
+
+	if (tctx && tctx->svc >= 0)
+		job_set_runnable(tctx, 0);
 }
 
 void BPF_STRUCT_OPS(tailctl_enable, struct task_struct *p)
@@ -1277,8 +1969,10 @@ static int wait_timer_fn(void *map, int *key, struct bpf_timer *timer)
 	u32 svc;
 
 	bpf_rcu_read_lock();
-	bpf_for(svc, 0, TAILCTL_MAX_SERVICES)
+	bpf_for(svc, 0, TAILCTL_MAX_SERVICES) {
 		check_waiters(svc, now);
+		job_check_waiters(svc, now);
+	}
 	bpf_rcu_read_unlock();
 	bpf_timer_start(timer, wait_timer_period(), 0);
 	return 0;
@@ -1295,6 +1989,9 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(tailctl_init)
 		return ret;
 	bpf_for(svc, 0, TAILCTL_MAX_SERVICES) {
 		ret = scx_bpf_create_dsq(TAILCTL_THROTTLE_DSQ_BASE + svc, -1);
+		if (ret)
+			return ret;
+		ret = scx_bpf_create_dsq(TAILCTL_JOB_DSQ_BASE + svc, -1);
 		if (ret)
 			return ret;
 	}
@@ -1322,6 +2019,8 @@ SCX_OPS_DEFINE(tailctl_ops,
 	       .running = (void *)tailctl_running,
 	       .stopping = (void *)tailctl_stopping,
 	       .tick = (void *)tailctl_tick,
+	       .runnable = (void *)tailctl_runnable,
+	       .quiescent = (void *)tailctl_quiescent,
 	       .enable = (void *)tailctl_enable,
 	       .disable = (void *)tailctl_disable,
 	       .exit_task = (void *)tailctl_exit_task,

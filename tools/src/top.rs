@@ -75,6 +75,9 @@ struct App {
     snap: Snapshot,
     prev_stats: BTreeMap<String, u64>,
     rates: BTreeMap<String, f64>,
+    /// Each job's CPU time at the last refresh ((slot, pid) -> ns), and the cores it used since.
+    prev_job_cpu: BTreeMap<(usize, u64), u64>,
+    job_cores: BTreeMap<(usize, u64), f64>,
     last_read: Instant,
     error: Option<String>,
     sort: SortKey,
@@ -99,6 +102,19 @@ impl App {
                     })
                     .collect();
                 self.prev_stats = s.stats.clone();
+                let cpu: BTreeMap<(usize, u64), u64> = s
+                    .services
+                    .iter()
+                    .filter_map(|v| Some(((v.slot, v.pid), v.job.as_ref()?.cpu_ns)))
+                    .collect();
+                self.job_cores = cpu
+                    .iter()
+                    .filter_map(|(k, v)| {
+                        let p = self.prev_job_cpu.get(k)?;
+                        Some((*k, v.saturating_sub(*p) as f64 / 1e9 / dt))
+                    })
+                    .collect();
+                self.prev_job_cpu = cpu;
                 self.snap = s;
                 self.error = None;
             }
@@ -207,7 +223,12 @@ impl App {
                     s.slot.to_string(),
                     s.pid.to_string(),
                     s.comm.clone(),
+                    s.desire.to_string(),
                     s.allot_label(),
+                    s.job.as_ref().map_or("-".into(), |j| j.used_label()),
+                    self.job_cores
+                        .get(&(s.slot, s.pid))
+                        .map_or("-".into(), |c| format!("{c:.2}")),
                     g("active"),
                     g("busy_workers"),
                     g("stealable"),
@@ -221,14 +242,17 @@ impl App {
         f.render_widget(
             Table::new(
                 svc_rows,
-                [3, 8, 16, 6, 7, 5, 6, 8, 10, 5, 10].map(Constraint::Length),
+                [3, 8, 16, 6, 6, 5, 6, 7, 5, 6, 8, 10, 5, 10].map(Constraint::Length),
             )
             .header(
                 Row::new([
                     "svc",
                     "pid",
                     "comm",
+                    "desire",
                     "allot",
+                    "used",
+                    "cores",
                     "active",
                     "busy",
                     "steal",
@@ -240,7 +264,7 @@ impl App {
                 .style(bold),
             )
             .block(Block::default().borders(Borders::TOP).title(format!(
-                " services ({}) — desire inputs: busy workers, stealable tasks ",
+                " services ({}) — desire, allotment, threads on CPUs now (+borrowed), cores used; desire inputs: busy workers, stealable tasks ",
                 self.snap.services.len()
             ))),
             svcs,
@@ -398,6 +422,12 @@ pub fn run(args: Args) -> Result<()> {
     }
     let mut app = App {
         prev_stats: snap.stats.clone(),
+        prev_job_cpu: snap
+            .services
+            .iter()
+            .filter_map(|v| Some(((v.slot, v.pid), v.job.as_ref()?.cpu_ns)))
+            .collect(),
+        job_cores: BTreeMap::new(),
         snap,
         rates: BTreeMap::new(),
         last_read: Instant::now(),

@@ -12,7 +12,8 @@ bin=$(readlink -f "$1"); out=$2; shift 2
 ktest=$(dirname "$bin")/tailctl-ktest
 wl=$(dirname "$bin")
 all_tests=(load stress service serialize account isolation fault nosyscall experiment maps top
-           pinned greedy leaks races waitbound slotreuse tidreuse bindleak regversion regdos pidns fuzz)
+           pinned greedy leaks races waitbound slotreuse tidreuse bindleak regversion regdos pidns fuzz
+           allotequi allotexit allotstarve)
 tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=("${all_tests[@]}")
 # --list: print the default tests (tools/test.sh resumes from them).
 if [ "${tests[0]}" = --list ]; then echo "${all_tests[*]}"; exit 0; fi
@@ -364,6 +365,11 @@ harden_tests="$(dirname "$(readlink -f "$0")")/guest-tests-harden.sh"
 iso_tests="$(dirname "$(readlink -f "$0")")/guest-tests-isolation.sh"
 # shellcheck source=/dev/null
 [ -f "$iso_tests" ] && . "$iso_tests"
+
+# Core-allotment tests (issue 12: jobs, --allot, per-job enforcement).
+allot_tests="$(dirname "$(readlink -f "$0")")/guest-tests-allot.sh"
+# shellcheck source=/dev/null
+[ -f "$allot_tests" ] && . "$allot_tests"
 
 [ -e /sys/kernel/sched_ext/state ] || { echo "FAIL setup: kernel $kver has no sched_ext"; echo "guest: 0 passed, 1 failed"; exit 1; }
 log "$(nproc) CPUs; running: ${tests[*]}"

@@ -11,6 +11,7 @@
 //! The BPF side makes every scheduling decision; user space configures,
 //! observes, and registers services (the daemon in `services`).
 
+mod allot;
 mod bpf_intf;
 mod bpf_skel;
 #[cfg(test)]
@@ -96,6 +97,17 @@ struct Opts {
     #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
     request_timeout_ms: u64,
 
+    /// Core-allotment policy dividing the CPUs among registered services
+    /// (jobs): off (no allotment), or one of the policies tailctl-allot knows
+    /// (equi, ...). The kernel runs at most `allot` threads of a job at once.
+    #[arg(long, default_value = "off", value_parser = parse_policy)]
+    allot: tailctl_allot::PolicyKind,
+
+    /// The allotment quantum: how often the controller re-decides (also on
+    /// every registration and unregistration). E.g. 10ms, 50ms, 1s.
+    #[arg(long, default_value = "10ms", value_parser = parse_duration)]
+    quantum: Duration,
+
     /// Print scheduler statistics every SECS seconds while running.
     #[arg(long, value_name = "SECS")]
     stats: Option<f64>,
@@ -116,6 +128,33 @@ struct Opts {
     /// Enable libbpf debug output.
     #[arg(short = 'v', long)]
     verbose: bool,
+}
+
+fn parse_policy(s: &str) -> Result<tailctl_allot::PolicyKind, String> {
+    s.parse()
+}
+
+/// "10ms", "500us", "1s" or a bare number of milliseconds; 1 ms to 10 s.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => s.split_at(i),
+        None => (s, "ms"),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 10ms"))?;
+    let secs = match unit {
+        "us" => v / 1e6,
+        "ms" => v / 1e3,
+        "s" => v,
+        _ => return Err(format!("{s:?}: unit must be us, ms or s")),
+    };
+    let d = Duration::from_secs_f64(secs);
+    if d < Duration::from_millis(1) || d > Duration::from_secs(10) {
+        return Err(format!("{s:?}: the quantum must be between 1ms and 10s"));
+    }
+    Ok(d)
 }
 
 fn parse_octal(s: &str) -> Result<u32, String> {
@@ -188,6 +227,7 @@ struct Scheduler<'a> {
     struct_ops: Option<libbpf_rs::Link>,
     pins: pins::Pins,
     registration: Option<services::RegistrationServer>,
+    controller: Option<allot::Controller>,
     stats_server: StatsServer<(), Metrics>,
 }
 
@@ -231,10 +271,31 @@ impl<'a> Scheduler<'a> {
                 ("regions", &mut maps.regions),
                 ("registered", &mut maps.registered),
                 ("cpu_runs", &mut maps.cpu_runs),
+                ("job_acct", &mut maps.job_acct),
+                ("job_cpus", &mut maps.job_cpus),
             ],
         )?;
 
         let struct_ops = Some(scx_ops_attach!(skel, tailctl_ops)?);
+        let (events_tx, events_rx) = std::sync::mpsc::channel();
+        let controller = match opts.allot.build() {
+            None => None,
+            Some(_) => Some(allot::Controller::start(
+                allot::Config {
+                    policy: opts.allot,
+                    quantum: opts.quantum,
+                },
+                allot::Handles {
+                    services: libbpf_rs::MapHandle::try_from(&skel.maps.services)?,
+                    regions: libbpf_rs::MapHandle::try_from(&skel.maps.regions)?,
+                    job_acct: libbpf_rs::MapHandle::try_from(&skel.maps.job_acct)?,
+                    apply_allot: std::os::fd::AsFd::as_fd(&skel.progs.apply_allot)
+                        .try_clone_to_owned()
+                        .context("duplicating the apply_allot program fd")?,
+                },
+                events_rx,
+            )?),
+        };
         let registration = Some(services::RegistrationServer::start(
             &opts.socket,
             &services::SocketAccess {
@@ -252,6 +313,9 @@ impl<'a> Scheduler<'a> {
             &skel.maps.worker_tids,
             &skel.maps.registered,
         )?);
+        if let (Some(_), Some(r)) = (&controller, &registration) {
+            r.notify_to(events_tx);
+        }
         let stats_server = StatsServer::new(stats::server_data()).launch()?;
 
         info!(
@@ -266,6 +330,7 @@ impl<'a> Scheduler<'a> {
             struct_ops,
             pins,
             registration,
+            controller,
             stats_server,
         })
     }
@@ -315,6 +380,7 @@ impl<'a> Scheduler<'a> {
         // Stop registering, then detach: the kernel falls back to the default
         // scheduler at once, and registered runtimes see their connection close.
         let _ = self.registration.take();
+        let _ = self.controller.take();
         let _ = self.struct_ops.take();
         uei_report!(&self.skel, uei)
     }

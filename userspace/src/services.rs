@@ -87,6 +87,8 @@ struct Registry {
     limits: Limits,
     shutdown: AtomicBool,
     refusals: RateLimit,
+    /// Told of every registration and unregistration (the allotment controller's job events).
+    events: Mutex<Option<std::sync::mpsc::Sender<()>>>,
 }
 
 /// At most one log line a second for refused connections: a flood must not
@@ -123,6 +125,13 @@ impl Registry {
         let mut book = self.book.lock().unwrap();
         book.release(slot);
         self.publish_count(&book);
+    }
+
+    /// A job started or ended: wake the allotment controller (if any).
+    fn notify(&self) {
+        if let Some(tx) = self.events.lock().unwrap().as_ref() {
+            let _ = tx.send(());
+        }
     }
 
     /// Publish how many services are registered; the BPF side skips all
@@ -201,6 +210,7 @@ impl RegistrationServer {
             limits,
             shutdown: AtomicBool::new(false),
             refusals: RateLimit::default(),
+            events: Mutex::new(None),
         });
         let r = registry.clone();
         let thread = std::thread::Builder::new()
@@ -218,6 +228,14 @@ impl RegistrationServer {
             registry,
             thread: Some(thread),
         })
+    }
+}
+
+impl RegistrationServer {
+    /// Tell `tx` of every registration and unregistration from now on (the
+    /// allotment controller's job start/exit events).
+    pub fn notify_to(&self, tx: std::sync::mpsc::Sender<()>) {
+        *self.registry.events.lock().unwrap() = Some(tx);
     }
 }
 
@@ -494,10 +512,12 @@ fn serve(stream: UnixStream, reg: &Registry, peer: &Peer) -> Result<()> {
                 ""
             }
         );
+        reg.notify();
         hold(&stream, reg, peer, slot, &region_fd, &mut bound)
     });
     uninstall(maps, slot, &bound);
     reg.release(slot);
+    reg.notify();
     info!("service {slot} (pid {pid}) unregistered");
     outcome
 }

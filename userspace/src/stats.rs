@@ -56,6 +56,44 @@ pub struct Metrics {
     pub token_leaks: u64,
     #[stat(desc = "CPUs kicked by the wait-bound timer for a waiter past its bound")]
     pub bound_kicks: u64,
+    #[stat(desc = "Allotment decisions that changed a job's allotment (reallocations)")]
+    pub allot_reallocs: u64,
+    #[stat(desc = "Reallocations enforced (the job first ran at or under its new allotment)")]
+    pub allot_enforced: u64,
+    #[stat(desc = "Mean decision-to-enforcement latency of those, us")]
+    pub allot_lat_mean_us: f64,
+    #[stat(desc = "Longest decision-to-enforcement latency since load, us (a maximum)")]
+    pub allot_lat_max_us: f64,
+    #[stat(desc = "Enforcement latencies under 10 us")]
+    pub allot_lat_lt10us: u64,
+    #[stat(desc = "... 10-25 us")]
+    pub allot_lat_lt25us: u64,
+    #[stat(desc = "... 25-50 us")]
+    pub allot_lat_lt50us: u64,
+    #[stat(desc = "... 50-100 us")]
+    pub allot_lat_lt100us: u64,
+    #[stat(desc = "... 100-250 us")]
+    pub allot_lat_lt250us: u64,
+    #[stat(desc = "... 250 us-1 ms")]
+    pub allot_lat_lt1ms: u64,
+    #[stat(desc = "... 1-10 ms")]
+    pub allot_lat_lt10ms: u64,
+    #[stat(desc = "... 10 ms or more")]
+    pub allot_lat_ge10ms: u64,
+    #[stat(desc = "Job threads that waited for a job token (over the allotment)")]
+    pub allot_waits: u64,
+    #[stat(desc = "Job threads run on a borrowed (otherwise idle) CPU")]
+    pub allot_borrows: u64,
+    #[stat(desc = "Borrowed CPUs taken back for their owner")]
+    pub allot_reclaims: u64,
+    #[stat(desc = "Job threads run past the wait bound without a token (should stay 0)")]
+    pub allot_overdue: u64,
+    #[stat(desc = "Job threads taken off a CPU because their job was over its allotment")]
+    pub allot_preemptions: u64,
+    #[stat(desc = "Longest wait for a job token so far, ns (a maximum)")]
+    pub allot_max_wait_ns: u64,
+    #[stat(desc = "Sum of enforcement latencies, ns")]
+    pub allot_lat_sum_ns: u64,
 }
 
 /// sched_ext's watchdog timeout when ops.timeout_ms is 0 (ours is): a runnable
@@ -81,8 +119,33 @@ impl Metrics {
         self.token_leaks += s.token_leaks;
         self.bound_kicks += s.bound_kicks;
         self.max_throttle_wait_ns = self.max_throttle_wait_ns.max(s.max_throttle_wait_ns);
-        self.watchdog_margin_ms =
-            WATCHDOG_TIMEOUT_MS - (self.max_throttle_wait_ns / 1_000_000) as i64;
+        self.allot_reallocs += s.allot_reallocs;
+        self.allot_enforced += s.allot_enforced;
+        self.allot_lat_sum_ns += s.allot_lat_sum_ns;
+        self.allot_lat_max_us = self.allot_lat_max_us.max(s.allot_lat_max_ns as f64 / 1e3);
+        let h = &s.allot_lat_hist;
+        self.allot_lat_lt10us += h[0];
+        self.allot_lat_lt25us += h[1];
+        self.allot_lat_lt50us += h[2];
+        self.allot_lat_lt100us += h[3];
+        self.allot_lat_lt250us += h[4];
+        self.allot_lat_lt1ms += h[5];
+        self.allot_lat_lt10ms += h[6];
+        self.allot_lat_ge10ms += h[7];
+        self.allot_waits += s.allot_waits;
+        self.allot_borrows += s.allot_borrows;
+        self.allot_reclaims += s.allot_reclaims;
+        self.allot_overdue += s.allot_overdue;
+        self.allot_preemptions += s.allot_preemptions;
+        self.allot_max_wait_ns = self.allot_max_wait_ns.max(s.allot_max_wait_ns);
+        self.allot_lat_mean_us = if self.allot_enforced > 0 {
+            self.allot_lat_sum_ns as f64 / self.allot_enforced as f64 / 1e3
+        } else {
+            0.0
+        };
+        // The longest wait of either kind is what a watchdog would see.
+        let longest = self.max_throttle_wait_ns.max(self.allot_max_wait_ns);
+        self.watchdog_margin_ms = WATCHDOG_TIMEOUT_MS - (longest / 1_000_000) as i64;
     }
 
     /// Counters accumulated since `prev` (counters only grow while loaded; a
@@ -114,6 +177,39 @@ impl Metrics {
             watchdog_margin_ms: self.watchdog_margin_ms,
             token_leaks: self.token_leaks.saturating_sub(prev.token_leaks),
             bound_kicks: self.bound_kicks.saturating_sub(prev.bound_kicks),
+            allot_reallocs: self.allot_reallocs.saturating_sub(prev.allot_reallocs),
+            allot_enforced: self.allot_enforced.saturating_sub(prev.allot_enforced),
+            allot_lat_sum_ns: self.allot_lat_sum_ns.saturating_sub(prev.allot_lat_sum_ns),
+            allot_lat_mean_us: {
+                let n = self.allot_enforced.saturating_sub(prev.allot_enforced);
+                let sum = self.allot_lat_sum_ns.saturating_sub(prev.allot_lat_sum_ns);
+                if n > 0 {
+                    sum as f64 / n as f64 / 1e3
+                } else {
+                    0.0
+                }
+            },
+            allot_lat_max_us: self.allot_lat_max_us,
+            allot_lat_lt10us: self.allot_lat_lt10us.saturating_sub(prev.allot_lat_lt10us),
+            allot_lat_lt25us: self.allot_lat_lt25us.saturating_sub(prev.allot_lat_lt25us),
+            allot_lat_lt50us: self.allot_lat_lt50us.saturating_sub(prev.allot_lat_lt50us),
+            allot_lat_lt100us: self
+                .allot_lat_lt100us
+                .saturating_sub(prev.allot_lat_lt100us),
+            allot_lat_lt250us: self
+                .allot_lat_lt250us
+                .saturating_sub(prev.allot_lat_lt250us),
+            allot_lat_lt1ms: self.allot_lat_lt1ms.saturating_sub(prev.allot_lat_lt1ms),
+            allot_lat_lt10ms: self.allot_lat_lt10ms.saturating_sub(prev.allot_lat_lt10ms),
+            allot_lat_ge10ms: self.allot_lat_ge10ms.saturating_sub(prev.allot_lat_ge10ms),
+            allot_waits: self.allot_waits.saturating_sub(prev.allot_waits),
+            allot_borrows: self.allot_borrows.saturating_sub(prev.allot_borrows),
+            allot_reclaims: self.allot_reclaims.saturating_sub(prev.allot_reclaims),
+            allot_overdue: self.allot_overdue.saturating_sub(prev.allot_overdue),
+            allot_preemptions: self
+                .allot_preemptions
+                .saturating_sub(prev.allot_preemptions),
+            allot_max_wait_ns: self.allot_max_wait_ns,
         }
     }
 
@@ -145,6 +241,31 @@ impl Metrics {
             self.watchdog_margin_ms,
             self.token_leaks,
             self.bound_kicks,
+        )?;
+        writeln!(
+            w,
+            "[{}] allot: realloc {:>5} enforced {:>5} latency mean {:>7.1} us max {:>8.1} us \
+             [<10us {} <25 {} <50 {} <100 {} <250 {} <1ms {} <10ms {} >=10ms {}] \
+             wait {} borrow {} reclaim {} preempt {} overdue {} max-wait {} us",
+            crate::SCHEDULER_NAME,
+            self.allot_reallocs,
+            self.allot_enforced,
+            self.allot_lat_mean_us,
+            self.allot_lat_max_us,
+            self.allot_lat_lt10us,
+            self.allot_lat_lt25us,
+            self.allot_lat_lt50us,
+            self.allot_lat_lt100us,
+            self.allot_lat_lt250us,
+            self.allot_lat_lt1ms,
+            self.allot_lat_lt10ms,
+            self.allot_lat_ge10ms,
+            self.allot_waits,
+            self.allot_borrows,
+            self.allot_reclaims,
+            self.allot_preemptions,
+            self.allot_overdue,
+            self.allot_max_wait_ns / 1000,
         )?;
         Ok(())
     }

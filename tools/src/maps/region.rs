@@ -177,11 +177,46 @@ pub struct Service {
     pub pid: u64,
     pub uid: u64,
     pub allot: u64,
+    /// The demand the allotment controller saw (busy workers + stealable, at most the workers).
+    pub desire: u64,
+    /// The kernel's accounting of the service as a job (job_acct), if the scheduler has it.
+    pub job: Option<JobFigures>,
     pub comm: String,
     pub thresholds: Vec<u64>,
     pub inner_map_id: u32,
     pub region: Option<Region>,
     pub region_error: Option<String>,
+}
+
+/// A service's core-allotment figures, from the kernel's job_acct entry.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct JobFigures {
+    /// CPU time of the job's threads, and the part on borrowed CPUs (ns).
+    pub cpu_ns: u64,
+    pub borrowed_ns: u64,
+    /// Threads on a CPU within the allotment / on borrowed CPUs / waiting for a token.
+    pub running: u64,
+    pub borrowing: u64,
+    pub waiting: u64,
+    pub reallocs: u64,
+    /// Mean decision-to-enforcement latency (us), if any decision was enforced.
+    pub lat_mean_us: Option<f64>,
+}
+
+impl JobFigures {
+    /// Cores in use now, as "within+borrowed": two threads within the
+    /// allotment and one on a borrowed CPU read
+    ///
+    /// ```text
+    /// 2+1
+    /// ```
+    pub fn used_label(&self) -> String {
+        if self.borrowing > 0 {
+            format!("{}+{}", self.running, self.borrowing)
+        } else {
+            self.running.to_string()
+        }
+    }
 }
 
 impl Service {
@@ -256,6 +291,16 @@ impl Snapshot {
         let regions_map = open(pin_dir, "regions")?;
         let acct_map = open(pin_dir, "req_acct")?;
         let acct_btf = btf::Btf::from_kernel_id(acct_map.info.btf_id)?;
+        // job_acct is pinned by schedulers with core allotments only.
+        let jobs: BTreeMap<u64, serde_json::Value> = open(pin_dir, "job_acct")
+            .ok()
+            .and_then(|m| dump_json(&m).ok())
+            .map(|es| {
+                es.into_iter()
+                    .map(|e| (e["key"].as_u64().unwrap_or(u64::MAX), e["value"].clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut snap = Snapshot::default();
         for e in dump_json(&services_map)? {
             let v = &e["value"];
@@ -274,6 +319,25 @@ impl Snapshot {
                 pid,
                 uid: v["uid"].as_u64().unwrap_or(0),
                 allot: v["allot"].as_u64().unwrap_or(0),
+                desire: v["desire"].as_u64().unwrap_or(0),
+                job: jobs
+                    .get(&(slot as u64))
+                    .filter(|j| {
+                        j["owner"].as_u64() == Some((v["epoch"].as_u64().unwrap_or(0) << 32) + pid)
+                    })
+                    .map(|j| {
+                        let g = |k: &str| j[k].as_u64().unwrap_or(0);
+                        JobFigures {
+                            cpu_ns: g("cpu_ns"),
+                            borrowed_ns: g("borrowed_ns"),
+                            running: g("running"),
+                            borrowing: g("borrowing"),
+                            waiting: g("waiting"),
+                            reallocs: g("reallocs"),
+                            lat_mean_us: (g("lat_count") > 0)
+                                .then(|| g("lat_sum_ns") as f64 / g("lat_count") as f64 / 1e3),
+                        }
+                    }),
                 comm: comm(pid),
                 thresholds,
                 ..Default::default()
@@ -395,8 +459,8 @@ impl Snapshot {
         let mut s = String::from("SERVICES\n");
         let _ = writeln!(
             s,
-            "{:>4} {:>7} {:<15} {:>5} {:>5} {:>6} {:>5} {:>5} {:>9} {:>6} {:>6} {:<6} thresholds (q=1..)",
-            "slot", "pid", "comm", "uid", "allot", "active", "busy", "steal", "completed", "ser", "kser", "mode"
+            "{:>4} {:>7} {:<15} {:>5} {:>6} {:>5} {:>5} {:>8} {:>7} {:>6} {:>5} {:>5} {:>9} {:>6} {:>6} {:<6} thresholds (q=1..)",
+            "slot", "pid", "comm", "uid", "desire", "allot", "used", "cpu_s", "realloc", "active", "busy", "steal", "completed", "ser", "kser", "mode"
         );
         for svc in &self.services {
             let h = svc
@@ -406,14 +470,19 @@ impl Snapshot {
                 .unwrap_or_default();
             let g = |k: &str| h.get(k).copied().unwrap_or(0);
             let thr = threshold_ranges(&svc.thresholds, if all { usize::MAX } else { 6 });
+            let j = svc.job.clone().unwrap_or_default();
             let _ = writeln!(
                 s,
-                "{:>4} {:>7} {:<15} {:>5} {:>5} {:>6} {:>5} {:>5} {:>9} {:>6} {:>6} {:<6} {}",
+                "{:>4} {:>7} {:<15} {:>5} {:>6} {:>5} {:>5} {:>8.2} {:>7} {:>6} {:>5} {:>5} {:>9} {:>6} {:>6} {:<6} {}",
                 svc.slot,
                 svc.pid,
                 svc.comm,
                 svc.uid,
+                svc.desire,
                 svc.allot_label(),
+                j.used_label(),
+                j.cpu_ns as f64 / 1e9,
+                j.reallocs,
                 g("active"),
                 g("busy_workers"),
                 g("stealable"),

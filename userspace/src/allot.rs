@@ -1,0 +1,515 @@
+//! The core-allotment controller (issue 12): divides the machine's cores among
+//! the registered services ("jobs") every quantum and on every job start and
+//! exit, through a `tailctl_allot` policy; the BPF scheduler enforces it.
+//!
+//! # Design
+//!
+//! One thread. It sleeps until the next quantum boundary or until the
+//! registration server reports a registration or unregistration (a channel,
+//! so a job exit is acted on at once, not at the next quantum). Then it:
+//!
+//! 1. lists the jobs: every service slot whose `services` entry has a pid,
+//!    identified by its registration ((epoch << 32) + pid, the kernel's
+//!    `owner`), in registration order;
+//! 2. builds a [`JobView`] for each from the kernel's own per-job counters
+//!    (`job_acct`: CPU time while working and while not, runnable threads;
+//!    deltas over the quantum) and the desire inputs the runtime publishes in
+//!    its region (`busy_workers`, `stealable`, `worker_count`). The region is
+//!    written by an untrusted service: every value is clamped (worker count to
+//!    the region's 64 slots, stealable items to 2^16), and a region whose
+//!    magic is wrong counts as "no desire inputs"; it can only change its own
+//!    job's desire, never another job's allotment beyond what the policy gives
+//!    any job;
+//! 3. calls the policy (`decide`, once per job event, then for the quantum),
+//!    checks its invariants (`check_allotment`) and applies the result through
+//!    the `apply_allot` syscall program, one `BPF_PROG_TEST_RUN` per job. The
+//!    program checks the registration is still the same (so a decision never
+//!    lands on a slot's next tenant), writes the allotment, and kicks the CPUs
+//!    of threads over it. The decision's time (CLOCK_MONOTONIC, the clock of
+//!    `bpf_ktime_get_ns`) is stamped just before the call; the kernel records
+//!    when the job first runs within its new allotment, which is the
+//!    decision-to-enforcement latency in the scheduler's stats.
+//!
+//! A policy's 0 becomes 1: in `services.allot`, 0 means "no allotment"
+//! (uncapped), and a job with no core at all would only run through the wait
+//! bound. Policies give every job with work at least one core whenever there
+//! are at least as many cores as jobs (`check_allotment`), so this matters
+//! only with more jobs than cores.
+//!
+//! Why the daemon and not a `bpf_timer`: the policies are Rust code shared with
+//! the simulator (`tailctl sim`), so what is measured there is what runs here;
+//! in BPF they would be a second implementation (floating point, per-job
+//! history). The price is a context switch per quantum and the daemon's wake-up
+//! jitter; both are measured (`wake_late` and `decide` in the periodic log
+//! line) and compared with the quantum in the guest tests, while enforcement
+//! itself (the kicks and the token checks) happens in the kernel.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+use log::{debug, info, warn};
+use tailctl_allot::{check_allotment, AllotPolicy, Event, JobId, JobView, Machine, PolicyKind};
+
+use crate::bpf_intf::{tailctl_allot_cmd, tailctl_job_acct, tailctl_region, tailctl_service};
+
+const MAX_SERVICES: u32 = crate::bpf_intf::tailctl_consts_TAILCTL_MAX_SERVICES;
+const MAX_WORKERS: u32 = crate::bpf_intf::tailctl_consts_TAILCTL_MAX_WORKERS;
+const REGION_MAGIC: u32 = crate::bpf_intf::tailctl_consts_TAILCTL_REGION_MAGIC;
+/// Stealable items above this are a lie (or a bug); clamped.
+const MAX_STEALABLE: u32 = 1 << 16;
+
+/// What `--allot` and `--quantum` configure.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    pub policy: PolicyKind,
+    pub quantum: Duration,
+}
+
+/// The maps and the program the controller uses (its own handles).
+pub struct Handles {
+    pub services: MapHandle,
+    pub regions: MapHandle,
+    pub job_acct: MapHandle,
+    /// The `apply_allot` syscall program.
+    pub apply_allot: OwnedFd,
+}
+
+/// The running controller; dropping it stops the thread.
+pub struct Controller {
+    shutdown: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Controller {
+    /// Start controlling with `cfg.policy` (which must not be `off`), woken by `events`.
+    pub fn start(cfg: Config, handles: Handles, events: Receiver<()>) -> Result<Self> {
+        let policy = cfg
+            .policy
+            .build()
+            .context("--allot off has no controller")?;
+        let shutdown = Arc::new(AtomicBool::new(false));
+        let stop = shutdown.clone();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        let thread = std::thread::Builder::new()
+            .name("tailctl-allot".into())
+            .spawn(move || {
+                let mut c = Loop::new(cfg, handles, policy, cores);
+                c.run(&events, &stop);
+            })?;
+        info!(
+            "allotment controller: policy {}, quantum {:?}, {cores} cores",
+            cfg.policy_name(),
+            cfg.quantum
+        );
+        Ok(Self {
+            shutdown,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Config {
+    fn policy_name(&self) -> &'static str {
+        self.policy.build().map_or("off", |p| p.name())
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.shutdown.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What the controller remembers of a job between quanta.
+#[derive(Clone, Copy, Debug, Default)]
+struct Known {
+    slot: u32,
+    allot: u32,
+    work_ns: u64,
+    steal_ns: u64,
+}
+
+/// Timing of the controller itself, logged now and then.
+#[derive(Default)]
+struct Timing {
+    rounds: u64,
+    decide_sum: Duration,
+    decide_max: Duration,
+    late_sum: Duration,
+    late_max: Duration,
+    applied: u64,
+    changed: u64,
+    last_log: Option<Instant>,
+}
+
+struct Loop {
+    cfg: Config,
+    h: Handles,
+    policy: Box<dyn AllotPolicy>,
+    cores: u32,
+    /// Jobs in registration order.
+    jobs: Vec<(JobId, Known)>,
+    seq: u64,
+    timing: Timing,
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Copy a plain-old-data map value out of its bytes, if it is long enough.
+fn read_pod<T>(bytes: &[u8]) -> Option<T> {
+    (bytes.len() >= std::mem::size_of::<T>())
+        // SAFETY: the buffer holds at least one T (checked); T is one of the
+        // bindgen structs of intf.h (integers and arrays of integers), for
+        // which every bit pattern is valid; read_unaligned copes with the
+        // Vec's alignment.
+        .then(|| unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) })
+}
+
+/// The desire inputs a region publishes, validated.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Inputs {
+    pub workers: u32,
+    pub busy: u32,
+    pub stealable: u32,
+}
+
+impl Inputs {
+    /// From a region header's raw fields: a bad magic means "nothing published";
+    /// counts are clamped to what a region can hold (see the unit test).
+    pub fn from_header(magic: u32, workers: u32, busy: u32, stealable: u32) -> Self {
+        if magic != REGION_MAGIC {
+            return Self::default();
+        }
+        let workers = workers.min(MAX_WORKERS);
+        Self {
+            workers,
+            busy: busy.min(workers),
+            stealable: stealable.min(MAX_STEALABLE),
+        }
+    }
+
+    /// The job's demand as operators see it: busy workers plus stealable
+    /// work, at most its workers (published as `services.desire`).
+    pub fn demand(&self) -> u32 {
+        self.busy.saturating_add(self.stealable).min(self.workers)
+    }
+}
+
+impl Loop {
+    fn new(cfg: Config, h: Handles, policy: Box<dyn AllotPolicy>, cores: u32) -> Self {
+        Self {
+            cfg,
+            h,
+            policy,
+            cores: cores.max(1),
+            jobs: Vec::new(),
+            seq: 0,
+            timing: Timing::default(),
+        }
+    }
+
+    fn run(&mut self, events: &Receiver<()>, stop: &AtomicBool) {
+        let mut next = Instant::now() + self.cfg.quantum;
+        while !stop.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            let timeout = next.saturating_duration_since(now);
+            let quantum = match events.recv_timeout(timeout.min(Duration::from_millis(200))) {
+                Ok(()) => {
+                    while events.try_recv().is_ok() {}
+                    false
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    if Instant::now() < next {
+                        continue;
+                    }
+                    true
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    if Instant::now() < next {
+                        std::thread::sleep(next - Instant::now());
+                    }
+                    true
+                }
+            };
+            let woke = Instant::now();
+            if quantum {
+                let late = woke.saturating_duration_since(next);
+                self.timing.late_sum += late;
+                self.timing.late_max = self.timing.late_max.max(late);
+                next += self.cfg.quantum;
+                // Far behind (a stopped VM, a long stall): do not replay the missed quanta.
+                if next < woke {
+                    next = woke + self.cfg.quantum;
+                }
+            }
+            if let Err(e) = self.round(quantum) {
+                warn!("allotment controller: {e:#}");
+            }
+            let took = woke.elapsed();
+            self.timing.rounds += 1;
+            self.timing.decide_sum += took;
+            self.timing.decide_max = self.timing.decide_max.max(took);
+            self.log_timing();
+        }
+    }
+
+    fn log_timing(&mut self) {
+        let t = &mut self.timing;
+        let due = t
+            .last_log
+            .is_none_or(|l| l.elapsed() >= Duration::from_secs(5));
+        if !due || t.rounds == 0 {
+            return;
+        }
+        info!(
+            "allot: {} rounds, {} jobs, {} decisions applied ({} changed); decide mean {:.1} us max {:.1} us; wake_late mean {:.1} us max {:.1} us",
+            t.rounds,
+            self.jobs.len(),
+            t.applied,
+            t.changed,
+            t.decide_sum.as_secs_f64() * 1e6 / t.rounds as f64,
+            t.decide_max.as_secs_f64() * 1e6,
+            t.late_sum.as_secs_f64() * 1e6 / t.rounds as f64,
+            t.late_max.as_secs_f64() * 1e6,
+        );
+        *t = Timing {
+            last_log: Some(Instant::now()),
+            ..Timing::default()
+        };
+    }
+
+    /// The registered services now: (slot, registration id), in slot order.
+    fn scan(&self) -> Vec<(u32, JobId)> {
+        (0..MAX_SERVICES)
+            .filter_map(|slot| {
+                let v = self
+                    .h
+                    .services
+                    .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
+                    .ok()??;
+                let s: tailctl_service = read_pod(&v)?;
+                (s.pid != 0).then_some((slot, ((s.epoch & 0xffff_ffff) << 32) + s.pid as u64))
+            })
+            .collect()
+    }
+
+    fn job_acct(&self, slot: u32, id: JobId) -> Option<tailctl_job_acct> {
+        let v = self
+            .h
+            .job_acct
+            .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
+            .ok()??;
+        let a: tailctl_job_acct = read_pod(&v)?;
+        (a.owner == id).then_some(a)
+    }
+
+    fn inputs(&self, slot: u32) -> Inputs {
+        let read = || -> Option<Inputs> {
+            let id = self
+                .h
+                .regions
+                .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
+                .ok()??;
+            let id = u32::from_ne_bytes(id.get(..4)?.try_into().ok()?);
+            let region = MapHandle::from_map_id(id).ok()?;
+            let v = region.lookup(&0u32.to_ne_bytes(), MapFlags::ANY).ok()??;
+            let r: Box<tailctl_region> = read_pod_boxed(&v)?;
+            let hd = &r.header;
+            Some(Inputs::from_header(
+                hd.magic,
+                hd.worker_count,
+                hd.busy_workers,
+                hd.stealable,
+            ))
+        };
+        read().unwrap_or_default()
+    }
+
+    fn round(&mut self, quantum: bool) -> Result<()> {
+        let now_jobs = self.scan();
+        let mut events = Vec::new();
+        for (id, _) in &self.jobs {
+            if !now_jobs.iter().any(|(_, j)| j == id) {
+                events.push(Event::JobExited(*id));
+            }
+        }
+        // Keep registration order: survivors first, newcomers (in slot order) after.
+        self.jobs
+            .retain(|(id, _)| now_jobs.iter().any(|(_, j)| j == id));
+        for &(slot, id) in &now_jobs {
+            if !self.jobs.iter().any(|(j, _)| *j == id) {
+                self.jobs.push((
+                    id,
+                    Known {
+                        slot,
+                        ..Known::default()
+                    },
+                ));
+                events.push(Event::JobStarted(id));
+            }
+        }
+        if quantum || events.is_empty() {
+            events.push(Event::Quantum);
+        }
+        if self.jobs.is_empty() {
+            return Ok(());
+        }
+        let machine = Machine {
+            cores: self.cores,
+            quantum_ns: self.cfg.quantum.as_nanos() as u64,
+        };
+        let mut views = Vec::with_capacity(self.jobs.len());
+        let mut demands = Vec::with_capacity(self.jobs.len());
+        let data: Vec<(Option<tailctl_job_acct>, Inputs)> = self
+            .jobs
+            .iter()
+            .map(|(id, k)| (self.job_acct(k.slot, *id), self.inputs(k.slot)))
+            .collect();
+        for ((id, k), (acct, inputs)) in self.jobs.iter_mut().zip(data) {
+            let (work, steal, runnable) = acct.map_or((0, 0, 0), |a| {
+                (
+                    a.work_ns.saturating_sub(k.work_ns),
+                    a.steal_ns.saturating_sub(k.steal_ns),
+                    a.runnable,
+                )
+            });
+            if let Some(a) = acct {
+                k.work_ns = a.work_ns;
+                k.steal_ns = a.steal_ns;
+            }
+            let max_par = if inputs.workers > 0 {
+                inputs.workers
+            } else {
+                runnable.clamp(1, MAX_WORKERS)
+            };
+            views.push(JobView {
+                id: *id,
+                allot: k.allot,
+                max_parallelism: max_par,
+                runnable: runnable.min(MAX_WORKERS),
+                work_ns: work,
+                steal_ns: steal,
+                // The runtime does not publish unsuccessful steals yet.
+                steal_success: 1.0,
+                queued_avg: inputs.stealable as f64,
+                queued_now: inputs.stealable as f64,
+            });
+            demands.push(inputs.demand());
+        }
+        let mut allot: Vec<u32> = self.jobs.iter().map(|(_, k)| k.allot).collect();
+        for ev in events {
+            self.policy.decide(ev, machine, &views, &mut allot);
+        }
+        if let Err(why) = check_allotment(machine, &views, &allot) {
+            warn!(
+                "policy {} broke its invariants ({why}); allotments unchanged",
+                self.policy.name()
+            );
+            return Ok(());
+        }
+        self.seq += 1;
+        for (i, (id, k)) in self.jobs.iter_mut().enumerate() {
+            let want = allot[i].max(1);
+            let cmd = tailctl_allot_cmd {
+                svc: k.slot,
+                allot: want,
+                desire: demands[i],
+                reserved: 0,
+                owner: *id,
+                seq: self.seq,
+                decided_at_ns: monotonic_ns(),
+            };
+            match apply(&self.h.apply_allot, &cmd) {
+                Ok(1) => {
+                    debug!("job {id:#x} (slot {}): allot {} -> {want}", k.slot, k.allot);
+                    self.timing.changed += 1;
+                    self.timing.applied += 1;
+                    k.allot = want;
+                }
+                Ok(0) => {
+                    self.timing.applied += 1;
+                    k.allot = want;
+                }
+                Ok(_) => {} // gone meanwhile: the next round sees it exit
+                Err(e) => warn!("applying the allotment of slot {}: {e:#}", k.slot),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Read a large plain-old-data value into a box (the region is ~68 KiB: not for the stack).
+fn read_pod_boxed<T>(bytes: &[u8]) -> Option<Box<T>> {
+    if bytes.len() < std::mem::size_of::<T>() {
+        return None;
+    }
+    let mut b: Box<std::mem::MaybeUninit<T>> = Box::new_uninit();
+    // SAFETY: the source holds at least size_of::<T>() bytes (checked), the
+    // destination is a fresh allocation of exactly one T, they do not
+    // overlap; T is a bindgen struct of integers, so the copied bytes are a
+    // valid T and assume_init is sound.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            bytes.as_ptr(),
+            b.as_mut_ptr().cast::<u8>(),
+            std::mem::size_of::<T>(),
+        );
+        Some(b.assume_init())
+    }
+}
+
+/// Run `apply_allot` on one decision; returns the program's return value.
+fn apply(prog: &OwnedFd, cmd: &tailctl_allot_cmd) -> Result<i32> {
+    let mut opts = libbpf_rs::libbpf_sys::bpf_test_run_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_test_run_opts>() as _,
+        ctx_in: (cmd as *const tailctl_allot_cmd).cast(),
+        ctx_size_in: std::mem::size_of::<tailctl_allot_cmd>() as u32,
+        ..Default::default()
+    };
+    // SAFETY: `prog` is a valid program fd we own; opts points at a live
+    // tailctl_allot_cmd of the size given, which the kernel only reads.
+    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(prog.as_raw_fd(), &mut opts) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error()).context("BPF_PROG_TEST_RUN apply_allot");
+    }
+    Ok(opts.retval as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn region_inputs_are_validated() {
+        let i = Inputs::from_header(REGION_MAGIC, 1000, 999, u32::MAX);
+        assert_eq!(
+            i,
+            Inputs {
+                workers: 64,
+                busy: 64,
+                stealable: MAX_STEALABLE
+            }
+        );
+        assert_eq!(i.demand(), 64);
+        assert_eq!(Inputs::from_header(0xdead, 4, 4, 4), Inputs::default());
+        let i = Inputs::from_header(REGION_MAGIC, 8, 2, 3);
+        assert_eq!(i.demand(), 5);
+        assert_eq!(Inputs::from_header(REGION_MAGIC, 4, 9, 9).demand(), 4);
+    }
+}
