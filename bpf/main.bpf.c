@@ -1600,6 +1600,18 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	}
 }
 
+/*
+ * How long @tctx has waited in its throttle queue at @now. @now may have been
+ * read before another CPU queued it (a dispatch reads the clock once): that
+ * wait is 0, not a wrapped u64 that would release the waiter as overdue.
+ */
+static __always_inline u64 wait_of(struct task_ctx *tctx, u64 now)
+{
+	u64 at = READ_ONCE(tctx->throttled_at_ns);
+
+	return now > at ? now - at : 0;
+}
+
 /* Set while a CPU releases a service's waiters (see release_waiters). */
 static u32 releasing[TAILCTL_MAX_SERVICES];
 
@@ -1638,14 +1650,14 @@ static __always_inline void release_waiters(u32 svc, u64 now)
 				capped = true;
 				if (!READ_ONCE(tctx->holds_token) &&
 				    READ_ONCE(a->holders) >= READ_ONCE(a->alloc)) {
-					if (now - tctx->throttled_at_ns <= max_throttle_wait_ns)
+					if (wait_of(tctx, now) <= max_throttle_wait_ns)
 						continue;
 					overdue = true;
 				}
 			}
 		}
 		if (tctx) {
-			waited = now - tctx->throttled_at_ns;
+			waited = wait_of(tctx, now);
 			tctx->overdue = overdue;
 			leave_wait(tctx);
 		}
@@ -1951,7 +1963,7 @@ static __always_inline void check_waiters(u32 svc, u64 now)
 		struct task_ctx *tctx = task_ctx(p);
 		struct tailctl_request_acct *a;
 
-		if (!tctx || now - tctx->throttled_at_ns <= max_throttle_wait_ns)
+		if (!tctx || wait_of(tctx, now) <= max_throttle_wait_ns)
 			continue;
 		a = acct_of(tctx);
 		if (a)
