@@ -513,8 +513,15 @@ impl WorkerThread {
             if let Some(found) = self.find_work(admits).and_then(|f| self.accept(f)) {
                 if searching {
                     self.stop_searching();
-                    slot.set_state(WORKER_WORKING);
                     searching = false;
+                }
+                // The kernel charges a thread to its request only while the
+                // region says WORKING: a job found without a search (a
+                // worker's first, when the region starts it at STEALING, or
+                // after a re-registration re-initialised the region) sets it
+                // too, not only the end of a search. A load of our own slot.
+                if slot.state() != WORKER_WORKING {
+                    slot.set_state(WORKER_WORKING);
                 }
                 self.run_found(found);
                 rounds = 0;
@@ -548,6 +555,8 @@ impl WorkerThread {
         }
         if searching {
             self.stop_searching();
+        }
+        if slot.state() != WORKER_WORKING {
             slot.set_state(WORKER_WORKING);
         }
         if self.current.get() != saved {

@@ -383,3 +383,26 @@ fn parallel_for_chunks_cover_the_range_exactly_once() {
         }
     }
 }
+
+/// The kernel charges a worker to its request only while the region says
+/// WORKING: a worker running a request must say so, including a request it
+/// found at once (its first) and every one after, found without a search.
+#[test]
+fn a_worker_running_a_request_says_working_in_the_region() {
+    use tailctl_rt::shared_state::WORKER_WORKING;
+    let pool = std::sync::Arc::new(common::pool(Policy::StealFirst, 1));
+    // Submitted together, before the worker could go looking: the first is
+    // found at once, the rest right after it without a search.
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let p = pool.clone();
+            pool.submit(move || {
+                let me = tailctl_rt::current_worker_index().unwrap();
+                p.shared_state().worker(me).state()
+            })
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.wait().unwrap(), WORKER_WORKING);
+    }
+}
