@@ -245,12 +245,12 @@ test_isolation() {
   # Warm-up: the first serve of a boot runs at about 0.4x the later ones
   # (TCG translates the code the first time), which would land on the twin.
   "$ktest" -w 2 serve --secs 2 >/dev/null 2>&1
-  for i in 1 2; do
+  for i in 1 2 3; do
     for kind in twin rogue; do
-      "$ktest" -w 2 rogue --secs 20 $([ $kind = twin ] && echo --benign) >"$out/$kind-$i.json" 2>&1 &
+      "$ktest" -w 2 rogue --secs 15 $([ $kind = twin ] && echo --benign) >"$out/$kind-$i.json" 2>&1 &
       local rp=$!; sleep 3
-      s=$("$ktest" hog --threads 2 --secs 7 2>>"$out/ktest.err") || { fail isolation "hog failed: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
-      r=$("$ktest" -w 2 serve --secs 7 --require-kernel 2>>"$out/ktest.err") || { fail isolation "serve beside the $kind failed: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
+      s=$("$ktest" hog --threads 2 --secs 5 2>>"$out/ktest.err") || { fail isolation "hog failed: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
+      r=$("$ktest" -w 2 serve --secs 5 --require-kernel 2>>"$out/ktest.err") || { fail isolation "serve beside the $kind failed: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
       wait $rp
       if [ $kind = twin ]; then twin+="$(jget "$s" share) "; tr+="$(jget "$r" rps) "; else rogue+="$(jget "$s" share) "; rr+="$(jget "$r" rps) "; fi
       sched_alive || { fail isolation "scheduler exited beside the $kind: $(sched_tail)"; return; }
@@ -258,7 +258,9 @@ test_isolation() {
   done
   stop_sched || { fail isolation "scheduler exit non-zero after rogue"; return; }
   local cpu tput
-  cpu=$(share_ratio "$twin" "$rogue"); tput=$(share_ratio "$tr" "$rr")
+  # Medians of three interleaved pairs, as in `fuzz` (one hog sample drifts
+  # by about +-35% under single-threaded TCG).
+  cpu=$(median_ratio "$twin" "$rogue"); tput=$(median_ratio "$tr" "$rr")
   at_least "$cpu" 0.9 || { fail isolation "an unregistered neighbour got $cpu x its CPU beside the rogue (shares beside twin: $twin, beside rogue: $rogue)"; return; }
   # The registered neighbour's throughput is reported, not asserted: without
   # the warm-up above it ranged from 0.29x to 276x between runs, the first
