@@ -30,6 +30,7 @@
 use crate::control::PoolExt;
 use crate::job::JobRef;
 use crate::policy::{check_pileup, Policy};
+use crate::priority::{above, highest, OwnDeque, PriorityState, Taken, LEVELS};
 use crate::shared_state::{
     tag_generation, tag_slot, SharedState, NO_REQUEST, WORKER_PARKED, WORKER_STEALING,
     WORKER_WORKING,
@@ -41,7 +42,7 @@ use crate::time::{gettid, now_ns};
 use crate::unwind::AbortIfPanic;
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use crossbeam_utils::CachePadded;
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,6 +89,8 @@ pub(crate) struct Registry {
     submit_rng: AtomicU64,
     /// Abort marks, spawn panic handler, handle gate (see `control`).
     pub(crate) ext: Arc<PoolExt>,
+    /// Priority levels 1..63: pools, bitfield, counters (see `priority`).
+    pub(crate) prio: PriorityState,
 }
 
 impl Registry {
@@ -111,6 +114,7 @@ impl Registry {
             counters: Counters::default(),
             submit_rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
             ext: cfg.ext,
+            prio: PriorityState::new(),
         };
         (Arc::new(reg), workers)
     }
@@ -121,12 +125,22 @@ impl Registry {
 
     /// Publishes a request's root job according to the policy and wakes a
     /// top-level sleeper.
-    pub(crate) fn inject(&self, job: JobRef) {
+    pub(crate) fn inject(&self, job: JobRef, level: u8, arrival_ns: u64) {
         let r = self
             .submit_rng
             .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
         let r = (r ^ (r >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 32;
         let start = (r as usize) % self.num_workers();
+        if level > 0 {
+            // Levels above the default: the level's request FIFO (see `priority`).
+            self.prio
+                .counters
+                .submitted_above_default
+                .fetch_add(1, Ordering::Relaxed);
+            self.prio.push_request(level, job, arrival_ns);
+            self.sleep.new_external_work_at(start, level);
+            return;
+        }
         match self.policy {
             Policy::RandomAdmission => self.inboxes[start].push(job),
             _ => self.injector.push(job),
@@ -170,6 +184,17 @@ enum Found {
     Local(JobRef),
     Admitted(JobRef),
     Stolen(JobRef, usize),
+    /// A job of priority level ≥ 1 (`stolen`: from another worker's deque).
+    Level(JobRef, u8, bool),
+}
+
+impl Found {
+    fn level(&self) -> u8 {
+        match self {
+            Found::Level(_, l, _) => *l,
+            _ => 0,
+        }
+    }
 }
 
 thread_local! {
@@ -188,6 +213,12 @@ pub(crate) struct WorkerThread {
     start: Cell<u64>,
     /// Scratch map of the pileup check (tag, elapsed), reused to avoid allocation.
     pub(crate) scratch: RefCell<Vec<(u64, u64)>>,
+    /// Priority level of the job being executed (0 when idle).
+    level: Cell<u8>,
+    /// Level of the last job this worker started (for `level_switches`).
+    last_level: Cell<u8>,
+    /// Own deques of levels 1..63, created on first use (index = level).
+    deques: Box<[OnceCell<OwnDeque>]>,
 }
 
 impl WorkerThread {
@@ -212,24 +243,152 @@ impl WorkerThread {
         self.index
     }
 
+    /// Priority level of the job being executed.
+    #[inline]
+    pub(crate) fn level(&self) -> u8 {
+        self.level.get()
+    }
+
     #[inline]
     pub(crate) fn current_tag(&self) -> u64 {
         self.current.get()
     }
 
-    /// Pushes a task of the current request on the own deque.
+    /// Pushes a task of the current request on the own deque (of the
+    /// current priority level), then checks the work bitfield: a spawn is a
+    /// priority checkpoint (see `priority/README.md`).
     #[inline]
     pub(crate) fn push(&self, job: JobRef) {
-        self.worker.push(job);
+        let level = self.level.get();
         let reg = &*self.registry;
-        reg.sleep.new_internal_work(self.index + 1, || {
-            reg.shared.tag_serialized(self.current.get())
-        });
+        if level == 0 {
+            self.worker.push(job);
+            reg.sleep.new_internal_work(self.index + 1, || {
+                reg.shared.tag_serialized(self.current.get())
+            });
+        } else {
+            self.push_at_level(level, job);
+        }
+        self.priority_checkpoint();
+    }
+
+    /// `push` at a level ≥ 1: the deque goes into the level's pool.
+    #[inline(never)]
+    fn push_at_level(&self, level: u8, job: JobRef) {
+        let reg = &*self.registry;
+        let d = self.own_deque(level);
+        d.worker.push(job);
+        reg.prio.after_own_push(level, &d.shared, now_ns);
+        reg.sleep
+            .new_internal_work_at(self.index + 1, level, || false);
+    }
+
+    fn own_deque(&self, level: u8) -> &OwnDeque {
+        self.deques[level as usize].get_or_init(OwnDeque::new)
     }
 
     #[inline]
     pub(crate) fn take_local_job(&self) -> Option<JobRef> {
-        self.worker.pop()
+        let level = self.level.get();
+        if level == 0 {
+            self.worker.pop()
+        } else {
+            self.own_deque(level).worker.pop()
+        }
+    }
+
+    /// The priority checkpoint (`join`, scope spawns): if a level above the
+    /// worker's has work, run it now (README, "Moving up").
+    #[inline]
+    pub(crate) fn priority_checkpoint(&self) {
+        let level = self.level.get();
+        if self.registry.prio.bits.load() & above(level) != 0 {
+            self.move_up(level);
+        }
+    }
+
+    /// Runs work of levels above `from` until there is none; the own deque
+    /// of `from` is left to the level's thieves meanwhile.
+    #[cold]
+    #[inline(never)]
+    fn move_up(&self, from: u8) {
+        let reg = &*self.registry;
+        let bits = reg.prio.bits.load();
+        if bits & above(from) != 0 {
+            // A promptness violation: this worker ran `from` work while
+            // higher work waited, since the higher bit was set (at most one
+            // checkpoint interval; README, "Counters").
+            let set = reg.prio.set_at(highest(bits));
+            let c = &reg.prio.counters;
+            c.violations.fetch_add(1, Ordering::Relaxed);
+            c.violation_ns
+                .fetch_add(now_ns().saturating_sub(set), Ordering::Relaxed);
+        }
+        self.abandon(from);
+        while let Some(found) = self.find_above(from, true) {
+            if let Some(found) = self.accept(found) {
+                self.run_found(found);
+            }
+        }
+        if from > 0 {
+            if let Some(d) = self.deques[from as usize].get() {
+                PriorityState::reclaim(&d.shared);
+            }
+        }
+    }
+
+    /// Leaves the own deque of `level` to thieves (the mugging queue for
+    /// levels ≥ 1; level 0's deques are always stealable) and wakes a
+    /// sleeper that can take it.
+    fn abandon(&self, level: u8) {
+        let reg = &*self.registry;
+        let has_work = if level == 0 {
+            !self.worker.is_empty()
+        } else {
+            match self.deques[level as usize].get() {
+                Some(d) => reg.prio.abandon(level, &d.shared, now_ns),
+                None => false,
+            }
+        };
+        if has_work {
+            reg.sleep
+                .new_internal_work_at(self.index + 1, level, || false);
+        }
+    }
+
+    /// Work of the highest level above `floor` that has some (requests
+    /// included if `admit`).
+    fn find_above(&self, floor: u8, admit: bool) -> Option<Found> {
+        let reg = &*self.registry;
+        loop {
+            let bits = reg.prio.bits.load() & above(floor);
+            if bits == 0 {
+                return None;
+            }
+            let mut b = bits;
+            while b != 0 {
+                let l = highest(b);
+                if let Some(f) = self.take_at(l, admit) {
+                    return Some(f);
+                }
+                b &= !(1u64 << l);
+            }
+            // Every level we saw was empty (their bits are retired now);
+            // look again only if a new bit appeared meanwhile.
+            if reg.prio.bits.load() & above(floor) & !bits == 0 {
+                return None;
+            }
+        }
+    }
+
+    /// One search of level `l` ≥ 1's pool.
+    fn take_at(&self, l: u8, admit: bool) -> Option<Found> {
+        let reg = &*self.registry;
+        let admit_first = reg.policy == Policy::AdmitFirst;
+        match reg.prio.take(l, admit, admit_first)? {
+            Taken::Task(j) => Some(Found::Level(j, l, true)),
+            Taken::Request(j) => Some(Found::Level(j, l, false)),
+        }
     }
 
     fn next_random(&self) -> usize {
@@ -345,7 +504,24 @@ impl WorkerThread {
 
     fn run_found(&self, found: Found) {
         let reg = &*self.registry;
+        let level = found.level();
+        if level != self.last_level.get() {
+            self.last_level.set(level);
+            reg.prio
+                .counters
+                .level_switches
+                .fetch_add(1, Ordering::Relaxed);
+        }
         match found {
+            Found::Level(job, level, stolen) => {
+                if stolen {
+                    reg.counters.steals.fetch_add(1, Ordering::Relaxed);
+                }
+                let prev = self.level.get();
+                self.level.set(level);
+                self.execute(job);
+                self.level.set(prev);
+            }
             Found::Local(job) | Found::Admitted(job) => self.execute(job),
             Found::Stolen(job, _) => {
                 reg.counters.steals.fetch_add(1, Ordering::Relaxed);
@@ -412,8 +588,23 @@ impl WorkerThread {
         }
     }
 
-    /// The policy's search order (see `policy`).
-    fn find_work(&self, top_level: bool) -> Option<Found> {
+    /// The search order: higher priority levels first (see `priority`),
+    /// then, at level 0, the policy's order (see `policy`); a worker waiting
+    /// at level `floor` ≥ 1 takes nothing below it.
+    fn find_work(&self, top_level: bool, floor: u8) -> Option<Found> {
+        let reg = &*self.registry;
+        if reg.prio.bits.load() & above(floor) != 0 {
+            // Higher levels' requests are admitted even in a join wait.
+            if let Some(f) = self.find_above(floor, true) {
+                return Some(f);
+            }
+        }
+        if floor > 0 {
+            if let Some(j) = self.own_deque(floor).worker.pop() {
+                return Some(Found::Level(j, floor, false));
+            }
+            return self.take_at(floor, top_level);
+        }
         if let Some(j) = self.worker.pop() {
             return Some(Found::Local(j));
         }
@@ -461,8 +652,14 @@ impl WorkerThread {
     }
 
     /// Whether any work this worker could take is visible (the sleep re-check).
-    fn has_work(&self, top_level: bool) -> bool {
+    fn has_work(&self, top_level: bool, floor: u8) -> bool {
         let reg = &*self.registry;
+        if reg.prio.work_above(floor, top_level) {
+            return true;
+        }
+        if floor > 0 {
+            return !self.own_deque(floor).worker.is_empty();
+        }
         if !self.worker.is_empty() || !reg.bounce[self.index].is_empty() {
             return true;
         }
@@ -482,9 +679,28 @@ impl WorkerThread {
     /// Leaves the searching state, passing on a wake-up for tasks pushed
     /// while this worker was counted as searching (see `Sleep::stop_searching`).
     fn stop_searching(&self) {
-        self.registry
-            .sleep
-            .stop_searching(self.index + 1, || self.stealable_work_visible());
+        let reg = &*self.registry;
+        reg.sleep.stop_searching_at(self.index + 1, || {
+            reg.prio
+                .work_at_or_above(1)
+                .or_else(|| self.stealable_work_visible().then_some(0))
+        });
+    }
+
+    /// Work below `floor` that some other worker could take (see
+    /// `Sleep::sleep_at`): the highest such level.
+    fn work_below(&self, floor: u8) -> Option<u8> {
+        let reg = &*self.registry;
+        match reg.prio.work_at_or_above(1) {
+            Some(l) if l < floor => return Some(l),
+            _ => {}
+        }
+        let level0 = self.stealable_work_visible()
+            || match reg.policy {
+                Policy::RandomAdmission => reg.inboxes.iter().any(|q| !q.is_empty()),
+                _ => !reg.injector.is_empty(),
+            };
+        level0.then_some(0)
     }
 
     /// Runs other work until `done()` holds; sleeps when there is none.
@@ -500,6 +716,7 @@ impl WorkerThread {
         let reg = &*self.registry;
         let slot = reg.shared.worker(self.index);
         let saved = self.current.get();
+        let floor = self.level.get();
         let mut searching = false;
         let mut rounds = 0u32;
         while !done() {
@@ -510,7 +727,7 @@ impl WorkerThread {
             // it: `tailctl sim compare --joins blocking --split adaptive
             // --admit-in-serialized-joins` (tools/RESULTS.md §3).
             let admits = top_level || (saved != NO_REQUEST && reg.shared.tag_serialized(saved));
-            if let Some(found) = self.find_work(admits).and_then(|f| self.accept(f)) {
+            if let Some(found) = self.find_work(admits, floor).and_then(|f| self.accept(f)) {
                 if searching {
                     self.stop_searching();
                     slot.set_state(WORKER_WORKING);
@@ -541,8 +758,18 @@ impl WorkerThread {
                 continue;
             }
             slot.set_state(WORKER_PARKED);
-            reg.sleep
-                .sleep(self.index, admits, || done() || self.has_work(admits));
+            let slept = reg.sleep.sleep_at(
+                self.index,
+                admits,
+                floor,
+                || done() || self.has_work(admits, floor),
+                || self.work_below(floor),
+            );
+            if let Err(level) = slept {
+                // Work below our floor that we may not take: pass the
+                // wake-up on to a sleeper that may (see `Sleep::sleep_at`).
+                reg.sleep.wake_for(self.index + 1, level);
+            }
             slot.set_state(WORKER_STEALING);
             rounds = 0;
         }
@@ -566,6 +793,9 @@ pub(crate) fn main_loop(worker: Worker<JobRef>, index: usize, registry: Arc<Regi
         current: Cell::new(NO_REQUEST),
         start: Cell::new(0),
         scratch: RefCell::new(Vec::with_capacity(registry.num_workers())),
+        level: Cell::new(0),
+        last_level: Cell::new(0),
+        deques: (0..LEVELS).map(|_| OnceCell::new()).collect(),
         registry,
     };
     wt.registry.shared.worker(index).set_tid(gettid());
