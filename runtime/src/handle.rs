@@ -120,6 +120,27 @@ impl PoolHandle {
         drop(refused);
     }
 
+    /// Submits a request without a handle at priority level `priority`, as
+    /// [`Pool::spawn_with_priority`](crate::Pool::spawn_with_priority).
+    ///
+    /// ```
+    /// use tailctl_rt::{Pool, Priority};
+    /// let pool = Pool::builder().workers(1).build().unwrap();
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// pool.handle().spawn_with_priority(Priority::new(2).unwrap(), move || tx.send(2).unwrap());
+    /// assert_eq!(rx.recv().unwrap(), 2);
+    /// ```
+    pub fn spawn_with_priority<F>(&self, priority: Priority, f: F)
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        let refused = match self.registry.ext.enter() {
+            Some(_open) => submit_to::<F, ()>(&self.registry, f, true, priority).1,
+            None => Some(f),
+        };
+        drop(refused);
+    }
+
     /// Number of workers of the pool.
     ///
     /// ```

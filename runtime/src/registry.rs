@@ -42,7 +42,7 @@ use crate::time::{gettid, now_ns};
 use crate::unwind::AbortIfPanic;
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use crossbeam_utils::CachePadded;
-use std::cell::{Cell, OnceCell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -203,7 +203,9 @@ thread_local! {
 
 /// A worker's thread-local state.
 pub(crate) struct WorkerThread {
-    worker: Worker<JobRef>,
+    /// The deque of the current priority level (level 0's at first; see
+    /// `enter_level`). Only this thread touches it; see `deque`.
+    worker: UnsafeCell<Worker<JobRef>>,
     index: usize,
     registry: Arc<Registry>,
     rng: Cell<u64>,
@@ -218,6 +220,8 @@ pub(crate) struct WorkerThread {
     /// Level of the last job this worker started (for `level_switches`).
     last_level: Cell<u8>,
     /// Own deques of levels 1..63, created on first use (index = level).
+    /// While the worker runs level `l`, slot `l` parks the deque of the level
+    /// it came from (swapped, see `enter_level`); `shared` never moves.
     deques: Box<[OnceCell<OwnDeque>]>,
 }
 
@@ -254,53 +258,85 @@ impl WorkerThread {
         self.current.get()
     }
 
+    /// The deque of the current level.
+    #[inline]
+    fn deque(&self) -> &Worker<JobRef> {
+        // SAFETY: `worker` is only swapped by `enter_level`/`leave_level`,
+        // on this thread, and never while a reference from here is alive:
+        // every caller makes one call on it (push, pop, is_empty) that runs
+        // no user code and cannot reach a swap. `WorkerThread` is not `Sync`
+        // (it holds `Cell`s), so no other thread sees it.
+        unsafe { &*self.worker.get() }
+    }
+
     /// Pushes a task of the current request on the own deque (of the
     /// current priority level), then checks the work bitfield: a spawn is a
-    /// priority checkpoint (see `priority/README.md`).
+    /// priority checkpoint (see `priority/README.md`). On level 0 with no
+    /// bit set this is one relaxed load more than without priorities (bit 0
+    /// is never set, so any bit is a higher level); everything else is out
+    /// of line. The current level's deque is always `worker` (swapped in),
+    /// so the push itself does not branch on the level.
     #[inline]
     pub(crate) fn push(&self, job: JobRef) {
-        let level = self.level.get();
+        self.deque().push(job);
         let reg = &*self.registry;
-        if level == 0 {
-            self.worker.push(job);
-            reg.sleep.new_internal_work(self.index + 1, || {
-                reg.shared.tag_serialized(self.current.get())
-            });
-        } else {
-            self.push_at_level(level, job);
+        reg.sleep.new_internal_work(self.index + 1, || {
+            reg.shared.tag_serialized(self.current.get())
+        });
+        if reg.prio.bits.load() | u64::from(self.level.get()) != 0 {
+            self.push_slow();
+        }
+    }
+
+    /// The rest of `push` at a level ≥ 1 (the deque goes into the level's
+    /// pool, sleepers of that level are told) or with a bit set.
+    #[cold]
+    #[inline(never)]
+    fn push_slow(&self) {
+        let level = self.level.get();
+        if level != 0 {
+            let reg = &*self.registry;
+            let d = self.own_deque(level);
+            reg.prio.after_own_push(level, &d.shared, now_ns);
+            reg.sleep
+                .new_internal_work_at(self.index + 1, level, || false);
         }
         self.priority_checkpoint();
     }
 
-    /// `push` at a level ≥ 1: the deque goes into the level's pool.
-    #[inline(never)]
-    fn push_at_level(&self, level: u8, job: JobRef) {
-        let reg = &*self.registry;
-        let d = self.own_deque(level);
-        d.worker.push(job);
-        reg.prio.after_own_push(level, &d.shared, now_ns);
-        reg.sleep
-            .new_internal_work_at(self.index + 1, level, || false);
+    fn own_deque(&self, level: u8) -> &OwnDeque {
+        debug_assert!(level >= 1);
+        self.deques[level as usize].get_or_init(OwnDeque::new)
     }
 
-    fn own_deque(&self, level: u8) -> &OwnDeque {
-        self.deques[level as usize].get_or_init(OwnDeque::new)
+    /// Makes level `level`'s deque current (parking the current one in
+    /// its slot); `leave_level` undoes it. Calls nest like the jobs they
+    /// surround.
+    fn enter_level(&self, level: u8) {
+        let d = self.own_deque(level);
+        // SAFETY: see `deque`; `parked` is only touched here and in
+        // `leave_level`, on this thread, with no reference to either deque
+        // alive (a job runs between the two calls, not during them).
+        unsafe { std::ptr::swap(self.worker.get(), d.parked.get()) };
+        self.level.set(level);
+    }
+
+    fn leave_level(&self, level: u8, prev: u8) {
+        let d = self.own_deque(level);
+        // SAFETY: as in `enter_level`.
+        unsafe { std::ptr::swap(self.worker.get(), d.parked.get()) };
+        self.level.set(prev);
     }
 
     #[inline]
     pub(crate) fn take_local_job(&self) -> Option<JobRef> {
-        let level = self.level.get();
-        if level == 0 {
-            self.worker.pop()
-        } else {
-            self.own_deque(level).worker.pop()
-        }
+        self.deque().pop()
     }
 
     /// The priority checkpoint (`join`, scope spawns): if a level above the
     /// worker's has work, run it now (README, "Moving up").
     #[inline]
-    pub(crate) fn priority_checkpoint(&self) {
+    fn priority_checkpoint(&self) {
         let level = self.level.get();
         if self.registry.prio.bits.load() & above(level) != 0 {
             self.move_up(level);
@@ -325,15 +361,14 @@ impl WorkerThread {
                 .fetch_add(now_ns().saturating_sub(set), Ordering::Relaxed);
         }
         self.abandon(from);
+        // Thieves of `from` may now take its tasks: run the higher work.
         while let Some(found) = self.find_above(from, true) {
             if let Some(found) = self.accept(found) {
                 self.run_found(found);
             }
         }
         if from > 0 {
-            if let Some(d) = self.deques[from as usize].get() {
-                PriorityState::reclaim(&d.shared);
-            }
+            PriorityState::reclaim(&self.own_deque(from).shared);
         }
     }
 
@@ -342,13 +377,13 @@ impl WorkerThread {
     /// sleeper that can take it.
     fn abandon(&self, level: u8) {
         let reg = &*self.registry;
+        // `level` is the current level: its deque is `worker`, whose
+        // stealer is level 0's (in `stealers`) or the level's `shared`.
         let has_work = if level == 0 {
-            !self.worker.is_empty()
+            !self.deque().is_empty()
         } else {
-            match self.deques[level as usize].get() {
-                Some(d) => reg.prio.abandon(level, &d.shared, now_ns),
-                None => false,
-            }
+            reg.prio
+                .abandon(level, &self.own_deque(level).shared, now_ns)
         };
         if has_work {
             reg.sleep
@@ -518,9 +553,13 @@ impl WorkerThread {
                     reg.counters.steals.fetch_add(1, Ordering::Relaxed);
                 }
                 let prev = self.level.get();
-                self.level.set(level);
-                self.execute(job);
-                self.level.set(prev);
+                if level == prev {
+                    self.execute(job);
+                } else {
+                    self.enter_level(level);
+                    self.execute(job);
+                    self.leave_level(level, prev);
+                }
             }
             Found::Local(job) | Found::Admitted(job) => self.execute(job),
             Found::Stolen(job, _) => {
@@ -600,12 +639,12 @@ impl WorkerThread {
             }
         }
         if floor > 0 {
-            if let Some(j) = self.own_deque(floor).worker.pop() {
+            if let Some(j) = self.deque().pop() {
                 return Some(Found::Level(j, floor, false));
             }
             return self.take_at(floor, top_level);
         }
-        if let Some(j) = self.worker.pop() {
+        if let Some(j) = self.deque().pop() {
             return Some(Found::Local(j));
         }
         if let Some(j) = self.pop_bounced() {
@@ -658,9 +697,9 @@ impl WorkerThread {
             return true;
         }
         if floor > 0 {
-            return !self.own_deque(floor).worker.is_empty();
+            return !self.deque().is_empty();
         }
-        if !self.worker.is_empty() || !reg.bounce[self.index].is_empty() {
+        if !self.deque().is_empty() || !reg.bounce[self.index].is_empty() {
             return true;
         }
         if self.stealable_work_visible() {
@@ -787,7 +826,7 @@ impl WorkerThread {
 /// Body of a worker thread.
 pub(crate) fn main_loop(worker: Worker<JobRef>, index: usize, registry: Arc<Registry>) {
     let wt = WorkerThread {
-        worker,
+        worker: UnsafeCell::new(worker),
         index,
         rng: Cell::new(0x853c_49e6_748f_ea9b ^ ((index as u64 + 1) << 17)),
         current: Cell::new(NO_REQUEST),

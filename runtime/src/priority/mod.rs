@@ -22,6 +22,7 @@ use crate::job::JobRef;
 use crate::sync::{lock, AtomicBool, AtomicU64, Mutex};
 use crossbeam_deque::{Steal, Stealer, Worker};
 use crossbeam_utils::CachePadded;
+use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
@@ -216,9 +217,12 @@ pub(crate) struct LevelDeque {
     abandoned: AtomicBool,
 }
 
-/// A worker's own deque at a level ≥ 1 (created on first use).
+/// A worker's own deque at a level ≥ 1 (created on first use). While the
+/// worker runs this level, `parked` holds the deque of the level it came
+/// from (the worker swaps them, see `WorkerThread::enter_level`); `shared`
+/// is always this level's.
 pub(crate) struct OwnDeque {
-    pub(crate) worker: Worker<JobRef>,
+    pub(crate) parked: UnsafeCell<Worker<JobRef>>,
     pub(crate) shared: Arc<LevelDeque>,
 }
 
@@ -230,7 +234,10 @@ impl OwnDeque {
             in_pool: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
         });
-        OwnDeque { worker, shared }
+        OwnDeque {
+            parked: UnsafeCell::new(worker),
+            shared,
+        }
     }
 }
 
