@@ -333,10 +333,11 @@ impl WorkerThread {
         self.deque().pop()
     }
 
-    /// The priority checkpoint (`join`, scope spawns): if a level above the
+    /// The priority checkpoint (`join`, scope spawns, `parallel_for` chunks,
+    /// parallel iterator blocks, [`yield_to_higher`]): if a level above the
     /// worker's has work, run it now (README, "Moving up").
     #[inline]
-    fn priority_checkpoint(&self) {
+    pub(crate) fn priority_checkpoint(&self) {
         let level = self.level.get();
         if self.registry.prio.bits.load() & above(level) != 0 {
             self.move_up(level);
@@ -820,6 +821,42 @@ impl WorkerThread {
             self.switch_to(saved);
         }
         std::mem::forget(guard);
+    }
+}
+
+/// Runs, on the calling worker, any work of a priority level above the
+/// level of the job it is running that waits now, then returns (a
+/// checkpoint, as at every `join`, scope spawn, `parallel_for` chunk and
+/// parallel iterator block). Long sequential loops inside a request can call
+/// it to bound how long higher-level work waits for this worker. Outside a
+/// pool it does nothing.
+///
+/// ```
+/// use tailctl_rt::{yield_to_higher, Pool, Priority};
+/// let pool = Pool::builder().workers(1).build().unwrap();
+/// let sum = pool
+///     .submit(|| {
+///         let mut s = 0u64;
+///         for i in 0..10_000u64 {
+///             if i % 1_000 == 0 {
+///                 yield_to_higher(); // a level-5 request may run here
+///             }
+///             s += i;
+///         }
+///         s
+///     })
+///     .wait()
+///     .unwrap();
+/// assert_eq!(sum, 49_995_000);
+/// let _ = pool.submit_with_priority(Priority::new(5).unwrap(), || ()).wait();
+/// ```
+#[inline]
+pub fn yield_to_higher() {
+    let wt = WorkerThread::current();
+    if !wt.is_null() {
+        // SAFETY: non-null pointers from `current` are live workers of this
+        // thread (the pointer is cleared before the worker is dropped).
+        unsafe { &*wt }.priority_checkpoint();
     }
 }
 

@@ -336,3 +336,45 @@ fn fib_seq(n: u64) -> u64 {
     }
     a
 }
+
+/// One worker runs a low-level `parallel_for` (grain 1) that submits a
+/// high-level request at item 100 and then a sequential loop that calls
+/// `yield_to_higher`: each time the high request starts before the next
+/// item (a checkpoint per chunk, per `yield_to_higher`).
+#[test]
+fn parallel_for_chunks_and_yield_to_higher_are_checkpoints() {
+    let pool = pool(1);
+    let handle = pool.handle();
+    let items = Arc::new(AtomicU64::new(0));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (i2, s2) = (items.clone(), seen.clone());
+    pool.submit(move || {
+        let submit = |at: u64| {
+            let (i3, s3) = (i2.clone(), s2.clone());
+            let h = handle.submit_with_priority(p(3), move || {
+                s3.lock().unwrap().push((at, i3.load(SeqCst)));
+            });
+            drop(h);
+        };
+        tailctl_rt::parallel_for(0..1_000, 1, |i| {
+            i2.fetch_add(1, SeqCst);
+            if i == 100 {
+                submit(i2.load(SeqCst));
+            }
+        });
+        for i in 0..1_000u64 {
+            tailctl_rt::yield_to_higher();
+            i2.fetch_add(1, SeqCst);
+            if i == 100 {
+                submit(i2.load(SeqCst));
+            }
+        }
+    })
+    .wait()
+    .unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    for (at, started) in seen {
+        assert_eq!(started, at, "low items ran between the arrival and the start");
+    }
+}
