@@ -189,8 +189,10 @@ pub struct PoolStats {
     pub active: u64,
     /// Requests submitted at a priority level above the default.
     pub submitted_prioritized: u64,
-    /// Times a worker started a job of another priority level than its
-    /// previous one (see [`Priority`](crate::Priority)).
+    /// Times a worker changed the priority level it runs: it started a job
+    /// of another level than its previous one, or came back down to its
+    /// frame's level after running higher work (see
+    /// [`Priority`](crate::Priority)).
     pub level_switches: u64,
     /// Tasks taken from a level's mugging queue (deques abandoned by
     /// workers that moved up to a higher level).

@@ -371,6 +371,14 @@ impl WorkerThread {
         if from > 0 {
             PriorityState::reclaim(&self.own_deque(from).shared);
         }
+        // Back down to the frame's level: a switch too.
+        if self.last_level.get() != from {
+            self.last_level.set(from);
+            reg.prio
+                .counters
+                .level_switches
+                .fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Leaves the own deque of `level` to thieves (the mugging queue for

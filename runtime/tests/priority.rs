@@ -375,6 +375,9 @@ fn parallel_for_chunks_and_yield_to_higher_are_checkpoints() {
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 2);
     for (at, started) in seen {
-        assert_eq!(started, at, "low items ran between the arrival and the start");
+        assert_eq!(
+            started, at,
+            "low items ran between the arrival and the start"
+        );
     }
 }

@@ -16,6 +16,7 @@
 //! | [`loadgen`] | the open-loop load generator engine (separate sender and receiver) |
 //! | [`stats`] | latency summaries: HDR percentiles, miss ratios |
 //! | [`kv`] | a memcached-like key-value service with background compaction, for priority levels (`tailctl-kv`) |
+//! | [`jobs`] | a job server (matrix multiply > fib > sort > Smith-Waterman) at four priority levels (`tailctl-jobs`) |
 //! | [`experiment`] | the paper-style comparison: targets from steal-first, tables, plots |
 //!
 //! The binaries `tailctl-server`, `tailctl-loadgen` and `tailctl-experiment`
@@ -26,6 +27,7 @@
 pub mod arrival;
 pub mod distributions;
 pub mod experiment;
+pub mod jobs;
 pub mod kernel;
 pub mod kv;
 pub mod loadgen;

@@ -364,7 +364,7 @@ impl PriorityState {
         crate::sync::fence(SeqCst);
         if !d.stealer.is_empty() && !d.in_pool.swap(true, SeqCst) {
             self.levels[level as usize].regular.push(d);
-            self.bits.announce(level);
+            self.announce(level, crate::time::now_ns);
         }
     }
 
@@ -383,8 +383,12 @@ impl PriorityState {
             };
             let requeue = !d.stealer.is_empty() && (regular || d.abandoned.load(SeqCst));
             if requeue {
-                // Still has work: back to the tail (FIFO among deques).
+                // Still has work: back to the tail (FIFO among deques). An
+                // enqueue like any other: the bit is set after it (another
+                // thief may have found the queue empty meanwhile, while `d`
+                // was out of it, and retired the bit).
                 q.push(d);
+                self.announce(level, crate::time::now_ns);
             } else if regular {
                 self.release(level, d);
             }

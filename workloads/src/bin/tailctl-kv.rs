@@ -96,6 +96,12 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Redraw `plot.svg` and `table.md` of a bench directory from its `report.json`.
+    Replot {
+        /// The bench's output directory.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Server and load as separate processes, once per configuration.
     Bench {
         /// Output directory.
@@ -167,6 +173,20 @@ fn main() -> Result<()> {
                 );
             }
             Ok(())
+        }
+        Cmd::Replot { out } => {
+            let v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(out.join("report.json"))?)?;
+            let rows: Vec<Row> = serde_json::from_value(v["rows"].clone())?;
+            let l = LoadArgs {
+                rps: v["load"]["rps"].as_f64().unwrap_or(0.0),
+                requests: v["load"]["requests"].as_u64().unwrap_or(0) as usize,
+                set_fraction: v["load"]["set_fraction"].as_f64().unwrap_or(0.0),
+                warmup: v["load"]["warmup"].as_u64().unwrap_or(0) as usize,
+                seed: v["load"]["seed"].as_u64().unwrap_or(0),
+            };
+            std::fs::write(out.join("table.md"), render_table(&rows, &l))?;
+            plot(&rows, &out.join("plot.svg"))
         }
         Cmd::Bench {
             out,
@@ -398,15 +418,20 @@ fn plot(rows: &[Row], path: &Path) -> Result<()> {
         ])?;
     }
     chart
-        .draw_series([Rectangle::new(
+        .draw_series(LineSeries::new(
             [(0.0, 10.0), (rows.len() as f64, 10.0)],
-            BLACK,
-        )])?
-        .label("QoS bound 10 ms");
+            BLACK.stroke_width(2),
+        ))?
+        .label("QoS bound: 95% within 10 ms")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(2)));
     chart
         .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())?
-        .label("p95 (blue), p99 (red)")
+        .label("p95")
         .legend(|(x, y)| Rectangle::new([(x, y - 4), (x + 16, y + 4)], BLUE.filled()));
+    chart
+        .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())?
+        .label("p99")
+        .legend(|(x, y)| Rectangle::new([(x, y - 4), (x + 16, y + 4)], RED.filled()));
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))
