@@ -561,6 +561,8 @@ struct RequestShared<T> {
     ext: Arc<PoolExt>,
     /// Spawned: nobody waits, a panic goes to the panic handler.
     detached: bool,
+    /// The request's priority level.
+    level: u8,
 }
 
 impl<T> RequestShared<T> {
@@ -591,7 +593,16 @@ impl<T> RequestShared<T> {
             return; // `wait` takes the handle: there is only ever one waiter
         }
         self.waiter.store(wt.index() + 1, Ordering::SeqCst);
-        wt.wait_until(&|| self.completion.is_done(), true);
+        // Waiting for a lower-level request of its own pool, the worker
+        // takes work down to that level (it may have to run the request
+        // itself: with one worker nothing else would); otherwise it keeps
+        // its level's floor (`priority/README.md`, "Waiting").
+        let floor = if Arc::ptr_eq(&wt.registry().ext, &self.ext) {
+            wt.level().min(self.level)
+        } else {
+            wt.level()
+        };
+        wt.wait_until_at(&|| self.completion.is_done(), true, floor);
     }
 }
 
@@ -631,6 +642,7 @@ impl<T> RequestHandle<T> {
             control: Control::new(),
             ext: Arc::clone(ext),
             detached: false,
+            level: 0,
         };
         let waker_panicked = shared.completion.complete((
             Err(RequestError::ShutDown),
@@ -1079,6 +1091,7 @@ where
         control: Control::new(),
         ext: Arc::clone(&reg.ext),
         detached,
+        level: priority.level(),
     });
     if arrived.is_err() {
         let waker_panicked = shared.completion.complete((

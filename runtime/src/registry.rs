@@ -755,6 +755,13 @@ impl WorkerThread {
     /// `top_level` workers may admit requests (see `policy`), and so may a
     /// worker waiting in a join of a serialized request.
     pub(crate) fn wait_until(&self, done: &dyn Fn() -> bool, top_level: bool) {
+        self.wait_until_at(done, top_level, self.level.get());
+    }
+
+    /// `wait_until` taking work of priority level `floor` or higher only
+    /// (`floor` ≤ the current level; see `priority/README.md`, "Waiting").
+    pub(crate) fn wait_until_at(&self, done: &dyn Fn() -> bool, top_level: bool, floor: u8) {
+        debug_assert!(floor <= self.level.get());
         if done() {
             return;
         }
@@ -764,7 +771,6 @@ impl WorkerThread {
         let reg = &*self.registry;
         let slot = reg.shared.worker(self.index);
         let saved = self.current.get();
-        let floor = self.level.get();
         let mut searching = false;
         let mut rounds = 0u32;
         while !done() {
