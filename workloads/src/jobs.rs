@@ -32,6 +32,10 @@ use tailctl_rt::{join, parallel_for, Policy, Pool, PoolHandle, Priority};
 use crate::kv::{summarize, LatencySummary, Record};
 
 /// The job kinds, highest priority first.
+///
+/// ```
+/// assert_eq!(tailctl_workloads::jobs::KINDS[0], "mm");
+/// ```
 pub const KINDS: [&str; 4] = ["mm", "fib", "sort", "sw"];
 
 /// Priority level of a kind (with priorities on).
@@ -210,7 +214,13 @@ pub fn smith_waterman(n: usize) -> u64 {
     best.load(Ordering::Relaxed) as u64
 }
 
-/// Runs one job of `kind`.
+/// Runs one job of `kind` (sequentially outside a pool).
+///
+/// ```
+/// use tailctl_workloads::jobs::{run, Sizes};
+/// let small = Sizes { mm: 8, fib: 10, sort: 1000, sw: 64 };
+/// assert_eq!(run("fib", &small), 55);
+/// ```
 pub fn run(kind: &str, sizes: &Sizes) -> u64 {
     match kind {
         "mm" => matmul(sizes.mm),
@@ -234,6 +244,14 @@ pub struct ServerOptions {
 }
 
 /// Runs the job server on `listener` until the process is killed.
+///
+/// ```no_run
+/// use tailctl_workloads::jobs::{serve, ServerOptions, Sizes};
+/// let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+/// let opts = ServerOptions { workers: 2, priorities: true, policy: "sf".into(),
+///     sizes: Sizes::default() };
+/// serve(l, &opts).unwrap();
+/// ```
 pub fn serve(listener: TcpListener, opts: &ServerOptions) -> Result<()> {
     let policy: Policy = opts.policy.parse().map_err(anyhow::Error::msg)?;
     let pool = Pool::builder()
@@ -345,6 +363,15 @@ pub struct LoadReport {
 }
 
 /// Runs an open-loop job load against `addr`.
+///
+/// ```no_run
+/// use tailctl_workloads::jobs::{load, LoadOptions};
+/// let opts = LoadOptions { rps: 20.0, requests: 200, seed: 1, warmup: 20 };
+/// let (report, _records) = load("127.0.0.1:7901", &opts).unwrap();
+/// for (kind, s) in &report.kinds {
+///     println!("{kind}: p99 {} ms", s.p99_ms);
+/// }
+/// ```
 pub fn load(addr: &str, opts: &LoadOptions) -> Result<(LoadReport, Vec<(String, Record)>)> {
     let stream = crate::loadgen::connect(addr)?;
     stream.set_nodelay(true).ok();

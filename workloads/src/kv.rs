@@ -44,20 +44,38 @@ use serde::{Deserialize, Serialize};
 use tailctl_rt::{parallel_for, Policy, Pool, PoolHandle, Priority};
 
 /// Level of GET/SET requests when priorities are on.
+///
+/// ```
+/// assert!(tailctl_workloads::kv::HIGH > tailctl_workloads::kv::LOW);
+/// ```
 pub const HIGH: Priority = match Priority::new(7) {
     Some(p) => p,
     None => unreachable!(),
 };
 /// Level of compaction when priorities are on (above the default, so that
 /// its deques use the level pools and can be mugged).
+///
+/// ```
+/// assert!(tailctl_workloads::kv::LOW > tailctl_rt::Priority::DEFAULT);
+/// ```
 pub const LOW: Priority = match Priority::new(1) {
     Some(p) => p,
     None => unreachable!(),
 };
 /// Number of shards of the store.
+///
+/// ```
+/// assert_eq!(tailctl_workloads::kv::SHARDS, 64);
+/// ```
 pub const SHARDS: usize = 64;
 
 /// CPU time of the calling thread (ns).
+///
+/// ```
+/// let a = tailctl_workloads::kv::thread_cpu_ns();
+/// std::hint::black_box((0..100_000u64).sum::<u64>());
+/// assert!(tailctl_workloads::kv::thread_cpu_ns() >= a);
+/// ```
 pub fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -74,6 +92,11 @@ pub fn thread_cpu_ns() -> u64 {
 
 /// Total on-CPU time (ns) of this process's threads whose name starts with
 /// `prefix`, from `/proc/self/task/*/schedstat` (falls back to 0).
+///
+/// ```
+/// // No thread of a doc test is called like this.
+/// assert_eq!(tailctl_workloads::kv::threads_cpu_ns("no-such-thread"), 0);
+/// ```
 pub fn threads_cpu_ns(prefix: &str) -> u64 {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
         return 0;
@@ -308,6 +331,14 @@ impl Shared {
 }
 
 /// Runs the server on `listener` until the process is killed.
+///
+/// ```no_run
+/// use tailctl_workloads::kv::{serve, ServerOptions};
+/// let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+/// let opts = ServerOptions { workers: 2, priorities: true, policy: "sf".into(), keys: 1000,
+///     value_bytes: 64, compaction: true, passes: 1 };
+/// serve(l, &opts).unwrap();
+/// ```
 pub fn serve(listener: TcpListener, opts: &ServerOptions) -> Result<()> {
     let policy: Policy = opts.policy.parse().map_err(anyhow::Error::msg)?;
     let pool = Pool::builder()
@@ -550,6 +581,14 @@ pub struct LoadReport {
 
 /// Runs an open-loop GET/SET load against `addr`; returns the report and
 /// every request's record.
+///
+/// ```no_run
+/// use tailctl_workloads::kv::{load, LoadOptions};
+/// let opts = LoadOptions { rps: 500.0, requests: 1000, set_fraction: 0.1, keys: 1000,
+///     seed: 1, warmup: 100 };
+/// let (report, _records) = load("127.0.0.1:7900", &opts).unwrap();
+/// println!("p99 {} ms", report.all.p99_ms);
+/// ```
 pub fn load(addr: &str, opts: &LoadOptions) -> Result<(LoadReport, Vec<Record>)> {
     let stream = crate::loadgen::connect(addr)?;
     stream.set_nodelay(true).ok();

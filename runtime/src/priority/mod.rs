@@ -28,6 +28,11 @@ use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
 
 /// Number of priority levels (one bit each in a `u64`).
+///
+/// ```
+/// assert_eq!(tailctl_rt::priority::LEVELS, 64);
+/// assert_eq!(tailctl_rt::Priority::HIGHEST.level() as usize, tailctl_rt::priority::LEVELS - 1);
+/// ```
 pub const LEVELS: usize = 64;
 
 /// A priority level: `0` (the default, lowest) to `63` (highest). A worker
