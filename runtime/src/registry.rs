@@ -562,7 +562,13 @@ impl WorkerThread {
                     reg.counters.steals.fetch_add(1, Ordering::Relaxed);
                 }
                 let prev = self.level.get();
-                if level == prev {
+                if level <= prev {
+                    // Same level, or (only while waiting for a lower-level
+                    // request, whose floor is lowered) a lower one: the job
+                    // inherits the waiter's level and its tasks go to the
+                    // current deque. Entered levels thus only increase up
+                    // the stack, so a level's deque is always in its slot
+                    // when `enter_level` swaps it in.
                     self.execute(job);
                 } else {
                     self.enter_level(level);

@@ -403,3 +403,33 @@ fn waiting_on_a_lower_request_runs_it() {
     };
     assert_eq!(got, Ok(Ok(42)));
 }
+
+/// Lower work run while waiting for a lower-level request inherits the
+/// waiter's level, also with a level in between on the worker's stack (3,
+/// then 7 waiting for a level-0 request, while a level-3 request with
+/// `join`s waits in the queue): everything completes with the right
+/// results, and the level-3 request ran at level 7.
+#[test]
+fn lower_work_taken_while_waiting_inherits_the_level() {
+    let pool = pool(1);
+    let handle = pool.handle();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let outer = pool.submit_with_priority(p(3), move || {
+        let h2 = handle.clone();
+        let b = handle.submit_with_priority(p(7), move || {
+            let d =
+                h2.submit_with_priority(p(3), || (common::fib(15), tailctl_rt::current_priority()));
+            let c = h2.submit(|| common::fib(12));
+            (c.wait(), d.wait())
+        });
+        b.wait()
+    });
+    std::thread::spawn(move || tx.send(outer.wait()));
+    let Ok(got) = rx.recv_timeout(GENEROUS) else {
+        std::mem::forget(pool);
+        panic!("deadlocked");
+    };
+    let (c, d) = got.unwrap().unwrap();
+    assert_eq!(c, Ok(144));
+    assert_eq!(d, Ok((610, Some(p(7)))));
+}
