@@ -17,11 +17,19 @@
 //!
 //! The load generator sends an open-loop Poisson stream with a uniform mix
 //! of the four kinds; [`crate::kv::summarize`] gives the per-kind latency.
+//!
+//! The same server and load generator also run the second application, the
+//! **email-like server** (`app = "email"`, [`EMAIL_KINDS`]): 256 mailboxes
+//! of pseudo-text emails; `send` (level 3) appends an email to a mailbox,
+//! `sortmail` (level 2) sorts the words of a mailbox (merge sort on `join`),
+//! `compress` (level 1) compresses every email of a mailbox (an LZ77-style
+//! compressor, emails in `parallel_for`). Mix: 50% send, 30% sortmail, 20%
+//! compress.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -38,7 +46,185 @@ use crate::kv::{summarize, LatencySummary, Record};
 /// ```
 pub const KINDS: [&str; 4] = ["mm", "fib", "sort", "sw"];
 
-/// Priority level of a kind (with priorities on).
+/// The email server's request kinds, highest priority first.
+///
+/// ```
+/// assert_eq!(tailctl_workloads::jobs::kinds_of("email"), tailctl_workloads::jobs::EMAIL_KINDS);
+/// ```
+pub const EMAIL_KINDS: [&str; 3] = ["send", "sortmail", "compress"];
+
+/// The kinds of application `app` (`jobs` or `email`).
+///
+/// ```
+/// assert_eq!(tailctl_workloads::jobs::kinds_of("jobs").len(), 4);
+/// ```
+pub fn kinds_of(app: &str) -> &'static [&'static str] {
+    if app == "email" {
+        &EMAIL_KINDS
+    } else {
+        &KINDS
+    }
+}
+
+/// Share of each kind in the load of `app` (same order as [`kinds_of`]).
+fn mix_of(app: &str) -> &'static [f64] {
+    if app == "email" {
+        &[0.5, 0.3, 0.2]
+    } else {
+        &[0.25, 0.25, 0.25, 0.25]
+    }
+}
+
+/// Number of mailboxes of the email server.
+pub const MAILBOXES: usize = 256;
+
+/// The email server's state: mailboxes of emails.
+pub struct Mailboxes(Vec<std::sync::Mutex<Vec<Vec<u8>>>>);
+
+impl Default for Mailboxes {
+    /// 256 mailboxes of 40 emails each.
+    fn default() -> Self {
+        let m = Mailboxes(
+            (0..MAILBOXES)
+                .map(|_| std::sync::Mutex::new(Vec::new()))
+                .collect(),
+        );
+        for i in 0..MAILBOXES * 40 {
+            m.send(i as u64);
+        }
+        m
+    }
+}
+
+const WORDS: [&str; 16] = [
+    "meeting", "report", "the", "deadline", "lunch", "budget", "and", "review", "please",
+    "tomorrow", "project", "of", "thanks", "update", "a", "schedule",
+];
+
+impl Mailboxes {
+    fn mailbox(&self, id: u64) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
+        self.0[(id % MAILBOXES as u64) as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends a pseudo-text email (1–4 KB) to mailbox `id % 256` (at most
+    /// 80 kept); returns its length.
+    ///
+    /// ```
+    /// let m = tailctl_workloads::jobs::Mailboxes::default();
+    /// assert!(m.send(7) >= 1000);
+    /// ```
+    pub fn send(&self, id: u64) -> u64 {
+        let mut s = id.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let len = 1000 + (rng_u64(&mut s) % 3000) as usize;
+        let mut e = Vec::with_capacity(len + 16);
+        while e.len() < len {
+            e.extend_from_slice(WORDS[(rng_u64(&mut s) % 16) as usize].as_bytes());
+            e.push(b' ');
+        }
+        let n = e.len() as u64;
+        let mut mb = self.mailbox(id);
+        if mb.len() >= 80 {
+            mb.remove(0);
+        }
+        mb.push(e);
+        n
+    }
+
+    /// Sorts the words of mailbox `id % 256` (as hashes, merge sort on
+    /// `join`); returns a checksum.
+    ///
+    /// ```
+    /// let m = tailctl_workloads::jobs::Mailboxes::default();
+    /// assert_eq!(m.sort_words(3), m.sort_words(3));
+    /// ```
+    pub fn sort_words(&self, id: u64) -> u64 {
+        let mut words: Vec<u64> = {
+            let mb = self.mailbox(id);
+            mb.iter()
+                .flat_map(|e| e.split(|&b| b == b' '))
+                .enumerate()
+                .map(|(i, w)| {
+                    let h = w.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+                        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+                    });
+                    (h << 20) | (i as u64 & 0xf_ffff)
+                })
+                .collect()
+        };
+        let mut tmp = vec![0u64; words.len()];
+        merge_sort(&mut words, &mut tmp);
+        words
+            .iter()
+            .step_by(31)
+            .fold(0, |a, &x| a.wrapping_add(x >> 20))
+    }
+
+    /// Compresses every email of mailbox `id % 256` (LZ77-style, emails in
+    /// `parallel_for`); returns the total compressed size.
+    ///
+    /// ```
+    /// let m = tailctl_workloads::jobs::Mailboxes::default();
+    /// assert!(m.compress(5) > 0);
+    /// ```
+    pub fn compress(&self, id: u64) -> u64 {
+        let emails: Vec<Vec<u8>> = self.mailbox(id).clone();
+        let total = std::sync::atomic::AtomicU64::new(0);
+        parallel_for(0..emails.len(), 1, |i| {
+            total.fetch_add(lz_size(&emails[i]), Ordering::Relaxed);
+        });
+        total.load(Ordering::Relaxed)
+    }
+}
+
+/// Size of `data` compressed with a greedy LZ77 (4-byte hash, 4 KB window,
+/// 3-byte tokens for matches, 1+n for literal runs), searched exhaustively
+/// along a hash chain: deliberately CPU-heavy.
+fn lz_size(data: &[u8]) -> u64 {
+    const WINDOW: usize = 4096;
+    let mut head = vec![usize::MAX; 1 << 12];
+    let mut prev = vec![usize::MAX; data.len()];
+    let (mut i, mut out, mut lit) = (0usize, 0u64, 0u64);
+    let hash = |p: usize| {
+        let v = u32::from_le_bytes([data[p], data[p + 1], data[p + 2], data[p + 3]]);
+        (v.wrapping_mul(2_654_435_761) >> 20) as usize
+    };
+    while i + 4 <= data.len() {
+        let h = hash(i);
+        let (mut best, mut cand, mut steps) = (0usize, head[h], 0);
+        while cand != usize::MAX && i - cand <= WINDOW && steps < 64 {
+            let l = data[cand..]
+                .iter()
+                .zip(&data[i..])
+                .take(255)
+                .take_while(|(a, b)| a == b)
+                .count();
+            best = best.max(l);
+            cand = prev[cand];
+            steps += 1;
+        }
+        prev[i] = head[h];
+        head[h] = i;
+        if best >= 4 {
+            out += 3 + u64::from(lit > 0) + lit;
+            lit = 0;
+            for k in i + 1..(i + best).min(data.len().saturating_sub(3)) {
+                let hk = hash(k);
+                prev[k] = head[hk];
+                head[hk] = k;
+            }
+            i += best;
+        } else {
+            lit += 1;
+            i += 1;
+        }
+    }
+    out + lit + (data.len() - i) as u64 + 1
+}
+
+/// Priority level of a kind (with priorities on): mm 4, fib 3, sort 2,
+/// sw 1; send 3, sortmail 2, compress 1.
 ///
 /// ```
 /// use tailctl_workloads::jobs::level_of;
@@ -47,8 +233,8 @@ pub const KINDS: [&str; 4] = ["mm", "fib", "sort", "sw"];
 pub fn level_of(kind: &str) -> Priority {
     let l = match kind {
         "mm" => 4,
-        "fib" => 3,
-        "sort" => 2,
+        "fib" | "send" => 3,
+        "sort" | "sortmail" => 2,
         _ => 1,
     };
     Priority::new(l).unwrap_or_default()
@@ -233,6 +419,9 @@ pub fn run(kind: &str, sizes: &Sizes) -> u64 {
 /// Server options.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ServerOptions {
+    /// `jobs` or `email`.
+    #[serde(default = "default_app")]
+    pub app: String,
     /// Pool workers.
     pub workers: usize,
     /// Each kind at its level (else all at the default level).
@@ -248,8 +437,8 @@ pub struct ServerOptions {
 /// ```no_run
 /// use tailctl_workloads::jobs::{serve, ServerOptions, Sizes};
 /// let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-/// let opts = ServerOptions { workers: 2, priorities: true, policy: "sf".into(),
-///     sizes: Sizes::default() };
+/// let opts = ServerOptions { app: "jobs".into(), workers: 2, priorities: true,
+///     policy: "sf".into(), sizes: Sizes::default() };
 /// serve(l, &opts).unwrap();
 /// ```
 pub fn serve(listener: TcpListener, opts: &ServerOptions) -> Result<()> {
@@ -260,19 +449,29 @@ pub fn serve(listener: TcpListener, opts: &ServerOptions) -> Result<()> {
         .thread_name("jobs-w")
         .build()?;
     let handle = pool.handle();
+    let mail = Arc::new(if opts.app == "email" {
+        Mailboxes::default()
+    } else {
+        Mailboxes(Vec::new())
+    });
     for conn in listener.incoming() {
         let conn = conn?;
-        let (h, o) = (handle.clone(), opts.clone());
+        let (h, o, m) = (handle.clone(), opts.clone(), Arc::clone(&mail));
         std::thread::Builder::new()
             .name("jobs-conn".into())
             .spawn(move || {
-                let _ = connection(conn, &h, &o);
+                let _ = connection(conn, &h, &o, &m);
             })?;
     }
     Ok(())
 }
 
-fn connection(conn: TcpStream, pool: &PoolHandle, opts: &ServerOptions) -> Result<()> {
+fn connection(
+    conn: TcpStream,
+    pool: &PoolHandle,
+    opts: &ServerOptions,
+    mail: &Arc<Mailboxes>,
+) -> Result<()> {
     conn.set_nodelay(true).ok();
     let (tx, rx) = mpsc::channel::<String>();
     let mut w = conn.try_clone()?;
@@ -307,14 +506,19 @@ fn connection(conn: TcpStream, pool: &PoolHandle, opts: &ServerOptions) -> Resul
                 });
                 let _ = tx.send(format!("STATS {j}\n"));
             }
-            ["JOB", id, kind] if KINDS.contains(kind) => {
+            ["JOB", id, kind] if kinds_of(&opts.app).contains(kind) => {
                 let id: u64 = id.parse()?;
                 let kind = kind.to_string();
-                let (tx2, sizes) = (tx.clone(), opts.sizes);
+                let (tx2, sizes, mail) = (tx.clone(), opts.sizes, Arc::clone(mail));
                 let level = level_of(&kind);
                 let job = move || {
                     let start = Instant::now();
-                    let r = run(&kind, &sizes);
+                    let r = match kind.as_str() {
+                        "send" => mail.send(id),
+                        "sortmail" => mail.sort_words(id),
+                        "compress" => mail.compress(id),
+                        _ => run(&kind, &sizes),
+                    };
                     let end = Instant::now();
                     let _ = tx2.send(format!(
                         "OK {id} {} {} {r}\n",
@@ -338,9 +542,16 @@ fn connection(conn: TcpStream, pool: &PoolHandle, opts: &ServerOptions) -> Resul
     Ok(())
 }
 
+fn default_app() -> String {
+    "jobs".into()
+}
+
 /// Load options.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct LoadOptions {
+    /// `jobs` or `email`.
+    #[serde(default = "default_app")]
+    pub app: String,
     /// Jobs per second (Poisson), all kinds together.
     pub rps: f64,
     /// Jobs to send.
@@ -366,7 +577,7 @@ pub struct LoadReport {
 ///
 /// ```no_run
 /// use tailctl_workloads::jobs::{load, LoadOptions};
-/// let opts = LoadOptions { rps: 20.0, requests: 200, seed: 1, warmup: 20 };
+/// let opts = LoadOptions { app: "jobs".into(), rps: 20.0, requests: 200, seed: 1, warmup: 20 };
 /// let (report, _records) = load("127.0.0.1:7901", &opts).unwrap();
 /// for (kind, s) in &report.kinds {
 ///     println!("{kind}: p99 {} ms", s.p99_ms);
@@ -379,14 +590,26 @@ pub fn load(addr: &str, opts: &LoadOptions) -> Result<(LoadReport, Vec<(String, 
     let arrivals = crate::arrival::ArrivalProcess::Poisson { rps: opts.rps }
         .schedule(opts.requests, &mut rng)
         .map_err(anyhow::Error::msg)?;
-    let kinds: Vec<usize> = (0..opts.requests).map(|_| rng.gen_range(0..4)).collect();
+    let names = kinds_of(&opts.app);
+    let mix = mix_of(&opts.app);
+    let kinds: Vec<usize> = (0..opts.requests)
+        .map(|_| {
+            let mut x: f64 = rng.gen();
+            mix.iter()
+                .position(|&w| {
+                    x -= w;
+                    x < 0.0
+                })
+                .unwrap_or(mix.len() - 1)
+        })
+        .collect();
     let mut w = stream.try_clone()?;
     let start = Instant::now() + Duration::from_millis(20);
     let plan: Vec<(Duration, String)> = arrivals
         .iter()
         .zip(&kinds)
         .enumerate()
-        .map(|(i, (&at, &k))| (at, format!("JOB {i} {}\n", KINDS[k])))
+        .map(|(i, (&at, &k))| (at, format!("JOB {i} {}\n", names[k])))
         .collect();
     let sender = std::thread::spawn(move || -> std::io::Result<()> {
         for (at, line) in plan {
@@ -437,7 +660,7 @@ pub fn load(addr: &str, opts: &LoadOptions) -> Result<(LoadReport, Vec<(String, 
         .enumerate()
         .map(|(i, g)| {
             (
-                KINDS[kinds[i]].to_string(),
+                names[kinds[i]].to_string(),
                 Record {
                     id: i as u64,
                     set: false,
@@ -449,7 +672,7 @@ pub fn load(addr: &str, opts: &LoadOptions) -> Result<(LoadReport, Vec<(String, 
         })
         .collect();
     let counted = &records[opts.warmup.min(records.len())..];
-    let per_kind = KINDS
+    let per_kind = names
         .iter()
         .map(|k| {
             let rs: Vec<Record> = counted

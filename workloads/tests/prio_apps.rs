@@ -48,6 +48,7 @@ fn job_server_runs_every_kind_at_its_level() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
     let opts = jobs::ServerOptions {
+        app: "jobs".into(),
         workers: 2,
         priorities: true,
         policy: "af".into(),
@@ -60,6 +61,7 @@ fn job_server_runs_every_kind_at_its_level() {
     };
     std::thread::spawn(move || jobs::serve(l, &opts));
     let lo = jobs::LoadOptions {
+        app: "jobs".into(),
         rps: 100.0,
         requests: 80,
         seed: 5,
@@ -71,4 +73,30 @@ fn job_server_runs_every_kind_at_its_level() {
     let answered: usize = report.kinds.iter().map(|(_, s)| s.n - s.lost).sum();
     assert_eq!(answered, 80, "{report:?}");
     assert!(report.server["level_switches"].as_u64().unwrap() >= 1);
+}
+
+#[test]
+fn email_server_answers_every_kind() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let opts = jobs::ServerOptions {
+        app: "email".into(),
+        workers: 2,
+        priorities: true,
+        policy: "sf".into(),
+        sizes: jobs::Sizes::default(),
+    };
+    std::thread::spawn(move || jobs::serve(l, &opts));
+    let lo = jobs::LoadOptions {
+        app: "email".into(),
+        rps: 100.0,
+        requests: 60,
+        seed: 9,
+        warmup: 0,
+    };
+    let (report, _) = jobs::load(&addr, &lo).unwrap();
+    let names: Vec<&str> = report.kinds.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(names, ["send", "sortmail", "compress"]);
+    let answered: usize = report.kinds.iter().map(|(_, s)| s.n - s.lost).sum();
+    assert_eq!(answered, 60, "{report:?}");
 }

@@ -27,6 +27,9 @@ struct Cli {
 
 #[derive(clap::Args, Clone, Debug)]
 struct ServerArgs {
+    /// Application: `jobs` (mm > fib > sort > sw) or `email` (send > sortmail > compress).
+    #[arg(long, default_value = "jobs")]
+    app: String,
     /// Pool workers.
     #[arg(long, default_value_t = 2)]
     workers: usize,
@@ -69,6 +72,9 @@ enum Cmd {
         /// Server address.
         #[arg(long)]
         addr: String,
+        /// Application: jobs or email (must match the server's).
+        #[arg(long, default_value = "jobs")]
+        app: String,
         #[command(flatten)]
         l: LoadArgs,
         /// Write per-job records (CSV) here.
@@ -114,7 +120,11 @@ fn server_opts(s: &ServerArgs) -> Result<ServerOptions> {
         "off" => false,
         v => bail!("--priorities takes on or off, not {v:?}"),
     };
+    if s.app != "jobs" && s.app != "email" {
+        bail!("--app takes jobs or email, not {:?}", s.app);
+    }
     Ok(ServerOptions {
+        app: s.app.clone(),
         workers: s.workers,
         priorities,
         policy: s.policy.clone(),
@@ -122,8 +132,9 @@ fn server_opts(s: &ServerArgs) -> Result<ServerOptions> {
     })
 }
 
-fn load_opts(l: &LoadArgs) -> LoadOptions {
+fn load_opts(l: &LoadArgs, app: &str) -> LoadOptions {
     LoadOptions {
+        app: app.to_string(),
         rps: l.rps,
         requests: l.requests,
         seed: l.seed,
@@ -143,11 +154,12 @@ fn main() -> Result<()> {
         }
         Cmd::Load {
             addr,
+            app,
             l,
             records,
             json,
         } => {
-            let (report, recs) = jobs::load(&addr, &load_opts(&l))?;
+            let (report, recs) = jobs::load(&addr, &load_opts(&l, &app))?;
             if let Some(p) = records {
                 let mut f = std::io::BufWriter::new(std::fs::File::create(p)?);
                 writeln!(f, "id,kind,latency_ns,queue_ns,run_ns")?;
@@ -171,6 +183,22 @@ fn main() -> Result<()> {
         Cmd::Calibrate { workers } => {
             let pool = tailctl_rt::Pool::builder().workers(workers).build()?;
             let sizes = Sizes::default();
+            let mail = std::sync::Arc::new(jobs::Mailboxes::default());
+            for k in jobs::EMAIL_KINDS {
+                let m = std::sync::Arc::clone(&mail);
+                let t = std::time::Instant::now();
+                let r = pool
+                    .submit(move || match k {
+                        "send" => m.send(1),
+                        "sortmail" => m.sort_words(1),
+                        _ => m.compress(1),
+                    })
+                    .wait()?;
+                println!(
+                    "{k}: {:.2} ms (result {r})",
+                    t.elapsed().as_secs_f64() * 1e3
+                );
+            }
             for k in KINDS {
                 let t = std::time::Instant::now();
                 let r = pool.submit(move || jobs::run(k, &sizes)).wait()?;
@@ -227,6 +255,7 @@ fn bench(out: &Path, configs: &str, s: &ServerArgs, l: &LoadArgs, json: bool) ->
         let mut server = Command::new(&exe)
             .args([
                 "server".to_string(),
+                format!("--app={}", sa.app),
                 format!("--workers={}", sa.workers),
                 format!("--priorities={}", sa.priorities),
                 format!("--policy={}", sa.policy),
@@ -247,6 +276,7 @@ fn bench(out: &Path, configs: &str, s: &ServerArgs, l: &LoadArgs, json: bool) ->
             .args([
                 "load".to_string(),
                 format!("--addr={addr}"),
+                format!("--app={}", sa.app),
                 format!("--rps={}", l.rps),
                 format!("--requests={}", l.requests),
                 format!("--warmup={}", l.warmup),
@@ -299,9 +329,16 @@ fn render_table(rows: &[Row]) -> String {
         return String::new();
     };
     let o = &first.report.options;
+    let levels = first
+        .report
+        .kinds
+        .iter()
+        .map(|(k, _)| format!("{k} {}", jobs::level_of(k).level()))
+        .collect::<Vec<_>>()
+        .join(" > ");
     let mut t = format!(
-        "Jobs at {} per second (Poisson, uniform mix), {} jobs ({} warm-up left out); levels with priorities: mm 4 > fib 3 > sort 2 > sw 1.\n\n",
-        o.rps, o.requests, o.warmup
+        "{} at {} per second (Poisson), {} requests ({} warm-up left out); levels with priorities: {levels}.\n\n",
+        o.app, o.rps, o.requests, o.warmup
     );
     t +=
         "| config | kind | n | p50 | p95 | p99 | queue p99 |\n|---|---|---:|---:|---:|---:|---:|\n";
@@ -339,10 +376,18 @@ fn plot(rows: &[Row], path: &Path) -> Result<()> {
         .flat_map(|r| r.report.kinds.iter().map(|(_, s)| s.p99_ms))
         .fold(1.0, f64::max)
         * 2.0;
-    let groups = KINDS.len();
+    let kinds: Vec<String> = rows
+        .first()
+        .map(|r| r.report.kinds.iter().map(|(k, _)| k.clone()).collect())
+        .unwrap_or_default();
+    let groups = kinds.len().max(1);
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            "tailctl-jobs: p99 latency per kind (level) and configuration",
+            format!(
+                "tailctl-jobs ({}): p99 latency per kind (level) and configuration",
+                rows.first()
+                    .map_or("jobs", |r| r.report.options.app.as_str())
+            ),
             ("sans-serif", 16),
         )
         .margin(15)
@@ -356,7 +401,7 @@ fn plot(rows: &[Row], path: &Path) -> Result<()> {
         .x_label_formatter(&|x| {
             let i = x.floor() as usize;
             if (x - i as f64 - 0.5).abs() < 0.26 {
-                KINDS
+                kinds
                     .get(i)
                     .map(|k| format!("{k} (level {})", jobs::level_of(k).level()))
                     .unwrap_or_default()
