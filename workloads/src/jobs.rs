@@ -209,9 +209,10 @@ fn lz_size(data: &[u8]) -> u64 {
         if best >= 4 {
             out += 3 + u64::from(lit > 0) + lit;
             lit = 0;
-            for k in i + 1..(i + best).min(data.len().saturating_sub(3)) {
+            let end = (i + best).min(data.len().saturating_sub(3));
+            for (k, p) in prev.iter_mut().enumerate().take(end).skip(i + 1) {
                 let hk = hash(k);
-                prev[k] = head[hk];
+                *p = head[hk];
                 head[hk] = k;
             }
             i += best;
