@@ -10,6 +10,7 @@
 //! never touches a pool that is being stopped.
 
 use crate::pool::{submit_to, PoolStats, RequestHandle};
+use crate::priority::Priority;
 use crate::registry::{Registry, WorkerThread};
 use std::sync::Arc;
 
@@ -67,11 +68,33 @@ impl PoolHandle {
         T: Send + 'static,
     {
         let (handle, refused) = match self.registry.ext.enter() {
-            Some(_open) => submit_to(&self.registry, f, false),
+            Some(_open) => submit_to(&self.registry, f, false, Priority::DEFAULT),
             None => (RequestHandle::shut_down(&self.registry.ext), Some(f)),
         };
         // Dropped outside the gate: `f` may own the last `Pool`, whose drop
         // closes the gate.
+        drop(refused);
+        handle
+    }
+
+    /// Submits a request at priority level `priority`, as
+    /// [`Pool::submit_with_priority`](crate::Pool::submit_with_priority).
+    ///
+    /// ```
+    /// use tailctl_rt::{Pool, Priority};
+    /// let pool = Pool::builder().workers(1).build().unwrap();
+    /// let h = pool.handle();
+    /// assert_eq!(h.submit_with_priority(Priority::new(3).unwrap(), || 1).wait(), Ok(1));
+    /// ```
+    pub fn submit_with_priority<F, T>(&self, priority: Priority, f: F) -> RequestHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let (handle, refused) = match self.registry.ext.enter() {
+            Some(_open) => submit_to(&self.registry, f, false, priority),
+            None => (RequestHandle::shut_down(&self.registry.ext), Some(f)),
+        };
         drop(refused);
         handle
     }
@@ -91,7 +114,28 @@ impl PoolHandle {
         F: FnOnce() + Send + 'static,
     {
         let refused = match self.registry.ext.enter() {
-            Some(_open) => submit_to::<F, ()>(&self.registry, f, true).1,
+            Some(_open) => submit_to::<F, ()>(&self.registry, f, true, Priority::DEFAULT).1,
+            None => Some(f),
+        };
+        drop(refused);
+    }
+
+    /// Submits a request without a handle at priority level `priority`, as
+    /// [`Pool::spawn_with_priority`](crate::Pool::spawn_with_priority).
+    ///
+    /// ```
+    /// use tailctl_rt::{Pool, Priority};
+    /// let pool = Pool::builder().workers(1).build().unwrap();
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// pool.handle().spawn_with_priority(Priority::new(2).unwrap(), move || tx.send(2).unwrap());
+    /// assert_eq!(rx.recv().unwrap(), 2);
+    /// ```
+    pub fn spawn_with_priority<F>(&self, priority: Priority, f: F)
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        let refused = match self.registry.ext.enter() {
+            Some(_open) => submit_to::<F, ()>(&self.registry, f, true, priority).1,
             None => Some(f),
         };
         drop(refused);
@@ -163,8 +207,59 @@ where
     // SAFETY: non-null pointers from `current` are live workers of this
     // thread; their registry outlives this call.
     let reg = unsafe { (*wt).registry() };
-    let (_, refused) = submit_to::<F, ()>(reg, f, true);
+    let (_, refused) = submit_to::<F, ()>(reg, f, true, Priority::DEFAULT);
     drop(refused);
+}
+
+/// [`spawn`] at priority level `priority`: a new request of the calling
+/// worker's pool (from inside a request of any level).
+///
+/// ```
+/// use tailctl_rt::{Pool, Priority};
+/// let pool = Pool::builder().workers(2).build().unwrap();
+/// let (tx, rx) = std::sync::mpsc::channel();
+/// pool.submit(move || {
+///     tailctl_rt::spawn_with_priority(Priority::new(5).unwrap(), move || {
+///         tx.send(tailctl_rt::current_priority()).unwrap()
+///     })
+/// })
+/// .wait()
+/// .unwrap();
+/// assert_eq!(rx.recv().unwrap(), Priority::new(5));
+/// ```
+pub fn spawn_with_priority<F>(priority: Priority, f: F)
+where
+    F: FnOnce() + Send + 'static,
+{
+    let wt = WorkerThread::current();
+    assert!(
+        !wt.is_null(),
+        "tailctl_rt::spawn_with_priority called outside a pool; use Pool::spawn_with_priority"
+    );
+    // SAFETY: non-null pointers from `current` are live workers of this
+    // thread; their registry outlives this call.
+    let reg = unsafe { (*wt).registry() };
+    let (_, refused) = submit_to::<F, ()>(reg, f, true, priority);
+    drop(refused);
+}
+
+/// The priority level of the job running on the calling worker, or `None`
+/// outside a pool.
+///
+/// ```
+/// use tailctl_rt::{Pool, Priority};
+/// let pool = Pool::builder().workers(1).build().unwrap();
+/// let p = Priority::new(9).unwrap();
+/// assert_eq!(pool.submit_with_priority(p, tailctl_rt::current_priority).wait(), Ok(Some(p)));
+/// assert_eq!(tailctl_rt::current_priority(), None);
+/// ```
+pub fn current_priority() -> Option<Priority> {
+    let wt = WorkerThread::current();
+    if wt.is_null() {
+        return None;
+    }
+    // SAFETY: non-null: a live worker of this thread.
+    Priority::new(unsafe { (*wt).level() })
 }
 
 /// Number of workers of the calling worker's pool; outside a pool, the

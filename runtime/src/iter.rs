@@ -294,11 +294,12 @@ where
 }
 
 /// Calls `f` on consecutive blocks of at most [`BLOCK`] items of `piece`,
-/// each after an abort checkpoint.
+/// each after an abort checkpoint and a priority checkpoint.
 fn for_blocks(piece: Range<usize>, probe: AbortProbe<'_>, mut f: impl FnMut(Range<usize>)) {
     let mut start = piece.start;
     while start < piece.end {
         probe.check();
+        crate::registry::yield_to_higher();
         let end = start.saturating_add(BLOCK).min(piece.end);
         f(start..end);
         start = end;

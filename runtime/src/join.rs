@@ -232,6 +232,7 @@ fn run_chunks<F: Fn(Range<usize>)>(r: Range<usize>, grain: usize, probe: AbortPr
     let mut start = r.start;
     while start < r.end {
         probe.check();
+        crate::registry::yield_to_higher();
         let end = start.saturating_add(grain).min(r.end);
         f(start..end);
         start = end;

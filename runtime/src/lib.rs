@@ -54,6 +54,7 @@ pub mod kernel;
 mod latch;
 pub mod policy;
 mod pool;
+pub mod priority;
 mod registry;
 mod scope;
 mod scope_fifo;
@@ -67,11 +68,16 @@ mod unwind;
 
 pub use control::is_current_request_aborted;
 pub use error::{BuildError, RequestPanic};
-pub use handle::{current_num_threads, current_thread_index, spawn, PoolHandle};
+pub use handle::{
+    current_num_threads, current_priority, current_thread_index, spawn, spawn_with_priority,
+    PoolHandle,
+};
 pub use iter::prelude;
 pub use join::{join, parallel_for, parallel_for_chunks};
 pub use policy::Policy;
 pub use pool::{Pool, PoolBuilder, PoolStats, RequestError, RequestHandle, RequestStats};
+pub use priority::Priority;
+pub use registry::yield_to_higher;
 pub use scope::{scope, Scope};
 pub use scope_fifo::{scope_fifo, ScopeFifo};
 

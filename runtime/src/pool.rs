@@ -32,6 +32,7 @@ use crate::control::{AbortUnwind, Control, PanicHandler, PoolExt};
 use crate::error::{BuildError, RequestPanic};
 use crate::job::{HeapJob, Release};
 use crate::policy::Policy;
+use crate::priority::Priority;
 use crate::registry::{main_loop, Config, Registry, WorkerThread};
 use crate::shared_state::{
     tag_generation, tag_slot, SharedState, MAX_WORKERS, NO_REQUEST, REQ_RUNNING,
@@ -186,6 +187,23 @@ pub struct PoolStats {
     pub serialized: u64,
     /// Requests currently active (arrived, not completed).
     pub active: u64,
+    /// Requests submitted at a priority level above the default.
+    pub submitted_prioritized: u64,
+    /// Times a worker changed the priority level it runs: it started a job
+    /// of another level than its previous one, or came back down to its
+    /// frame's level after running higher work (see
+    /// [`Priority`](crate::Priority)).
+    pub level_switches: u64,
+    /// Tasks taken from a level's mugging queue (deques abandoned by
+    /// workers that moved up to a higher level).
+    pub muggings: u64,
+    /// Checkpoints at which a worker found work of a level above its own
+    /// waiting (it then moved up): each is a time a lower level ran while
+    /// higher work waited.
+    pub promptness_violations: u64,
+    /// Their total length: for each, the time since the higher level's work
+    /// bit was set (an upper bound per worker, ns).
+    pub promptness_violation_ns: u64,
 }
 
 /// Builds a [`Pool`].
@@ -543,6 +561,8 @@ struct RequestShared<T> {
     ext: Arc<PoolExt>,
     /// Spawned: nobody waits, a panic goes to the panic handler.
     detached: bool,
+    /// The request's priority level.
+    level: u8,
 }
 
 impl<T> RequestShared<T> {
@@ -573,7 +593,16 @@ impl<T> RequestShared<T> {
             return; // `wait` takes the handle: there is only ever one waiter
         }
         self.waiter.store(wt.index() + 1, Ordering::SeqCst);
-        wt.wait_until(&|| self.completion.is_done(), true);
+        // Waiting for a lower-level request of its own pool, the worker
+        // takes work down to that level (it may have to run the request
+        // itself: with one worker nothing else would); otherwise it keeps
+        // its level's floor (`priority/README.md`, "Waiting").
+        let floor = if Arc::ptr_eq(&wt.registry().ext, &self.ext) {
+            wt.level().min(self.level)
+        } else {
+            wt.level()
+        };
+        wt.wait_until_at(&|| self.completion.is_done(), true, floor);
     }
 }
 
@@ -613,6 +642,7 @@ impl<T> RequestHandle<T> {
             control: Control::new(),
             ext: Arc::clone(ext),
             detached: false,
+            level: 0,
         };
         let waker_panicked = shared.completion.complete((
             Err(RequestError::ShutDown),
@@ -767,7 +797,7 @@ impl Pool {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        submit_to(&self.registry, f, false).0
+        submit_to(&self.registry, f, false, Priority::DEFAULT).0
     }
 
     /// Submits a request without a handle (fire and forget, like
@@ -793,7 +823,47 @@ impl Pool {
     where
         F: FnOnce() + Send + 'static,
     {
-        let (_, refused) = submit_to(&self.registry, f, true);
+        let (_, refused) = submit_to(&self.registry, f, true, Priority::DEFAULT);
+        drop(refused);
+    }
+
+    /// Submits a request at priority level `priority` (see
+    /// [`Priority`](crate::Priority)): no worker starts or continues work
+    /// of a lower level while it waits, beyond the worker's next checkpoint
+    /// (`join`, scope spawn, end of a task). Its `join`s and scope spawns
+    /// inherit the level. Within a level requests start in arrival order.
+    ///
+    /// ```
+    /// use tailctl_rt::{Pool, Priority};
+    /// let pool = Pool::builder().workers(2).build().unwrap();
+    /// let bg = pool.submit(|| (0..1_000u64).sum::<u64>());
+    /// let urgent = pool.submit_with_priority(Priority::new(7).unwrap(), || 42);
+    /// assert_eq!(urgent.wait(), Ok(42));
+    /// assert_eq!(bg.wait(), Ok(499_500));
+    /// assert_eq!(pool.stats().submitted_prioritized, 1);
+    /// ```
+    pub fn submit_with_priority<F, T>(&self, priority: Priority, f: F) -> RequestHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        submit_to(&self.registry, f, false, priority).0
+    }
+
+    /// [`spawn`](Self::spawn) at priority level `priority`.
+    ///
+    /// ```
+    /// use tailctl_rt::{Pool, Priority};
+    /// let pool = Pool::builder().workers(2).build().unwrap();
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// pool.spawn_with_priority(Priority::HIGHEST, move || tx.send(1).unwrap());
+    /// assert_eq!(rx.recv().unwrap(), 1);
+    /// ```
+    pub fn spawn_with_priority<F>(&self, priority: Priority, f: F)
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        let (_, refused) = submit_to(&self.registry, f, true, priority);
         drop(refused);
     }
 
@@ -965,6 +1035,7 @@ impl Drop for Pool {
 /// The counters of `reg` (`Pool::stats`, `PoolHandle::stats`).
 pub(crate) fn stats_of(reg: &Registry) -> PoolStats {
     let c = &reg.counters;
+    let p = &reg.prio.counters;
     PoolStats {
         submitted: c.submitted.load(Ordering::Relaxed),
         completed: c.completed.load(Ordering::Relaxed),
@@ -977,6 +1048,11 @@ pub(crate) fn stats_of(reg: &Registry) -> PoolStats {
         swallowed_panics: c.swallowed_panics.load(Ordering::Relaxed),
         serialized: reg.shared.header().serialized(),
         active: reg.shared.header().active() as u64,
+        submitted_prioritized: p.submitted_above_default.load(Ordering::Relaxed),
+        level_switches: p.level_switches.load(Ordering::Relaxed),
+        muggings: p.muggings.load(Ordering::Relaxed),
+        promptness_violations: p.violations.load(Ordering::Relaxed),
+        promptness_violation_ns: p.violation_ns.load(Ordering::Relaxed),
     }
 }
 
@@ -987,7 +1063,12 @@ pub(crate) fn stats_of(reg: &Registry) -> PoolStats {
 /// is shut down, the handle is completed with `ShutDown` and `f` is handed
 /// back, to be dropped by the caller outside any lock it holds (`f` may own
 /// the last `Pool`).
-pub(crate) fn submit_to<F, T>(reg: &Registry, f: F, detached: bool) -> (RequestHandle<T>, Option<F>)
+pub(crate) fn submit_to<F, T>(
+    reg: &Registry,
+    f: F,
+    detached: bool,
+    priority: Priority,
+) -> (RequestHandle<T>, Option<F>)
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
@@ -1010,6 +1091,7 @@ where
         control: Control::new(),
         ext: Arc::clone(&reg.ext),
         detached,
+        level: priority.level(),
     });
     if arrived.is_err() {
         let waker_panicked = shared.completion.complete((
@@ -1031,7 +1113,7 @@ where
     // SAFETY: the closure is 'static; the job is executed exactly once by
     // the worker that admits it.
     let job_ref = unsafe { job.into_job_ref(tag) };
-    reg.inject(job_ref);
+    reg.inject(job_ref, priority.level(), arrival);
     (RequestHandle { shared }, None)
 }
 

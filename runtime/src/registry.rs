@@ -30,6 +30,7 @@
 use crate::control::PoolExt;
 use crate::job::JobRef;
 use crate::policy::{check_pileup, Policy};
+use crate::priority::{above, highest, OwnDeque, PriorityState, Taken, LEVELS};
 use crate::shared_state::{
     tag_generation, tag_slot, SharedState, NO_REQUEST, WORKER_PARKED, WORKER_STEALING,
     WORKER_WORKING,
@@ -41,7 +42,7 @@ use crate::time::{gettid, now_ns};
 use crate::unwind::AbortIfPanic;
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use crossbeam_utils::CachePadded;
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,6 +89,8 @@ pub(crate) struct Registry {
     submit_rng: AtomicU64,
     /// Abort marks, spawn panic handler, handle gate (see `control`).
     pub(crate) ext: Arc<PoolExt>,
+    /// Priority levels 1..63: pools, bitfield, counters (see `priority`).
+    pub(crate) prio: PriorityState,
 }
 
 impl Registry {
@@ -111,6 +114,7 @@ impl Registry {
             counters: Counters::default(),
             submit_rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
             ext: cfg.ext,
+            prio: PriorityState::new(),
         };
         (Arc::new(reg), workers)
     }
@@ -121,12 +125,22 @@ impl Registry {
 
     /// Publishes a request's root job according to the policy and wakes a
     /// top-level sleeper.
-    pub(crate) fn inject(&self, job: JobRef) {
+    pub(crate) fn inject(&self, job: JobRef, level: u8, arrival_ns: u64) {
         let r = self
             .submit_rng
             .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
         let r = (r ^ (r >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 32;
         let start = (r as usize) % self.num_workers();
+        if level > 0 {
+            // Levels above the default: the level's request FIFO (see `priority`).
+            self.prio
+                .counters
+                .submitted_above_default
+                .fetch_add(1, Ordering::Relaxed);
+            self.prio.push_request(level, job, arrival_ns);
+            self.sleep.new_external_work_at(start, level);
+            return;
+        }
         match self.policy {
             Policy::RandomAdmission => self.inboxes[start].push(job),
             _ => self.injector.push(job),
@@ -170,6 +184,17 @@ enum Found {
     Local(JobRef),
     Admitted(JobRef),
     Stolen(JobRef, usize),
+    /// A job of priority level ≥ 1 (`stolen`: from another worker's deque).
+    Level(JobRef, u8, bool),
+}
+
+impl Found {
+    fn level(&self) -> u8 {
+        match self {
+            Found::Level(_, l, _) => *l,
+            _ => 0,
+        }
+    }
 }
 
 thread_local! {
@@ -178,7 +203,9 @@ thread_local! {
 
 /// A worker's thread-local state.
 pub(crate) struct WorkerThread {
-    worker: Worker<JobRef>,
+    /// The deque of the current priority level (level 0's at first; see
+    /// `enter_level`). Only this thread touches it; see `deque`.
+    worker: UnsafeCell<Worker<JobRef>>,
     index: usize,
     registry: Arc<Registry>,
     rng: Cell<u64>,
@@ -188,6 +215,14 @@ pub(crate) struct WorkerThread {
     start: Cell<u64>,
     /// Scratch map of the pileup check (tag, elapsed), reused to avoid allocation.
     pub(crate) scratch: RefCell<Vec<(u64, u64)>>,
+    /// Priority level of the job being executed (0 when idle).
+    level: Cell<u8>,
+    /// Level of the last job this worker started (for `level_switches`).
+    last_level: Cell<u8>,
+    /// Own deques of levels 1..63, created on first use (index = level).
+    /// While the worker runs level `l`, slot `l` parks the deque of the level
+    /// it came from (swapped, see `enter_level`); `shared` never moves.
+    deques: Box<[OnceCell<OwnDeque>]>,
 }
 
 impl WorkerThread {
@@ -212,24 +247,192 @@ impl WorkerThread {
         self.index
     }
 
+    /// Priority level of the job being executed.
+    #[inline]
+    pub(crate) fn level(&self) -> u8 {
+        self.level.get()
+    }
+
     #[inline]
     pub(crate) fn current_tag(&self) -> u64 {
         self.current.get()
     }
 
-    /// Pushes a task of the current request on the own deque.
+    /// The deque of the current level.
+    #[inline]
+    fn deque(&self) -> &Worker<JobRef> {
+        // SAFETY: `worker` is only swapped by `enter_level`/`leave_level`,
+        // on this thread, and never while a reference from here is alive:
+        // every caller makes one call on it (push, pop, is_empty) that runs
+        // no user code and cannot reach a swap. `WorkerThread` is not `Sync`
+        // (it holds `Cell`s), so no other thread sees it.
+        unsafe { &*self.worker.get() }
+    }
+
+    /// Pushes a task of the current request on the own deque (of the
+    /// current priority level), then checks the work bitfield: a spawn is a
+    /// priority checkpoint (see `priority/README.md`). On level 0 with no
+    /// bit set this is one relaxed load more than without priorities (bit 0
+    /// is never set, so any bit is a higher level); everything else is out
+    /// of line. The current level's deque is always `worker` (swapped in),
+    /// so the push itself does not branch on the level.
     #[inline]
     pub(crate) fn push(&self, job: JobRef) {
-        self.worker.push(job);
+        self.deque().push(job);
         let reg = &*self.registry;
         reg.sleep.new_internal_work(self.index + 1, || {
             reg.shared.tag_serialized(self.current.get())
         });
+        if reg.prio.bits.load() | u64::from(self.level.get()) != 0 {
+            self.push_slow();
+        }
+    }
+
+    /// The rest of `push` at a level ≥ 1 (the deque goes into the level's
+    /// pool, sleepers of that level are told) or with a bit set.
+    #[cold]
+    #[inline(never)]
+    fn push_slow(&self) {
+        let level = self.level.get();
+        if level != 0 {
+            let reg = &*self.registry;
+            let d = self.own_deque(level);
+            reg.prio.after_own_push(level, &d.shared, now_ns);
+            reg.sleep
+                .new_internal_work_at(self.index + 1, level, || false);
+        }
+        self.priority_checkpoint();
+    }
+
+    fn own_deque(&self, level: u8) -> &OwnDeque {
+        debug_assert!(level >= 1);
+        self.deques[level as usize].get_or_init(OwnDeque::new)
+    }
+
+    /// Makes level `level`'s deque current (parking the current one in
+    /// its slot); `leave_level` undoes it. Calls nest like the jobs they
+    /// surround.
+    fn enter_level(&self, level: u8) {
+        let d = self.own_deque(level);
+        // SAFETY: see `deque`; `parked` is only touched here and in
+        // `leave_level`, on this thread, with no reference to either deque
+        // alive (a job runs between the two calls, not during them).
+        unsafe { std::ptr::swap(self.worker.get(), d.parked.get()) };
+        self.level.set(level);
+    }
+
+    fn leave_level(&self, level: u8, prev: u8) {
+        let d = self.own_deque(level);
+        // SAFETY: as in `enter_level`.
+        unsafe { std::ptr::swap(self.worker.get(), d.parked.get()) };
+        self.level.set(prev);
     }
 
     #[inline]
     pub(crate) fn take_local_job(&self) -> Option<JobRef> {
-        self.worker.pop()
+        self.deque().pop()
+    }
+
+    /// The priority checkpoint (`join`, scope spawns, `parallel_for` chunks,
+    /// parallel iterator blocks, [`yield_to_higher`]): if a level above the
+    /// worker's has work, run it now (README, "Moving up").
+    #[inline]
+    pub(crate) fn priority_checkpoint(&self) {
+        let level = self.level.get();
+        if self.registry.prio.bits.load() & above(level) != 0 {
+            self.move_up(level);
+        }
+    }
+
+    /// Runs work of levels above `from` until there is none; the own deque
+    /// of `from` is left to the level's thieves meanwhile.
+    #[cold]
+    #[inline(never)]
+    fn move_up(&self, from: u8) {
+        let reg = &*self.registry;
+        let bits = reg.prio.bits.load();
+        if bits & above(from) != 0 {
+            // A promptness violation: this worker ran `from` work while
+            // higher work waited, since the higher bit was set (at most one
+            // checkpoint interval; README, "Counters").
+            let set = reg.prio.set_at(highest(bits));
+            let c = &reg.prio.counters;
+            c.violations.fetch_add(1, Ordering::Relaxed);
+            c.violation_ns
+                .fetch_add(now_ns().saturating_sub(set), Ordering::Relaxed);
+        }
+        self.abandon(from);
+        // Thieves of `from` may now take its tasks: run the higher work.
+        while let Some(found) = self.find_above(from, true) {
+            if let Some(found) = self.accept(found) {
+                self.run_found(found);
+            }
+        }
+        if from > 0 {
+            PriorityState::reclaim(&self.own_deque(from).shared);
+        }
+        // Back down to the frame's level: a switch too.
+        if self.last_level.get() != from {
+            self.last_level.set(from);
+            reg.prio
+                .counters
+                .level_switches
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Leaves the own deque of `level` to thieves (the mugging queue for
+    /// levels ≥ 1; level 0's deques are always stealable) and wakes a
+    /// sleeper that can take it.
+    fn abandon(&self, level: u8) {
+        let reg = &*self.registry;
+        // `level` is the current level: its deque is `worker`, whose
+        // stealer is level 0's (in `stealers`) or the level's `shared`.
+        let has_work = if level == 0 {
+            !self.deque().is_empty()
+        } else {
+            reg.prio
+                .abandon(level, &self.own_deque(level).shared, now_ns)
+        };
+        if has_work {
+            reg.sleep
+                .new_internal_work_at(self.index + 1, level, || false);
+        }
+    }
+
+    /// Work of the highest level above `floor` that has some (requests
+    /// included if `admit`).
+    fn find_above(&self, floor: u8, admit: bool) -> Option<Found> {
+        let reg = &*self.registry;
+        loop {
+            let bits = reg.prio.bits.load() & above(floor);
+            if bits == 0 {
+                return None;
+            }
+            let mut b = bits;
+            while b != 0 {
+                let l = highest(b);
+                if let Some(f) = self.take_at(l, admit) {
+                    return Some(f);
+                }
+                b &= !(1u64 << l);
+            }
+            // Every level we saw was empty (their bits are retired now);
+            // look again only if a new bit appeared meanwhile.
+            if reg.prio.bits.load() & above(floor) & !bits == 0 {
+                return None;
+            }
+        }
+    }
+
+    /// One search of level `l` ≥ 1's pool.
+    fn take_at(&self, l: u8, admit: bool) -> Option<Found> {
+        let reg = &*self.registry;
+        let admit_first = reg.policy == Policy::AdmitFirst;
+        match reg.prio.take(l, admit, admit_first)? {
+            Taken::Task(j) => Some(Found::Level(j, l, true)),
+            Taken::Request(j) => Some(Found::Level(j, l, false)),
+        }
     }
 
     fn next_random(&self) -> usize {
@@ -345,7 +548,34 @@ impl WorkerThread {
 
     fn run_found(&self, found: Found) {
         let reg = &*self.registry;
+        let level = found.level();
+        if level != self.last_level.get() {
+            self.last_level.set(level);
+            reg.prio
+                .counters
+                .level_switches
+                .fetch_add(1, Ordering::Relaxed);
+        }
         match found {
+            Found::Level(job, level, stolen) => {
+                if stolen {
+                    reg.counters.steals.fetch_add(1, Ordering::Relaxed);
+                }
+                let prev = self.level.get();
+                if level <= prev {
+                    // Same level, or (only while waiting for a lower-level
+                    // request, whose floor is lowered) a lower one: the job
+                    // inherits the waiter's level and its tasks go to the
+                    // current deque. Entered levels thus only increase up
+                    // the stack, so a level's deque is always in its slot
+                    // when `enter_level` swaps it in.
+                    self.execute(job);
+                } else {
+                    self.enter_level(level);
+                    self.execute(job);
+                    self.leave_level(level, prev);
+                }
+            }
             Found::Local(job) | Found::Admitted(job) => self.execute(job),
             Found::Stolen(job, _) => {
                 reg.counters.steals.fetch_add(1, Ordering::Relaxed);
@@ -412,9 +642,24 @@ impl WorkerThread {
         }
     }
 
-    /// The policy's search order (see `policy`).
-    fn find_work(&self, top_level: bool) -> Option<Found> {
-        if let Some(j) = self.worker.pop() {
+    /// The search order: higher priority levels first (see `priority`),
+    /// then, at level 0, the policy's order (see `policy`); a worker waiting
+    /// at level `floor` ≥ 1 takes nothing below it.
+    fn find_work(&self, top_level: bool, floor: u8) -> Option<Found> {
+        let reg = &*self.registry;
+        if reg.prio.bits.load() & above(floor) != 0 {
+            // Higher levels' requests are admitted even in a join wait.
+            if let Some(f) = self.find_above(floor, true) {
+                return Some(f);
+            }
+        }
+        if floor > 0 {
+            if let Some(j) = self.deque().pop() {
+                return Some(Found::Level(j, floor, false));
+            }
+            return self.take_at(floor, top_level);
+        }
+        if let Some(j) = self.deque().pop() {
             return Some(Found::Local(j));
         }
         if let Some(j) = self.pop_bounced() {
@@ -461,9 +706,15 @@ impl WorkerThread {
     }
 
     /// Whether any work this worker could take is visible (the sleep re-check).
-    fn has_work(&self, top_level: bool) -> bool {
+    fn has_work(&self, top_level: bool, floor: u8) -> bool {
         let reg = &*self.registry;
-        if !self.worker.is_empty() || !reg.bounce[self.index].is_empty() {
+        if reg.prio.work_above(floor, top_level) {
+            return true;
+        }
+        if floor > 0 {
+            return !self.deque().is_empty();
+        }
+        if !self.deque().is_empty() || !reg.bounce[self.index].is_empty() {
             return true;
         }
         if self.stealable_work_visible() {
@@ -482,15 +733,41 @@ impl WorkerThread {
     /// Leaves the searching state, passing on a wake-up for tasks pushed
     /// while this worker was counted as searching (see `Sleep::stop_searching`).
     fn stop_searching(&self) {
-        self.registry
-            .sleep
-            .stop_searching(self.index + 1, || self.stealable_work_visible());
+        let reg = &*self.registry;
+        reg.sleep.stop_searching_at(self.index + 1, || {
+            reg.prio
+                .work_at_or_above(1)
+                .or_else(|| self.stealable_work_visible().then_some(0))
+        });
+    }
+
+    /// Work below `floor` that some other worker could take (see
+    /// `Sleep::sleep_at`): the highest such level.
+    fn work_below(&self, floor: u8) -> Option<u8> {
+        let reg = &*self.registry;
+        match reg.prio.work_at_or_above(1) {
+            Some(l) if l < floor => return Some(l),
+            _ => {}
+        }
+        let level0 = self.stealable_work_visible()
+            || match reg.policy {
+                Policy::RandomAdmission => reg.inboxes.iter().any(|q| !q.is_empty()),
+                _ => !reg.injector.is_empty(),
+            };
+        level0.then_some(0)
     }
 
     /// Runs other work until `done()` holds; sleeps when there is none.
     /// `top_level` workers may admit requests (see `policy`), and so may a
     /// worker waiting in a join of a serialized request.
     pub(crate) fn wait_until(&self, done: &dyn Fn() -> bool, top_level: bool) {
+        self.wait_until_at(done, top_level, self.level.get());
+    }
+
+    /// `wait_until` taking work of priority level `floor` or higher only
+    /// (`floor` ≤ the current level; see `priority/README.md`, "Waiting").
+    pub(crate) fn wait_until_at(&self, done: &dyn Fn() -> bool, top_level: bool, floor: u8) {
+        debug_assert!(floor <= self.level.get());
         if done() {
             return;
         }
@@ -510,7 +787,7 @@ impl WorkerThread {
             // it: `tailctl sim compare --joins blocking --split adaptive
             // --admit-in-serialized-joins` (tools/RESULTS.md §3).
             let admits = top_level || (saved != NO_REQUEST && reg.shared.tag_serialized(saved));
-            if let Some(found) = self.find_work(admits).and_then(|f| self.accept(f)) {
+            if let Some(found) = self.find_work(admits, floor).and_then(|f| self.accept(f)) {
                 if searching {
                     self.stop_searching();
                     searching = false;
@@ -548,8 +825,18 @@ impl WorkerThread {
                 continue;
             }
             slot.set_state(WORKER_PARKED);
-            reg.sleep
-                .sleep(self.index, admits, || done() || self.has_work(admits));
+            let slept = reg.sleep.sleep_at(
+                self.index,
+                admits,
+                floor,
+                || done() || self.has_work(admits, floor),
+                || self.work_below(floor),
+            );
+            if let Err(level) = slept {
+                // Work below our floor that we may not take: pass the
+                // wake-up on to a sleeper that may (see `Sleep::sleep_at`).
+                reg.sleep.wake_for(self.index + 1, level);
+            }
             slot.set_state(WORKER_STEALING);
             rounds = 0;
         }
@@ -566,15 +853,54 @@ impl WorkerThread {
     }
 }
 
+/// Runs, on the calling worker, any work of a priority level above the
+/// level of the job it is running that waits now, then returns (a
+/// checkpoint, as at every `join`, scope spawn, `parallel_for` chunk and
+/// parallel iterator block). Long sequential loops inside a request can call
+/// it to bound how long higher-level work waits for this worker. Outside a
+/// pool it does nothing.
+///
+/// ```
+/// use tailctl_rt::{yield_to_higher, Pool, Priority};
+/// let pool = Pool::builder().workers(1).build().unwrap();
+/// let sum = pool
+///     .submit(|| {
+///         let mut s = 0u64;
+///         for i in 0..10_000u64 {
+///             if i % 1_000 == 0 {
+///                 yield_to_higher(); // a level-5 request may run here
+///             }
+///             s += i;
+///         }
+///         s
+///     })
+///     .wait()
+///     .unwrap();
+/// assert_eq!(sum, 49_995_000);
+/// let _ = pool.submit_with_priority(Priority::new(5).unwrap(), || ()).wait();
+/// ```
+#[inline]
+pub fn yield_to_higher() {
+    let wt = WorkerThread::current();
+    if !wt.is_null() {
+        // SAFETY: non-null pointers from `current` are live workers of this
+        // thread (the pointer is cleared before the worker is dropped).
+        unsafe { &*wt }.priority_checkpoint();
+    }
+}
+
 /// Body of a worker thread.
 pub(crate) fn main_loop(worker: Worker<JobRef>, index: usize, registry: Arc<Registry>) {
     let wt = WorkerThread {
-        worker,
+        worker: UnsafeCell::new(worker),
         index,
         rng: Cell::new(0x853c_49e6_748f_ea9b ^ ((index as u64 + 1) << 17)),
         current: Cell::new(NO_REQUEST),
         start: Cell::new(0),
         scratch: RefCell::new(Vec::with_capacity(registry.num_workers())),
+        level: Cell::new(0),
+        last_level: Cell::new(0),
+        deques: (0..LEVELS).map(|_| OnceCell::new()).collect(),
         registry,
     };
     wt.registry.shared.worker(index).set_tid(gettid());

@@ -15,6 +15,9 @@
 //! | [`registration`] | the (future) hook where the server registers with `scx_tailctl` |
 //! | [`loadgen`] | the open-loop load generator engine (separate sender and receiver) |
 //! | [`stats`] | latency summaries: HDR percentiles, miss ratios |
+//! | [`kv`] | a memcached-like key-value service with background compaction, for priority levels (`tailctl-kv`) |
+//! | [`jobserver`] | a job server (matrix multiply > fib > sort > Smith-Waterman) at four priority levels (`tailctl-jobserver`) |
+//! | [`jobs`] | parallel jobs arriving over time for the core-allotment experiment (`tailctl-jobs`) |
 //! | [`experiment`] | the paper-style comparison: targets from steal-first, tables, plots |
 //!
 //! The binaries `tailctl-server`, `tailctl-loadgen` and `tailctl-experiment`
@@ -26,7 +29,9 @@ pub mod arrival;
 pub mod distributions;
 pub mod experiment;
 pub mod jobs;
+pub mod jobserver;
 pub mod kernel;
+pub mod kv;
 pub mod loadgen;
 pub mod protocol;
 pub mod registration;

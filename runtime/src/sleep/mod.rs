@@ -3,7 +3,7 @@
 //! The protocol (and why it cannot lose a wake-up) is explained in
 //! `sleep/README.md` next to this file; the comments here point at its steps.
 
-use crate::sync::{fence, lock, wait_timeout, AtomicBool, AtomicU64, Condvar, Mutex};
+use crate::sync::{fence, lock, wait_timeout, AtomicBool, AtomicU32, AtomicU64, Condvar, Mutex};
 
 /// Longest a parked worker sleeps before it looks for work by itself: a
 /// safety net only, no wake-up is known to be lost (README, "Bounded park").
@@ -29,6 +29,9 @@ struct WorkerSleep {
     hint: AtomicBool,
     /// The sleeper can take external work (it sleeps at top level).
     top_level: AtomicBool,
+    /// The lowest priority level the sleeper may take (it waits in a `join`
+    /// of that level; see `priority/README.md`). 0 for top-level sleepers.
+    floor: AtomicU32,
 }
 
 /// The pool's sleep state: counters plus one sleeping place per worker.
@@ -48,6 +51,7 @@ impl Sleep {
                         cond: Condvar::new(),
                         hint: AtomicBool::new(false),
                         top_level: AtomicBool::new(false),
+                        floor: AtomicU32::new(0),
                     })
                 })
                 .collect(),
@@ -65,12 +69,24 @@ impl Sleep {
     /// sleep passes the wake-up on if `work_visible()` shows stealable work.
     /// The fence pairs with the pusher's (Dekker on the counters and the
     /// deques): either the pusher saw this decrement, or this sees the push.
+    #[cfg(loom)]
     pub(crate) fn stop_searching(&self, start: usize, work_visible: impl FnOnce() -> bool) {
+        self.stop_searching_at(start, || work_visible().then_some(0));
+    }
+
+    /// [`Self::stop_searching`] where `work_visible` says the highest
+    /// priority level with visible work: only a sleeper that may take work
+    /// of that level is woken.
+    pub(crate) fn stop_searching_at(
+        &self,
+        start: usize,
+        work_visible: impl FnOnce() -> Option<u8>,
+    ) {
         let c = self.counters.fetch_sub(SEARCHING_ONE, SeqCst);
         if searching(c) == 1 && sleeping(c) > 0 {
             fence(SeqCst);
-            if work_visible() {
-                self.wake_one(start, false);
+            if let Some(level) = work_visible() {
+                self.wake_one(start, false, level);
             }
         }
     }
@@ -78,24 +94,55 @@ impl Sleep {
     /// Puts searching worker `i` to sleep unless `has_work()` holds after it
     /// registered as sleeping (README, "Going to sleep"). Returns whether it
     /// actually slept. The worker is counted as searching again on return.
+    #[cfg(loom)]
     pub(crate) fn sleep(&self, i: usize, top_level: bool, has_work: impl Fn() -> bool) -> bool {
+        match self.sleep_at(i, top_level, 0, has_work, || None) {
+            Ok(slept) => slept,
+            Err(_) => unreachable!("floor 0 never passes a wake-up on"),
+        }
+    }
+
+    /// [`Self::sleep`] for a worker that may only take work of priority
+    /// level `floor` or higher (wakers for lower levels skip it).
+    ///
+    /// Such a worker may be the searcher a pusher of lower-level work
+    /// counted on (README, "Internal work"): if, after it registered,
+    /// `lower()` shows work below `floor` and another sleeper could take it,
+    /// it does not sleep and returns `Err(level)`; the caller then wakes a
+    /// sleeper for that level with [`Self::wake_for`] (outside this lock).
+    pub(crate) fn sleep_at(
+        &self,
+        i: usize,
+        top_level: bool,
+        floor: u8,
+        has_work: impl Fn() -> bool,
+        lower: impl Fn() -> Option<u8>,
+    ) -> Result<bool, u8> {
         let w = &self.workers[i];
         let mut blocked = lock(&w.blocked);
         // Step 1.
         *blocked = true;
         w.top_level.store(top_level, SeqCst);
+        w.floor.store(u32::from(floor), SeqCst);
         w.hint.store(true, SeqCst);
         // Step 2: searching -> sleeping in one RMW.
         self.counters
             .fetch_add(SLEEPING_ONE.wrapping_sub(SEARCHING_ONE), SeqCst);
         fence(SeqCst);
         // Step 3.
-        if has_work() {
+        let pass_on = if has_work() {
+            Some(Ok(false))
+        } else if floor > 0 {
+            lower().filter(|&l| self.eligible_sleeper(i, l)).map(Err)
+        } else {
+            None
+        };
+        if let Some(r) = pass_on {
             *blocked = false;
             w.hint.store(false, SeqCst);
             self.counters
                 .fetch_add(SEARCHING_ONE.wrapping_sub(SLEEPING_ONE), SeqCst);
-            return false;
+            return r;
         }
         // Step 4: the waker clears `blocked` and fixes the counters. The
         // wait is bounded as a safety net (README, "Bounded park"): should a
@@ -112,7 +159,20 @@ impl Sleep {
                     .fetch_add(SEARCHING_ONE.wrapping_sub(SLEEPING_ONE), SeqCst);
             }
         }
-        true
+        Ok(true)
+    }
+
+    /// Whether a sleeper other than `me` could take work of `level`.
+    fn eligible_sleeper(&self, me: usize, level: u8) -> bool {
+        self.workers.iter().enumerate().any(|(j, w)| {
+            j != me && w.hint.load(SeqCst) && w.floor.load(SeqCst) <= u32::from(level)
+        })
+    }
+
+    /// Wakes one sleeper that may take work of `level` (see [`Self::sleep_at`]).
+    pub(crate) fn wake_for(&self, start: usize, level: u8) {
+        fence(SeqCst);
+        self.wake_one(start, false, level);
     }
 
     /// Wakes worker `i` if it sleeps. Returns whether it did.
@@ -142,12 +202,15 @@ impl Sleep {
         }
     }
 
-    fn wake_one(&self, start: usize, need_top_level: bool) -> bool {
+    fn wake_one(&self, start: usize, need_top_level: bool, level: u8) -> bool {
         let n = self.workers.len();
         for k in 0..n {
             let i = (start + k) % n;
             let w = &self.workers[i];
-            if w.hint.load(SeqCst) && (!need_top_level || w.top_level.load(SeqCst)) && self.wake(i)
+            if w.hint.load(SeqCst)
+                && (!need_top_level || w.top_level.load(SeqCst))
+                && w.floor.load(SeqCst) <= u32::from(level)
+                && self.wake(i)
             {
                 return true;
             }
@@ -157,9 +220,15 @@ impl Sleep {
 
     /// A request (or other work only top-level workers take) was published.
     pub(crate) fn new_external_work(&self, start: usize) {
+        self.new_external_work_at(start, 0);
+    }
+
+    /// A request of priority `level` was published: wakes a top-level
+    /// sleeper (top-level sleepers take every level).
+    pub(crate) fn new_external_work_at(&self, start: usize, level: u8) {
         fence(SeqCst);
         if sleeping(self.counters.load(SeqCst)) > 0 {
-            self.wake_one(start, true);
+            self.wake_one(start, true, level);
         }
     }
 
@@ -176,10 +245,22 @@ impl Sleep {
     /// `join_owner_wakes_after_thief_finishes` hung.
     #[inline]
     pub(crate) fn new_internal_work(&self, start: usize, pointless: impl FnOnce() -> bool) {
+        self.new_internal_work_at(start, 0, pointless);
+    }
+
+    /// [`Self::new_internal_work`] for a task of priority `level`: wakes
+    /// only a sleeper that may take it.
+    #[inline]
+    pub(crate) fn new_internal_work_at(
+        &self,
+        start: usize,
+        level: u8,
+        pointless: impl FnOnce() -> bool,
+    ) {
         fence(SeqCst);
         let c = self.counters.load(Relaxed);
         if sleeping(c) > 0 && searching(c) == 0 && !pointless() {
-            self.wake_one(start, false);
+            self.wake_one(start, false, level);
         }
     }
 
@@ -350,6 +431,48 @@ mod loom_tests {
             sleep.stop_searching(1, || false);
             assert_eq!(done.wait(), 1);
             completer.join().unwrap();
+        });
+    }
+
+    /// Priority floors (`priority/README.md`, "Sleeping and waking"): a
+    /// pusher of level-0 work sees a searcher counted and wakes nobody, but
+    /// that searcher waits in a level-5 join and may not take it. Going to
+    /// sleep, it sees the lower work and passes the wake-up on to the
+    /// floor-0 sleeper, which always ends (without the pass-on, loom finds
+    /// the floor-0 worker blocked forever).
+    #[test]
+    fn a_high_floor_searcher_passes_lower_work_on() {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(3);
+        model.check(|| {
+            let sleep = Arc::new(Sleep::new(2));
+            let work = Arc::new(AtomicBool::new(false));
+            let done = Arc::new(AtomicBool::new(false));
+            let (s, w) = (sleep.clone(), work.clone());
+            let low = loom::thread::spawn(move || {
+                s.start_searching();
+                while !w.load(SeqCst) {
+                    let _ = s.sleep_at(1, true, 0, || w.load(SeqCst), || None);
+                }
+                s.stop_searching_at(0, || None);
+            });
+            let (s, w, d) = (sleep.clone(), work.clone(), done.clone());
+            let high = loom::thread::spawn(move || {
+                s.start_searching();
+                while !d.load(SeqCst) {
+                    let lower = || w.load(SeqCst).then_some(0);
+                    if let Err(level) = s.sleep_at(0, false, 5, || d.load(SeqCst), lower) {
+                        s.wake_for(1, level);
+                    }
+                }
+                s.stop_searching_at(0, || None);
+            });
+            work.store(true, Release);
+            sleep.new_internal_work_at(0, 0, || false);
+            low.join().unwrap();
+            done.store(true, SeqCst);
+            sleep.notify_all();
+            high.join().unwrap();
         });
     }
 }

@@ -1,0 +1,442 @@
+//! `tailctl-kv`: the memcached-like key-value service with background
+//! compaction (see `tailctl_workloads::kv`), its open-loop load generator,
+//! and the benchmark that runs both as separate processes, with and without
+//! priority levels.
+//!
+//! Design: one binary, three subcommands. `bench` starts a fresh `server`
+//! child per configuration (it prints `LISTENING <addr>` once bound), runs
+//! a `load` child against it with `--json`, stops the server, and writes
+//! `table.md`, `report.json`, `plot.svg` and `command.txt` into `--out`
+//! (raw per-request records go to `<config>.csv`, git-ignored).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use serde::{Deserialize, Serialize};
+use tailctl_workloads::kv::{self, LoadOptions, LoadReport, ServerOptions};
+
+#[derive(Parser)]
+#[command(about = "Key-value service with background compaction, with and without priorities")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Clone, Debug)]
+struct ServerArgs {
+    /// Pool workers.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// GET/SET at level 7 and compaction at level 1 (`on`), or all at the default level (`off`).
+    #[arg(long, default_value = "on")]
+    priorities: String,
+    /// Pool policy: sf or af.
+    #[arg(long, default_value = "sf")]
+    policy: String,
+    /// Keys in the store.
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    /// Bytes per value.
+    #[arg(long, default_value_t = 256)]
+    value_bytes: usize,
+    /// Background compaction: on or off.
+    #[arg(long, default_value = "on")]
+    compaction: String,
+    /// Passes per shard per compaction (its CPU cost).
+    #[arg(long, default_value_t = 2)]
+    passes: usize,
+}
+
+#[derive(clap::Args, Clone, Debug)]
+struct LoadArgs {
+    /// GET/SET requests per second (Poisson).
+    #[arg(long, default_value_t = 2000.0)]
+    rps: f64,
+    /// Requests to send.
+    #[arg(long, default_value_t = 20_000)]
+    requests: usize,
+    /// Fraction of SETs.
+    #[arg(long, default_value_t = 0.1)]
+    set_fraction: f64,
+    /// Warm-up requests left out of the summary.
+    #[arg(long, default_value_t = 1000)]
+    warmup: usize,
+    /// Trace seed.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the server (prints `LISTENING <addr>`).
+    Server {
+        /// Address to bind (port 0: any free port).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        addr: String,
+        #[command(flatten)]
+        s: ServerArgs,
+    },
+    /// Drive a server with open-loop GET/SET load.
+    Load {
+        /// Server address.
+        #[arg(long)]
+        addr: String,
+        /// Keys (uniformly chosen).
+        #[arg(long, default_value_t = 100_000)]
+        keys: u64,
+        #[command(flatten)]
+        l: LoadArgs,
+        /// Write per-request records (CSV) here.
+        #[arg(long)]
+        records: Option<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Redraw `plot.svg` and `table.md` of a bench directory from its `report.json`.
+    Replot {
+        /// The bench's output directory.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Server and load as separate processes, once per configuration.
+    Bench {
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// Configurations: prio-sf, prio-af, noprio-sf, noprio-af, alone (no compaction).
+        #[arg(long, default_value = "alone,prio-sf,noprio-sf,noprio-af")]
+        configs: String,
+        #[command(flatten)]
+        s: ServerArgs,
+        #[command(flatten)]
+        l: LoadArgs,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn server_opts(s: &ServerArgs) -> Result<ServerOptions> {
+    let on = |v: &str, what: &str| match v {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => bail!("--{what} takes on or off, not {v:?}"),
+    };
+    Ok(ServerOptions {
+        workers: s.workers,
+        priorities: on(&s.priorities, "priorities")?,
+        policy: s.policy.clone(),
+        keys: s.keys,
+        value_bytes: s.value_bytes,
+        compaction: on(&s.compaction, "compaction")?,
+        passes: s.passes,
+    })
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Server { addr, s } => {
+            let opts = server_opts(&s)?;
+            let l = std::net::TcpListener::bind(&addr)
+                .with_context(|| format!("cannot bind {addr}"))?;
+            println!("LISTENING {}", l.local_addr()?);
+            std::io::stdout().flush()?;
+            kv::serve(l, &opts)
+        }
+        Cmd::Load {
+            addr,
+            keys,
+            l,
+            records,
+            json,
+        } => {
+            let opts = load_opts(&l, keys);
+            let (report, recs) = kv::load(&addr, &opts)?;
+            if let Some(p) = records {
+                write_records(&p, &recs)?;
+            }
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                let a = &report.all;
+                println!(
+                    "GET/SET n={} p50={:.3}ms p95={:.3}ms p99={:.3}ms within10ms={:.2}%",
+                    a.n,
+                    a.p50_ms,
+                    a.p95_ms,
+                    a.p99_ms,
+                    a.within_10ms * 100.0
+                );
+            }
+            Ok(())
+        }
+        Cmd::Replot { out } => {
+            let v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(out.join("report.json"))?)?;
+            let rows: Vec<Row> = serde_json::from_value(v["rows"].clone())?;
+            let l = LoadArgs {
+                rps: v["load"]["rps"].as_f64().unwrap_or(0.0),
+                requests: v["load"]["requests"].as_u64().unwrap_or(0) as usize,
+                set_fraction: v["load"]["set_fraction"].as_f64().unwrap_or(0.0),
+                warmup: v["load"]["warmup"].as_u64().unwrap_or(0) as usize,
+                seed: v["load"]["seed"].as_u64().unwrap_or(0),
+            };
+            std::fs::write(out.join("table.md"), render_table(&rows, &l))?;
+            plot(&rows, &out.join("plot.svg"))
+        }
+        Cmd::Bench {
+            out,
+            configs,
+            s,
+            l,
+            json,
+        } => bench(&out, &configs, &s, &l, json),
+    }
+}
+
+fn load_opts(l: &LoadArgs, keys: u64) -> LoadOptions {
+    LoadOptions {
+        rps: l.rps,
+        requests: l.requests,
+        set_fraction: l.set_fraction,
+        keys,
+        seed: l.seed,
+        warmup: l.warmup,
+    }
+}
+
+fn write_records(p: &Path, recs: &[kv::Record]) -> Result<()> {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(p)?);
+    writeln!(f, "id,op,latency_ns,queue_ns,run_ns")?;
+    for r in recs {
+        let lat = r.latency_ns.map_or(String::from("lost"), |l| l.to_string());
+        let op = if r.set { "SET" } else { "GET" };
+        writeln!(f, "{},{op},{lat},{},{}", r.id, r.queue_ns, r.run_ns)?;
+    }
+    Ok(())
+}
+
+/// One configuration's result.
+#[derive(Serialize, Deserialize)]
+struct Row {
+    config: String,
+    server: ServerOptions,
+    report: LoadReport,
+}
+
+fn config_server(name: &str, s: &ServerArgs) -> Result<ServerArgs> {
+    let mut s = s.clone();
+    match name {
+        "alone" => {
+            s.compaction = "off".into();
+            s.priorities = "off".into();
+        }
+        "prio-sf" | "prio-af" | "noprio-sf" | "noprio-af" => {
+            s.compaction = "on".into();
+            s.priorities = if name.starts_with("prio") {
+                "on"
+            } else {
+                "off"
+            }
+            .into();
+            s.policy = name[name.len() - 2..].to_string();
+        }
+        other => bail!("unknown configuration {other:?}"),
+    }
+    Ok(s)
+}
+
+fn server_argv(s: &ServerArgs) -> Vec<String> {
+    vec![
+        "server".into(),
+        format!("--workers={}", s.workers),
+        format!("--priorities={}", s.priorities),
+        format!("--policy={}", s.policy),
+        format!("--keys={}", s.keys),
+        format!("--value-bytes={}", s.value_bytes),
+        format!("--compaction={}", s.compaction),
+        format!("--passes={}", s.passes),
+    ]
+}
+
+fn bench(out: &Path, configs: &str, s: &ServerArgs, l: &LoadArgs, json: bool) -> Result<()> {
+    std::fs::create_dir_all(out)?;
+    let exe = std::env::current_exe()?;
+    let mut rows = Vec::new();
+    for name in configs.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+        let sa = config_server(name, s)?;
+        let mut server = Command::new(&exe)
+            .args(server_argv(&sa))
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("cannot start the server")?;
+        let mut first = String::new();
+        BufReader::new(server.stdout.take().expect("piped"))
+            .read_line(&mut first)
+            .context("server did not start")?;
+        let addr = first
+            .strip_prefix("LISTENING ")
+            .map(|a| a.trim().to_string())
+            .with_context(|| format!("unexpected server output {first:?}"))?;
+        let csv = out.join(format!("{name}.csv"));
+        let load = Command::new(&exe)
+            .args([
+                "load".to_string(),
+                format!("--addr={addr}"),
+                format!("--keys={}", sa.keys),
+                format!("--rps={}", l.rps),
+                format!("--requests={}", l.requests),
+                format!("--set-fraction={}", l.set_fraction),
+                format!("--warmup={}", l.warmup),
+                format!("--seed={}", l.seed),
+                format!("--records={}", csv.display()),
+                "--json".to_string(),
+            ])
+            .output()
+            .context("cannot run the load generator")?;
+        let _ = server.kill();
+        let _ = server.wait();
+        if !load.status.success() {
+            bail!(
+                "load generator failed for {name}: {}",
+                String::from_utf8_lossy(&load.stderr)
+            );
+        }
+        let report: LoadReport = serde_json::from_slice(&load.stdout)
+            .with_context(|| format!("bad load report for {name}"))?;
+        eprintln!(
+            "{name}: GET/SET p95 {:.3} ms p99 {:.3} ms, within 10 ms {:.2}%",
+            report.all.p95_ms,
+            report.all.p99_ms,
+            report.all.within_10ms * 100.0
+        );
+        rows.push(Row {
+            config: name.to_string(),
+            server: server_opts(&sa)?,
+            report,
+        });
+    }
+    let table = render_table(&rows, l);
+    std::fs::write(out.join("table.md"), &table)?;
+    let report = serde_json::json!({ "rows": rows, "load": {
+        "rps": l.rps, "requests": l.requests, "set_fraction": l.set_fraction,
+        "warmup": l.warmup, "seed": l.seed }, "host_cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0) });
+    std::fs::write(
+        out.join("report.json"),
+        serde_json::to_string_pretty(&report)? + "\n",
+    )?;
+    plot(&rows, &out.join("plot.svg"))?;
+    let argv: Vec<String> = std::env::args().collect();
+    std::fs::write(out.join("command.txt"), argv.join(" ") + "\n")?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{table}");
+    }
+    Ok(())
+}
+
+fn render_table(rows: &[Row], l: &LoadArgs) -> String {
+    let mut t = format!(
+        "GET/SET (high level with priorities) at {} rps, {} requests ({} warm-up left out), {:.0}% SET; compaction (low level) runs continuously.\n\n",
+        l.rps, l.requests, l.warmup, l.set_fraction * 100.0
+    );
+    t += "| config | GET/SET p50 | p95 | p99 | p99.9 | within 10 ms | queue p99 | compactions | compaction p50 / p95 | worker CPU | search CPU | violations (total ms) | muggings |\n";
+    t += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    for r in rows {
+        let a = &r.report.all;
+        let sv = r.report.server.clone().unwrap_or_default();
+        let pool = &sv.pool;
+        let num = |k: &str| pool.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
+        t += &format!(
+            "| {} | {:.3} ms | {:.3} ms | {:.3} ms | {:.3} ms | {:.2}% | {:.3} ms | {} | {:.1} / {:.1} ms | {:.0} ms | {:.0} ms | {} ({:.1}) | {} |\n",
+            r.config,
+            a.p50_ms,
+            a.p95_ms,
+            a.p99_ms,
+            a.p999_ms,
+            a.within_10ms * 100.0,
+            a.queue_p99_ms,
+            sv.compactions,
+            sv.compaction_ms[0],
+            sv.compaction_ms[1],
+            sv.workers_cpu_ms,
+            sv.search_cpu_ms,
+            num("promptness_violations"),
+            num("promptness_violation_ms"),
+            num("muggings"),
+        );
+    }
+    t
+}
+
+fn plot(rows: &[Row], path: &Path) -> Result<()> {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (900, 500)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let ymax = rows.iter().map(|r| r.report.all.p99_ms).fold(1.0, f64::max) * 2.0;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "tailctl-kv: GET/SET latency (p95, p99) beside background compaction",
+            ("sans-serif", 16),
+        )
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..rows.len() as f64, (0.01f64..ymax).log_scale())?;
+    let names: Vec<String> = rows.iter().map(|r| r.config.clone()).collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(rows.len() * 2 + 1)
+        .x_label_formatter(&|x| {
+            let i = x.floor() as usize;
+            if (x - i as f64 - 0.5).abs() < 0.26 {
+                names.get(i).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc("latency (ms, log scale)")
+        .draw()?;
+    for (i, r) in rows.iter().enumerate() {
+        let x = i as f64;
+        let a = &r.report.all;
+        chart.draw_series([
+            Rectangle::new(
+                [(x + 0.15, 0.01), (x + 0.48, a.p95_ms.max(0.011))],
+                BLUE.filled(),
+            ),
+            Rectangle::new(
+                [(x + 0.52, 0.01), (x + 0.85, a.p99_ms.max(0.011))],
+                RED.filled(),
+            ),
+        ])?;
+    }
+    chart
+        .draw_series(LineSeries::new(
+            [(0.0, 10.0), (rows.len() as f64, 10.0)],
+            BLACK.stroke_width(2),
+        ))?
+        .label("QoS bound: 95% within 10 ms")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(2)));
+    chart
+        .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())?
+        .label("p95")
+        .legend(|(x, y)| Rectangle::new([(x, y - 4), (x + 16, y + 4)], BLUE.filled()));
+    chart
+        .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())?
+        .label("p99")
+        .legend(|(x, y)| Rectangle::new([(x, y - 4), (x + 16, y + 4)], RED.filled()));
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
