@@ -1242,16 +1242,21 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
  * Release the waiters of job @svc that may go now (a free token, past the
  * wait bound, or no longer capped or bound) to the shared vtime queue.
  */
-static __always_inline void job_release_waiters(u32 svc, u64 now)
+/*
+ * A global subprogram (not inlined): the verifier checks it once on its own
+ * instead of once per call site inside ops.dispatch's loop, which kept the
+ * scheduler's load time in a TCG guest near a minute.
+ */
+__noinline int job_release_waiters(u32 svc, u64 now)
 {
 	struct task_struct *p;
 	u64 dsq = TAILCTL_JOB_DSQ_BASE + svc;
 	u32 allot;
 
 	if (svc >= TAILCTL_MAX_SERVICES || !scx_bpf_dsq_nr_queued(dsq))
-		return;
+		return 0;
 	if (__sync_val_compare_and_swap(&job_releasing[svc], 0, 1) != 0)
-		return;
+		return 0;
 	allot = job_allot(svc);
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct task_ctx *tctx = task_ctx(p);
@@ -1304,6 +1309,7 @@ static __always_inline void job_release_waiters(u32 svc, u64 now)
 			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
 	}
 	WRITE_ONCE(job_releasing[svc], 0);
+	return 0;
 }
 
 /* A job thread over its job's allotment that must not have its slice extended. */
@@ -1627,16 +1633,17 @@ static u32 releasing[TAILCTL_MAX_SERVICES];
  * Its token is taken only after the move succeeded; should another thread
  * take it first, begin_request sends the waiter back.
  */
-static __always_inline void release_waiters(u32 svc, u64 now)
+/* A global subprogram, verified once (see job_release_waiters). */
+__noinline int release_waiters(u32 svc, u64 now)
 {
 	struct task_struct *p;
 	u64 dsq = TAILCTL_THROTTLE_DSQ_BASE + svc;
 
 	if (svc >= TAILCTL_MAX_SERVICES || !scx_bpf_dsq_nr_queued(dsq))
-		return;
+		return 0;
 	/* One CPU at a time: two releasing the same waiter would race on its token and wait count. */
 	if (__sync_val_compare_and_swap(&releasing[svc], 0, 1) != 0)
-		return;
+		return 0;
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct tailctl_request_acct *a = NULL;
 		struct task_ctx *tctx = task_ctx(p);
@@ -1694,6 +1701,7 @@ static __always_inline void release_waiters(u32 svc, u64 now)
 			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
 	}
 	WRITE_ONCE(releasing[svc], 0);
+	return 0;
 }
 
 void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
