@@ -1027,34 +1027,37 @@ static __always_inline void prio_note_waiting(u32 level, u64 now)
 		__sync_val_compare_and_swap(&prio_since[level], 0, now);
 }
 
+/*
+ * The highest level above @above (-1: any) with a queued task, or -1. A
+ * global subprogram (verified once, not at every call site): it is called
+ * from enqueue, dispatch, running, stopping, tick.
+ */
+__noinline int prio_top_queued(int above)
+{
+	int l;
+
+	for (l = TAILCTL_PRIO_LEVELS - 1; l >= 0; l--) {
+		if (l <= above)
+			break;
+		if (scx_bpf_dsq_nr_queued(l == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ
+								    : TAILCTL_PRIO_DSQ_BASE + l))
+			return l;
+	}
+	return -1;
+}
+
 /* Any task queued at any level (what "the shared queue is empty" means with levels). */
 static __always_inline bool prio_any_queued(void)
 {
-	u32 l;
-
 	if (!prio_active())
 		return scx_bpf_dsq_nr_queued(TAILCTL_SHARED_DSQ) > 0;
-	bpf_for(l, 0, TAILCTL_PRIO_LEVELS) {
-		if (scx_bpf_dsq_nr_queued(prio_dsq(l)))
-			return true;
-	}
-	return false;
+	return prio_top_queued(-1) >= 0;
 }
 
 /* The highest level above @level with a queued task, or -1. */
 static __always_inline s32 prio_higher_queued(u32 level)
 {
-	u32 i;
-
-	bpf_for(i, 0, TAILCTL_PRIO_LEVELS) {
-		u32 l = TAILCTL_PRIO_LEVELS - 1 - i;
-
-		if (l <= level)
-			break;
-		if (scx_bpf_dsq_nr_queued(prio_dsq(l)))
-			return l;
-	}
-	return -1;
+	return prio_top_queued(level);
 }
 
 /* ops.enqueue: remember when @p was queued (only once levels are in use). */
@@ -1071,31 +1074,33 @@ static __always_inline void prio_stamp_enqueue(struct task_struct *p, u64 now)
 
 /*
  * A task at @level was queued and no CPU is idle: preempt the CPU running
- * the lowest level below it that @p may run on (guard runs are left alone).
+ * the lowest level below it (guard runs are left alone). The kicked CPU's
+ * ops.dispatch serves the highest level it may run, so a task it may not
+ * run costs that CPU one dispatch, not a wrong choice. Global subprogram.
  */
-static __always_inline void prio_preempt_lower(struct task_struct *p, u32 level)
+__noinline int prio_preempt_lower(u32 level)
 {
 	u32 n = scx_bpf_nr_cpu_ids(), cpu, best_level = level;
 	s32 best = -1;
 
-	if (!prio_active() || !level)
-		return;
+	if (!level || level >= TAILCTL_PRIO_LEVELS)
+		return 0;
 	if (n > MAX_CPUS)
 		n = MAX_CPUS;
 	bpf_for(cpu, 0, n) {
-		struct prio_cpu *pc = prio_cpu_of(cpu);
+		u32 key = cpu;
+		struct prio_cpu *pc = bpf_map_lookup_elem(&prio_cpus, &key);
 
 		if (!pc || pc->guard || pc->level >= best_level)
-			continue;
-		if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
 			continue;
 		best = cpu;
 		best_level = pc->level;
 	}
-	if (best >= 0) {
-		scx_bpf_kick_cpu(best, SCX_KICK_PREEMPT);
-		STAT_INC(prio_preempt_kicks);
-	}
+	if (best < 0)
+		return 0;
+	scx_bpf_kick_cpu(best, SCX_KICK_PREEMPT);
+	STAT_INC(prio_preempt_kicks);
+	return 1;
 }
 
 /* Insert @p into its level's DSQ by vtime (ops.enqueue's last step). */
@@ -1113,86 +1118,99 @@ static __always_inline void prio_insert(struct task_struct *p, struct task_ctx *
 	scx_bpf_dsq_insert_vtime(p, prio_dsq(level), slice_ns, vtime, enq_flags);
 }
 
-/* The DSQ a released throttle or job waiter goes to (its level's). */
-static __always_inline u64 prio_release_dsq(struct task_struct *p, struct task_ctx *tctx)
+/*
+ * The DSQ a released throttle or job waiter of service slot @svc goes to: its
+ * service's level (a waiter whose binding went meanwhile runs this once at
+ * it). Global subprogram: called inside the release iterators.
+ */
+__noinline int prio_svc_level(u32 svc)
 {
+	struct tailctl_service *s;
 	u32 level;
 
-	if (!prio_active() && !tctx)
-		return TAILCTL_SHARED_DSQ;
-	level = prio_level(p, tctx && tctx->svc >= 0 && still_bound(p, tctx) ? tctx : NULL);
-	prio_note_waiting(level, bpf_ktime_get_ns());
-	return prio_dsq(level);
+	if (svc >= TAILCTL_MAX_SERVICES)
+		return TAILCTL_PRIO_NORMAL;
+	s = bpf_map_lookup_elem(&services, &svc);
+	if (!s || !s->pid)
+		return TAILCTL_PRIO_NORMAL;
+	level = READ_ONCE(s->priority);
+	if (level >= TAILCTL_PRIO_LEVELS)
+		return TAILCTL_PRIO_NORMAL;
+	if (level != TAILCTL_PRIO_NORMAL) {
+		if (!READ_ONCE(prio_seen))
+			WRITE_ONCE(prio_seen, 1);
+		prio_note_waiting(level, bpf_ktime_get_ns());
+	}
+	return level;
 }
 
-/* Move one task of @level to @cpu's local DSQ; on success restart or clear the level's guard clock. */
-static __always_inline bool prio_take(u32 level, u64 now)
+static __always_inline u64 prio_release_dsq(u32 svc)
 {
-	u64 dsq = prio_dsq(level);
-
-	if (!scx_bpf_dsq_move_to_local(dsq, 0))
-		return false;
-	level &= TAILCTL_PRIO_LEVELS - 1;
-	WRITE_ONCE(prio_since[level], scx_bpf_dsq_nr_queued(dsq) ? now : 0);
-	return true;
+	return prio_dsq(prio_svc_level(svc));
 }
 
 /*
  * ops.dispatch: a starving lower level first (one dispatch per guard
- * period), else the highest level with a task this CPU may run.
+ * period), else the highest level with a task this CPU may run. Returns 1
+ * if a task was moved to this CPU. Global subprogram (verified once).
  */
-static __always_inline bool prio_dispatch(s32 cpu)
+__noinline int prio_dispatch_levels(s32 cpu)
 {
-	struct prio_cpu *pc;
-	s32 top = -1, starving = -1;
-	u64 now, oldest = 0;
-	u32 i;
+	u32 key = cpu;
+	struct prio_cpu *pc = bpf_map_lookup_elem(&prio_cpus, &key);
+	int l, top = -1, starving = -1;
+	u64 now = bpf_ktime_get_ns(), oldest = 0;
 
-	if (!prio_active())
-		return scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0);
-	now = bpf_ktime_get_ns();
-	bpf_for(i, 0, TAILCTL_PRIO_LEVELS) {
-		u32 l = TAILCTL_PRIO_LEVELS - 1 - i;
-		u64 since;
+	for (l = TAILCTL_PRIO_LEVELS - 1; l >= 0; l--) {
+		u64 dsq = l == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ : TAILCTL_PRIO_DSQ_BASE + l;
+		u64 since = prio_since[l];
 
-		if (!scx_bpf_dsq_nr_queued(prio_dsq(l))) {
-			if (READ_ONCE(prio_since[l & (TAILCTL_PRIO_LEVELS - 1)]))
-				WRITE_ONCE(prio_since[l & (TAILCTL_PRIO_LEVELS - 1)], 0);
+		if (!scx_bpf_dsq_nr_queued(dsq)) {
+			if (since)
+				prio_since[l] = 0;
 			continue;
 		}
 		if (top < 0) {
 			top = l;
 			continue;
 		}
-		since = READ_ONCE(prio_since[l & (TAILCTL_PRIO_LEVELS - 1)]);
 		if (since && now > since && now - since > prio_guard_ns && (!oldest || since < oldest)) {
 			oldest = since;
 			starving = l;
 		}
 	}
 	if (top < 0)
-		return false;
-	pc = prio_cpu_of(cpu);
+		return 0;
 	/* One CPU wins the starving level's turn; the clock restarts with it. */
-	if (starving >= 0 &&
-	    __sync_val_compare_and_swap(&prio_since[starving & (TAILCTL_PRIO_LEVELS - 1)], oldest, now) ==
-		    oldest) {
-		if (scx_bpf_dsq_move_to_local(prio_dsq(starving), 0)) {
-			if (pc)
-				pc->guard_pick = 1;
-			STAT_INC(prio_guard_dispatches);
-			return true;
+	if (starving >= 0 && starving < TAILCTL_PRIO_LEVELS &&
+	    __sync_val_compare_and_swap(&prio_since[starving], oldest, now) == oldest &&
+	    scx_bpf_dsq_move_to_local(starving == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ
+								  : TAILCTL_PRIO_DSQ_BASE + starving,
+				      0)) {
+		if (pc)
+			pc->guard_pick = 1;
+		STAT_INC(prio_guard_dispatches);
+		return 1;
+	}
+	for (l = TAILCTL_PRIO_LEVELS - 1; l >= 0; l--) {
+		u64 dsq = l == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ : TAILCTL_PRIO_DSQ_BASE + l;
+
+		if (l > top)
+			continue;
+		if (scx_bpf_dsq_move_to_local(dsq, 0)) {
+			/* Served: the level's guard clock restarts (or stops, if it is empty now). */
+			prio_since[l] = scx_bpf_dsq_nr_queued(dsq) ? now : 0;
+			return 1;
 		}
 	}
-	bpf_for(i, 0, TAILCTL_PRIO_LEVELS) {
-		u32 l = TAILCTL_PRIO_LEVELS - 1 - i;
+	return 0;
+}
 
-		if ((s32)l > top)
-			continue;
-		if (scx_bpf_dsq_nr_queued(prio_dsq(l)) && prio_take(l, now))
-			return true;
-	}
-	return false;
+static __always_inline bool prio_dispatch(s32 cpu)
+{
+	if (!prio_active())
+		return scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0);
+	return prio_dispatch_levels(cpu) > 0;
 }
 
 /* ops.running: the CPU's level, level switches, inversions, the run's wait. */
@@ -1701,7 +1719,7 @@ static __always_inline void job_release_waiters(u32 svc, u64 now)
 		}
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
-		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, prio_release_dsq(p, tctx), 0)) {
+		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, prio_release_dsq(svc), 0)) {
 			/* Dequeued under us: it comes back through enqueue. */
 			if (tctx) {
 				tctx->job_overdue = false;
@@ -2012,7 +2030,7 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 		job_reclaim(p);
 		/* ... and preempt a CPU running a lower level (promptness). */
 		if (prio_active())
-			prio_preempt_lower(p, prio_level(p, tctx));
+			prio_preempt_lower(prio_level(p, tctx));
 	}
 }
 
@@ -2085,7 +2103,7 @@ static __always_inline void release_waiters(u32 svc, u64 now)
 		 */
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
-		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, prio_release_dsq(p, tctx), 0)) {
+		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, prio_release_dsq(svc), 0)) {
 			/* Dequeued under us: it comes back through enqueue, which sorts it out. */
 			if (tctx)
 				tctx->overdue = false;

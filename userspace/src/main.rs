@@ -197,8 +197,8 @@ fn parse_priority_cgroup(s: &str) -> Result<(std::path::PathBuf, u8), String> {
 /// task->cgroups->dfl_cgrp->kn->id).
 fn cgroup_id(path: &std::path::Path) -> Result<u64> {
     use std::os::unix::fs::MetadataExt;
-    let md = std::fs::metadata(path)
-        .with_context(|| format!("--priority-cgroup {}", path.display()))?;
+    let md =
+        std::fs::metadata(path).with_context(|| format!("--priority-cgroup {}", path.display()))?;
     if !md.is_dir() {
         bail!("--priority-cgroup {}: not a directory", path.display());
     }
@@ -338,10 +338,7 @@ impl<'a> Scheduler<'a> {
                     MapFlags::ANY,
                 )
                 .with_context(|| format!("setting the level of cgroup {}", path.display()))?;
-            info!(
-                "cgroup {} (id {id}): priority {level}",
-                path.display()
-            );
+            info!("cgroup {} (id {id}): priority {level}", path.display());
         }
 
         // Pin before attaching so an operator never sees a running scheduler

@@ -34,9 +34,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapInfo, MapType};
 use log::{info, warn};
-use tailctl_rt::kernel::protocol::{
-    Bind, Register, Reply, MAX_LINE, MAX_WORKERS, PRIORITY_NORMAL,
-};
+use tailctl_rt::kernel::protocol::{Bind, Register, Reply, MAX_LINE, MAX_WORKERS, PRIORITY_NORMAL};
 use tailctl_rt::kernel::wire::{recv_line_until, send_line};
 
 use crate::bpf_intf::{tailctl_region, tailctl_service, tailctl_worker_ref};

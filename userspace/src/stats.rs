@@ -94,13 +94,21 @@ pub struct Metrics {
     pub allot_max_wait_ns: u64,
     #[stat(desc = "Sum of enforcement latencies, ns")]
     pub allot_lat_sum_ns: u64,
-    #[stat(desc = "Priority: runs at a different level than the CPU's previous run (level switches)")]
+    #[stat(
+        desc = "Priority: runs at a different level than the CPU's previous run (level switches)"
+    )]
     pub prio_switches: u64,
-    #[stat(desc = "Priority: dispatches the starvation guard made from a lower level while a higher one had work")]
+    #[stat(
+        desc = "Priority: dispatches the starvation guard made from a lower level while a higher one had work"
+    )]
     pub prio_guard_dispatches: u64,
-    #[stat(desc = "Priority: runs started while a higher level had a task queued (guard runs and per-CPU kthreads excepted; only races)")]
+    #[stat(
+        desc = "Priority: runs started while a higher level had a task queued (guard runs and per-CPU kthreads excepted; only races)"
+    )]
     pub prio_inversions: u64,
-    #[stat(desc = "Priority: runs that ended while a higher level had work waiting (promptness violations)")]
+    #[stat(
+        desc = "Priority: runs that ended while a higher level had work waiting (promptness violations)"
+    )]
     pub prio_violations: u64,
     #[stat(desc = "Priority: time those runs ran after the higher-level work was waiting, ns")]
     pub prio_violation_ns: u64,
@@ -311,11 +319,17 @@ impl Metrics {
                 .saturating_sub(prev.allot_preemptions),
             allot_max_wait_ns: self.allot_max_wait_ns,
             prio_switches: self.prio_switches.saturating_sub(prev.prio_switches),
-            prio_guard_dispatches: self.prio_guard_dispatches.saturating_sub(prev.prio_guard_dispatches),
+            prio_guard_dispatches: self
+                .prio_guard_dispatches
+                .saturating_sub(prev.prio_guard_dispatches),
             prio_inversions: self.prio_inversions.saturating_sub(prev.prio_inversions),
             prio_violations: self.prio_violations.saturating_sub(prev.prio_violations),
-            prio_violation_ns: self.prio_violation_ns.saturating_sub(prev.prio_violation_ns),
-            prio_preempt_kicks: self.prio_preempt_kicks.saturating_sub(prev.prio_preempt_kicks),
+            prio_violation_ns: self
+                .prio_violation_ns
+                .saturating_sub(prev.prio_violation_ns),
+            prio_preempt_kicks: self
+                .prio_preempt_kicks
+                .saturating_sub(prev.prio_preempt_kicks),
             prio_max_wait_l0_ns: self.prio_max_wait_l0_ns,
             prio_runs_l0: self.prio_runs_l0.saturating_sub(prev.prio_runs_l0),
             prio_max_wait_l1_ns: self.prio_max_wait_l1_ns,
@@ -393,7 +407,13 @@ impl Metrics {
         let levels: Vec<String> = (0..8)
             .rev()
             .filter(|&l| self.prio_runs()[l] > 0 || self.prio_waits()[l] > 0)
-            .map(|l| format!("{l}:{}/{}us", self.prio_runs()[l], self.prio_waits()[l] / 1000))
+            .map(|l| {
+                format!(
+                    "{l}:{}/{}us",
+                    self.prio_runs()[l],
+                    self.prio_waits()[l] / 1000
+                )
+            })
             .collect();
         writeln!(
             w,
