@@ -471,7 +471,13 @@ impl Snapshot {
         let mut s = String::from("SERVICES\n");
         let _ = writeln!(
             s,
-            XX,
+            "{:>4} {:>7} {:<15} {:>5} {:>6} {:>6} {:>5} {:>5} {:>8} {:>7} {:>6} {:>5} {:>5} {:>9} {:>6} {:>6} {:<6} thresholds (q=1..)",
+            "slot",
+            "pid",
+            "comm",
+            "uid",
+            "prio",
+            "desire",
             "allot",
             "used",
             "cpu_s",
