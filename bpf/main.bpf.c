@@ -992,21 +992,22 @@ static __always_inline u64 task_cgroup_id(struct task_struct *p)
 }
 
 /*
- * @p's level; @tctx is its task_ctx if it is a registered worker (svc >= 0).
- * services.priority is daemon-written, clamped all the same.
+ * The level of a task bound to service slot @svc (-1: not a registered
+ * worker) in cgroup @cgid (0: not looked up). services.priority is
+ * daemon-written, clamped all the same. Global subprogram: verified once.
  */
-static __always_inline u32 prio_level(struct task_struct *p, struct task_ctx *tctx)
+__noinline int prio_level_of(int svc, u64 cgid)
 {
-	u32 level = TAILCTL_PRIO_NORMAL;
+	u32 level = TAILCTL_PRIO_NORMAL, key;
 
-	if (tctx && tctx->svc >= 0 && tctx->svc < TAILCTL_MAX_SERVICES) {
-		u32 key = tctx->svc;
-		struct tailctl_service *s = bpf_map_lookup_elem(&services, &key);
+	if (svc >= 0 && svc < TAILCTL_MAX_SERVICES) {
+		struct tailctl_service *s;
 
+		key = svc;
+		s = bpf_map_lookup_elem(&services, &key);
 		if (s && s->pid)
 			level = READ_ONCE(s->priority);
-	} else if (nr_prio_cgroups) {
-		u64 cgid = task_cgroup_id(p);
+	} else if (cgid) {
 		u32 *l = bpf_map_lookup_elem(&prio_cgroups, &cgid);
 
 		if (l)
@@ -1017,6 +1018,15 @@ static __always_inline u32 prio_level(struct task_struct *p, struct task_ctx *tc
 	if (level != TAILCTL_PRIO_NORMAL && !READ_ONCE(prio_seen))
 		WRITE_ONCE(prio_seen, 1);
 	return level;
+}
+
+/* @p's level; @tctx is its task_ctx if it is a registered worker. */
+static __always_inline u32 prio_level(struct task_struct *p, struct task_ctx *tctx)
+{
+	int svc = tctx && tctx->svc >= 0 ? tctx->svc : -1;
+
+	return prio_level_of(svc, svc < 0 && nr_prio_cgroups ? task_cgroup_id(p) : 0) &
+	       (TAILCTL_PRIO_LEVELS - 1);
 }
 
 /* Level @level has a task nobody served yet: start its guard clock (the first one counts). */
@@ -1052,12 +1062,6 @@ static __always_inline bool prio_any_queued(void)
 	if (!prio_active())
 		return scx_bpf_dsq_nr_queued(TAILCTL_SHARED_DSQ) > 0;
 	return prio_top_queued(-1) >= 0;
-}
-
-/* The highest level above @level with a queued task, or -1. */
-static __always_inline s32 prio_higher_queued(u32 level)
-{
-	return prio_top_queued(level);
 }
 
 /* ops.enqueue: remember when @p was queued (only once levels are in use). */
@@ -1103,13 +1107,10 @@ __noinline int prio_preempt_lower(u32 level)
 	return 1;
 }
 
-/* Insert @p into its level's DSQ by vtime (ops.enqueue's last step). */
-static __always_inline void prio_insert(struct task_struct *p, struct task_ctx *tctx, u64 vtime,
-					 u64 enq_flags)
+/* Insert @p into level @level's DSQ by vtime (ops.enqueue's last step). */
+static __always_inline void prio_insert(struct task_struct *p, u32 level, u64 vtime, u64 enq_flags)
 {
-	u32 level = prio_active() || tctx ? prio_level(p, tctx) : TAILCTL_PRIO_NORMAL;
-
-	if (level != TAILCTL_PRIO_NORMAL || prio_active()) {
+	if (prio_active()) {
 		u64 now = bpf_ktime_get_ns();
 
 		prio_stamp_enqueue(p, now);
@@ -1161,6 +1162,8 @@ __noinline int prio_dispatch_levels(s32 cpu)
 	int l, top = -1, starving = -1;
 	u64 now = bpf_ktime_get_ns(), oldest = 0;
 
+	if (!prio_active())
+		return scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0);
 	for (l = TAILCTL_PRIO_LEVELS - 1; l >= 0; l--) {
 		u64 dsq = l == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ : TAILCTL_PRIO_DSQ_BASE + l;
 		u64 since = prio_since[l];
@@ -1208,71 +1211,80 @@ __noinline int prio_dispatch_levels(s32 cpu)
 
 static __always_inline bool prio_dispatch(s32 cpu)
 {
-	if (!prio_active())
-		return scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0);
 	return prio_dispatch_levels(cpu) > 0;
 }
 
-/* ops.running: the CPU's level, level switches, inversions, the run's wait. */
-static __always_inline void prio_running(struct task_struct *p, struct task_ctx *tctx)
+/*
+ * ops.running of a task at @level on @cpu that waited @waited ns since
+ * ops.enqueue (~0: unknown): the CPU's level, level switches, inversions, the
+ * level's longest wait. Global subprogram.
+ */
+__noinline int prio_ran(s32 cpu, u32 level, u32 kthread, u64 waited)
 {
-	u32 cpu = bpf_get_smp_processor_id(), level;
+	u32 key = cpu;
+	struct prio_cpu *pc = bpf_map_lookup_elem(&prio_cpus, &key);
 	struct tailctl_stats *st;
-	struct prio_task *pt;
-	struct prio_cpu *pc;
-	bool guard;
-	u64 now;
+	u32 guard;
 
-	if (!prio_active())
-		return;
-	pc = prio_cpu_of(cpu);
-	if (!pc)
-		return;
-	now = bpf_ktime_get_ns();
-	level = prio_level(p, tctx) & (TAILCTL_PRIO_LEVELS - 1);
+	if (!pc || level >= TAILCTL_PRIO_LEVELS)
+		return 0;
 	guard = pc->guard_pick;
 	pc->guard_pick = 0;
 	pc->guard = guard;
 	pc->level = level;
-	pc->run_at = now;
+	pc->run_at = bpf_ktime_get_ns();
 	st = stats_cpu();
 	if (!st)
-		return;
+		return 0;
 	if (pc->last_level != level) {
-		if (pc->last_level != PRIO_NONE && pc->last_level < TAILCTL_PRIO_LEVELS)
+		if (pc->last_level < TAILCTL_PRIO_LEVELS)
 			st->prio_switches++;
 		pc->last_level = level;
 	}
 	st->prio_runs[level]++;
-	if (!guard && !is_pcpu_kthread(p) && prio_higher_queued(level) >= 0)
+	if (!guard && !kthread && prio_top_queued(level) >= 0)
 		st->prio_inversions++;
-	pt = bpf_task_storage_get(&prio_tasks, p, 0, 0);
-	if (pt && pt->enq_at) {
-		u64 waited = now > pt->enq_at ? now - pt->enq_at : 0;
-
-		pt->enq_at = 0;
-		if (waited > st->prio_max_wait_ns[level])
-			st->prio_max_wait_ns[level] = waited;
-	}
+	if (waited != ~0ULL && waited > st->prio_max_wait_ns[level])
+		st->prio_max_wait_ns[level] = waited;
+	return 0;
 }
 
-/* ops.stopping: a run that ended while a higher level had work is a promptness violation. */
-static __always_inline void prio_stopping(struct task_struct *p)
+static __always_inline void prio_running(struct task_struct *p, struct task_ctx *tctx)
 {
-	struct prio_cpu *pc;
-	struct tailctl_stats *st;
-	u64 now, since, ran;
-	s32 higher;
+	struct prio_task *pt;
+	u64 waited = ~0ULL, now;
 
 	if (!prio_active())
 		return;
-	pc = prio_cpu_of(bpf_get_smp_processor_id());
-	if (!pc || pc->level >= TAILCTL_PRIO_LEVELS)
-		return;
-	higher = pc->guard || is_pcpu_kthread(p) ? -1 : prio_higher_queued(pc->level);
-	if (higher >= 0 && (st = stats_cpu())) {
+	pt = bpf_task_storage_get(&prio_tasks, p, 0, 0);
+	if (pt && pt->enq_at) {
 		now = bpf_ktime_get_ns();
-		since = READ_ONCE(prio_since[higher & (TAILCTL_PRIO_LEVELS - 1)]);
+		waited = now > pt->enq_at ? now - pt->enq_at : 0;
+		pt->enq_at = 0;
+	}
+	prio_ran(bpf_get_smp_processor_id(), prio_level(p, tctx), is_pcpu_kthread(p), waited);
+}
+
+/*
+ * ops.stopping on @cpu: a run that ended while a higher level had work is a
+ * promptness violation (guard runs and per-CPU kthreads excepted). Global
+ * subprogram.
+ */
+__noinline int prio_stopped(s32 cpu, u32 kthread)
+{
+	u32 key = cpu;
+	struct prio_cpu *pc = bpf_map_lookup_elem(&prio_cpus, &key);
+	struct tailctl_stats *st;
+	u64 now, since, ran;
+	int higher;
+
+	if (!pc || pc->level >= TAILCTL_PRIO_LEVELS)
+		return 0;
+	higher = pc->guard || kthread ? -1 : prio_top_queued(pc->level);
+	st = stats_cpu();
+	if (higher >= 0 && higher < TAILCTL_PRIO_LEVELS && st) {
+		now = bpf_ktime_get_ns();
+		since = READ_ONCE(prio_since[higher]);
 		ran = now > pc->run_at ? now - pc->run_at : 0;
 		if (since && now > since && now - since < ran)
 			ran = now - since;
@@ -1281,6 +1293,13 @@ static __always_inline void prio_stopping(struct task_struct *p)
 	}
 	pc->level = PRIO_NONE;
 	pc->guard = 0;
+	return 0;
+}
+
+static __always_inline void prio_stopping(struct task_struct *p)
+{
+	if (prio_active())
+		prio_stopped(bpf_get_smp_processor_id(), is_pcpu_kthread(p));
 }
 
 /* ops.init: no CPU runs anything of ours yet. */
@@ -1675,7 +1694,7 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
 static __always_inline void job_release_waiters(u32 svc, u64 now)
 {
 	struct task_struct *p;
-	u64 dsq = TAILCTL_JOB_DSQ_BASE + svc;
+	u64 dsq = TAILCTL_JOB_DSQ_BASE + svc, rdsq;
 	u32 allot;
 
 	if (svc >= TAILCTL_MAX_SERVICES || !scx_bpf_dsq_nr_queued(dsq))
@@ -1683,6 +1702,8 @@ static __always_inline void job_release_waiters(u32 svc, u64 now)
 	if (__sync_val_compare_and_swap(&job_releasing[svc], 0, 1) != 0)
 		return;
 	allot = job_allot(svc);
+	/* Released waiters go to their service's priority level (issue 13). */
+	rdsq = prio_release_dsq(svc);
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct task_ctx *tctx = task_ctx(p);
 		struct tailctl_job_acct *j = NULL;
@@ -1719,7 +1740,7 @@ static __always_inline void job_release_waiters(u32 svc, u64 now)
 		}
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
-		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, prio_release_dsq(svc), 0)) {
+		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, rdsq, 0)) {
 			/* Dequeued under us: it comes back through enqueue. */
 			if (tctx) {
 				tctx->job_overdue = false;
@@ -1968,6 +1989,7 @@ s32 BPF_STRUCT_OPS(tailctl_select_cpu, struct task_struct *p, s32 prev_cpu, u64 
 void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct task_ctx *tctx;
+	u32 level;
 	s32 cpu;
 
 	STAT_INC(enqueues);
@@ -2017,7 +2039,8 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	}
 
 	/* Into its priority level's queue (normal: the shared one). */
-	prio_insert(p, tctx, task_vtime(p), enq_flags);
+	level = prio_active() || tctx ? prio_level(p, tctx) : TAILCTL_PRIO_NORMAL;
+	prio_insert(p, level, task_vtime(p), enq_flags);
 	STAT_INC(shared_enqueues);
 
 	/* Work-conserving: wake an idle CPU that may run this task. */
@@ -2030,7 +2053,7 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 		job_reclaim(p);
 		/* ... and preempt a CPU running a lower level (promptness). */
 		if (prio_active())
-			prio_preempt_lower(prio_level(p, tctx));
+			prio_preempt_lower(level);
 	}
 }
 
@@ -2064,13 +2087,15 @@ static u32 releasing[TAILCTL_MAX_SERVICES];
 static __always_inline void release_waiters(u32 svc, u64 now)
 {
 	struct task_struct *p;
-	u64 dsq = TAILCTL_THROTTLE_DSQ_BASE + svc;
+	u64 dsq = TAILCTL_THROTTLE_DSQ_BASE + svc, rdsq;
 
 	if (svc >= TAILCTL_MAX_SERVICES || !scx_bpf_dsq_nr_queued(dsq))
 		return;
 	/* One CPU at a time: two releasing the same waiter would race on its token and wait count. */
 	if (__sync_val_compare_and_swap(&releasing[svc], 0, 1) != 0)
 		return;
+	/* Released waiters go to their service's priority level (issue 13). */
+	rdsq = prio_release_dsq(svc);
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct tailctl_request_acct *a = NULL;
 		struct task_ctx *tctx = task_ctx(p);
@@ -2103,13 +2128,14 @@ static __always_inline void release_waiters(u32 svc, u64 now)
 		 */
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
-		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, prio_release_dsq(svc), 0)) {
+		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, rdsq, 0)) {
 			/* Dequeued under us: it comes back through enqueue, which sorts it out. */
 			if (tctx)
 				tctx->overdue = false;
 			continue;
 		}
-		if (capped && !overdue) {
+		/* (a and tctx are non-NULL when capped; said again for the verifier.) */
+		if (capped && !overdue && a && tctx) {
 			claim_token(tctx, a);
 			/* It already ran and went to sleep: a sleeper must not sit on the token. */
 			if (!(p->scx.flags & SCX_TASK_QUEUED))
