@@ -902,7 +902,12 @@ static __always_inline void charge_vtime(struct task_struct *p)
  *    it at one starved level; the wait-bound timer and the job/throttle
  *    bounds are unchanged (their waiters are released into their level).
  *  - Allotment composes: a job's tokens still cap its threads (job_enqueue
- *    runs before the level insert); released waiters go to their level.
+ *    runs before the level insert). NOT YET: released throttle/job waiters
+ *    still go to the normal level's queue (TAILCTL_SHARED_DSQ): moving them
+ *    to prio_svc_level()'s queue inside the release iterators pushed
+ *    ops.dispatch over the verifier's 1M-instruction limit (it is at ~60 s
+ *    of verification under TCG already); to be done by releasing outside
+ *    the 16-service loop.
  *  - Cost for unregistered tasks: while no level but normal was ever used
  *    (prio_seen) and no --priority-cgroup is set, one global read. With
  *    --priority-cgroup: the task's cgroup v2 id (four loads) and one hash
@@ -1143,11 +1148,6 @@ __noinline int prio_svc_level(u32 svc)
 		prio_note_waiting(level, bpf_ktime_get_ns());
 	}
 	return level;
-}
-
-static __always_inline u64 prio_release_dsq(u32 svc)
-{
-	return prio_dsq(prio_svc_level(svc));
 }
 
 /*
@@ -1694,7 +1694,7 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
 static __always_inline void job_release_waiters(u32 svc, u64 now)
 {
 	struct task_struct *p;
-	u64 dsq = TAILCTL_JOB_DSQ_BASE + svc, rdsq;
+	u64 dsq = TAILCTL_JOB_DSQ_BASE + svc;
 	u32 allot;
 
 	if (svc >= TAILCTL_MAX_SERVICES || !scx_bpf_dsq_nr_queued(dsq))
@@ -1702,8 +1702,6 @@ static __always_inline void job_release_waiters(u32 svc, u64 now)
 	if (__sync_val_compare_and_swap(&job_releasing[svc], 0, 1) != 0)
 		return;
 	allot = job_allot(svc);
-	/* Released waiters go to their service's priority level (issue 13). */
-	rdsq = prio_release_dsq(svc);
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct task_ctx *tctx = task_ctx(p);
 		struct tailctl_job_acct *j = NULL;
@@ -1740,7 +1738,7 @@ static __always_inline void job_release_waiters(u32 svc, u64 now)
 		}
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
-		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, rdsq, 0)) {
+		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, TAILCTL_SHARED_DSQ, 0)) {
 			/* Dequeued under us: it comes back through enqueue. */
 			if (tctx) {
 				tctx->job_overdue = false;
@@ -2087,15 +2085,13 @@ static u32 releasing[TAILCTL_MAX_SERVICES];
 static __always_inline void release_waiters(u32 svc, u64 now)
 {
 	struct task_struct *p;
-	u64 dsq = TAILCTL_THROTTLE_DSQ_BASE + svc, rdsq;
+	u64 dsq = TAILCTL_THROTTLE_DSQ_BASE + svc;
 
 	if (svc >= TAILCTL_MAX_SERVICES || !scx_bpf_dsq_nr_queued(dsq))
 		return;
 	/* One CPU at a time: two releasing the same waiter would race on its token and wait count. */
 	if (__sync_val_compare_and_swap(&releasing[svc], 0, 1) != 0)
 		return;
-	/* Released waiters go to their service's priority level (issue 13). */
-	rdsq = prio_release_dsq(svc);
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct tailctl_request_acct *a = NULL;
 		struct task_ctx *tctx = task_ctx(p);
@@ -2128,14 +2124,13 @@ static __always_inline void release_waiters(u32 svc, u64 now)
 		 */
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
-		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, rdsq, 0)) {
+		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, TAILCTL_SHARED_DSQ, 0)) {
 			/* Dequeued under us: it comes back through enqueue, which sorts it out. */
 			if (tctx)
 				tctx->overdue = false;
 			continue;
 		}
-		/* (a and tctx are non-NULL when capped; said again for the verifier.) */
-		if (capped && !overdue && a && tctx) {
+		if (capped && !overdue) {
 			claim_token(tctx, a);
 			/* It already ran and went to sleep: a sleeper must not sit on the token. */
 			if (!(p->scx.flags & SCX_TASK_QUEUED))
