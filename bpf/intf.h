@@ -31,6 +31,15 @@ enum tailctl_consts {
 	TAILCTL_THROTTLE_DSQ_BASE = 1,
 	/* Service s's job wait queue (threads over the job's allotment) is DSQ TAILCTL_JOB_DSQ_BASE + s. */
 	TAILCTL_JOB_DSQ_BASE = 1 + 16,
+	/*
+	 * Priority levels (issue 13): 0..TAILCTL_PRIO_LEVELS-1, higher is more
+	 * urgent. TAILCTL_PRIO_NORMAL is the level of every unregistered task
+	 * and of a service that asks for none; its queue is TAILCTL_SHARED_DSQ,
+	 * level l's otherwise TAILCTL_PRIO_DSQ_BASE + l.
+	 */
+	TAILCTL_PRIO_LEVELS = 8,
+	TAILCTL_PRIO_NORMAL = 3,
+	TAILCTL_PRIO_DSQ_BASE = 1 + 16 + 16,
 	/* Buckets of the allotment latency histogram (tailctl_stats.allot_lat_hist). */
 	TAILCTL_ALLOT_LAT_BUCKETS = 8,
 	/* Slots of a service's region (must match tailctl-rt's shared_state.rs). */
@@ -166,6 +175,9 @@ struct tailctl_service {
 	u32 reserved_allot;
 	u64 allot_seq;
 	u64 allot_at_ns;
+	/* Priority level (issue 13), 0..TAILCTL_PRIO_LEVELS-1; written at registration only. */
+	u32 priority;
+	u32 reserved_prio;
 };
 
 /*
@@ -330,6 +342,28 @@ struct tailctl_stats {
 	u64 allot_preemptions;
 	/* Longest wait in a job queue, ns (a maximum). */
 	u64 allot_max_wait_ns;
+	/*
+	 * Priority levels (issue 13). Runs that started at a different level
+	 * than this CPU's previous run (level switches); dispatches the
+	 * starvation guard made from a lower level while a higher one had work.
+	 */
+	u64 prio_switches;
+	u64 prio_guard_dispatches;
+	/*
+	 * Runs (ops.running) of a task while a higher level's queue had a task,
+	 * guard dispatches and per-CPU kthreads excepted: what promptness rules
+	 * out, left only to races. And promptness violations: runs that ended
+	 * (ops.stopping) while a higher level had work waiting, with the time
+	 * they ran after that work arrived (guard runs excepted).
+	 */
+	u64 prio_inversions;
+	u64 prio_violations;
+	u64 prio_violation_ns;
+	/* CPUs running a lower level preempted because a higher-level task was queued and no CPU was idle. */
+	u64 prio_preempt_kicks;
+	/* Runs per level, and the longest wait per level from ops.enqueue to ops.running, ns (maxima). */
+	u64 prio_runs[TAILCTL_PRIO_LEVELS];
+	u64 prio_max_wait_ns[TAILCTL_PRIO_LEVELS];
 };
 
 #endif /* __TAILCTL_INTF_H */

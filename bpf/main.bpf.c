@@ -872,6 +872,455 @@ static __always_inline void charge_vtime(struct task_struct *p)
 	p->scx.dsq_vtime += used * TAILCTL_WEIGHT_NICE0 / weight;
 }
 
+/* ---- priority levels (issue 13) ----------------------------------------- */
+
+/*
+ * Every task has a level, 0..TAILCTL_PRIO_LEVELS-1, higher more urgent:
+ * a registered worker its service's (services.priority, written by the
+ * daemon at registration, which refuses non-root services above
+ * --max-user-priority), a task in a cgroup given one with --priority-cgroup
+ * that cgroup's, every other task TAILCTL_PRIO_NORMAL. Each level has its own
+ * vtime-ordered DSQ (normal's is TAILCTL_SHARED_DSQ, so nothing changes
+ * while no level but normal is in use); ops.enqueue and the releases of
+ * throttle and job waiters insert a task into its level's DSQ.
+ *
+ *  - Prompt: ops.dispatch serves the highest non-empty level first; a task
+ *    queued at a level above what some CPU runs, with no idle CPU, preempts
+ *    the CPU running the lowest level (SCX_KICK_PREEMPT), so a higher-level
+ *    thread waits for at most the kick's round trip, not a slice.
+ *  - Starvation guard: prio_since[l] is when level l last had work nobody
+ *    served (set when a task is queued into an unserved level, moved forward
+ *    each time the level is served, cleared when it is found empty). A lower
+ *    level whose prio_since is older than --priority-guard-ms gets one
+ *    dispatch (one CPU wins it by compare-and-swap, counted as
+ *    prio_guard_dispatches) and is not preempted by the kick above. Bound:
+ *    every non-empty level is served at least once per guard + one slice
+ *    (a busy CPU runs ops.dispatch at least once a slice), so a task with k
+ *    tasks ahead of it in its level's vtime order runs within
+ *    (k + 1) * (guard + slice): with the defaults (100 ms, 5 ms) that is
+ *    below the 30 s watchdog for up to 284 runnable tasks queued ahead of
+ *    it at one starved level; the wait-bound timer and the job/throttle
+ *    bounds are unchanged (their waiters are released into their level).
+ *  - Allotment composes: a job's tokens still cap its threads (job_enqueue
+ *    runs before the level insert). NOT YET: released throttle/job waiters
+ *    still go to the normal level's queue (TAILCTL_SHARED_DSQ): moving them
+ *    to prio_svc_level()'s queue inside the release iterators pushed
+ *    ops.dispatch over the verifier's 1M-instruction limit (it is at ~60 s
+ *    of verification under TCG already); to be done by releasing outside
+ *    the 16-service loop.
+ *  - Cost for unregistered tasks: while no level but normal was ever used
+ *    (prio_seen) and no --priority-cgroup is set, one global read. With
+ *    --priority-cgroup: the task's cgroup v2 id (four loads) and one hash
+ *    lookup per enqueue; it is read at every enqueue instead of cached, so a
+ *    cgroup move needs no hook (ops.cgroup_move exists only with
+ *    CONFIG_EXT_GROUP_SCHED). The cgroup is matched exactly, not its
+ *    descendants. Once a level other than normal is in use, every task gets
+ *    a small task-storage entry for its enqueue time (the wait figures).
+ *  - Measured (tailctl_stats.prio_*): level switches, guard dispatches,
+ *    inversions (a run that started while a higher level had work, guard
+ *    and per-CPU kthreads excepted: what promptness rules out), violations
+ *    (a run that ended while a higher level had work, with the time it ran
+ *    after that work was first waiting), preemption kicks, runs and the
+ *    longest enqueue-to-running wait per level.
+ */
+
+/* Number of --priority-cgroup entries (set by user space before load). */
+const volatile u32 nr_prio_cgroups;
+/* A lower level waiting longer than this gets one dispatch. */
+const volatile u64 prio_guard_ns = 100000000ULL;
+
+/* cgroup v2 id (the directory's inode) -> level, written by user space before attach. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, u64);
+	__type(value, u32);
+} prio_cgroups SEC(".maps");
+
+/* Set (for good) once a task at a level other than normal was seen. */
+static u32 prio_seen;
+/* Per level: since when it has had work no CPU served (0: none or served). */
+static u64 prio_since[TAILCTL_PRIO_LEVELS];
+
+/* Per-task: when it was last queued (0: not through ops.enqueue). */
+struct prio_task {
+	u64 enq_at;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct prio_task);
+} prio_tasks SEC(".maps");
+
+/* What each CPU runs: its level (PRIO_NONE: nothing of ours), from when, whether a guard pick. */
+#define PRIO_NONE 0xff
+struct prio_cpu {
+	u32 level;
+	u32 guard;
+	/* Set by ops.dispatch for the task it moves: the next run is a guard run. */
+	u32 guard_pick;
+	u32 last_level;
+	u64 run_at;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_CPUS);
+	__type(key, u32);
+	__type(value, struct prio_cpu);
+} prio_cpus SEC(".maps");
+
+static __always_inline struct prio_cpu *prio_cpu_of(s32 cpu)
+{
+	u32 key = cpu;
+
+	return bpf_map_lookup_elem(&prio_cpus, &key);
+}
+
+static __always_inline u64 prio_dsq(u32 level)
+{
+	level &= TAILCTL_PRIO_LEVELS - 1;
+	return level == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ : TAILCTL_PRIO_DSQ_BASE + level;
+}
+
+static __always_inline bool prio_active(void)
+{
+	return nr_prio_cgroups || READ_ONCE(prio_seen);
+}
+
+/* @p's cgroup v2 id (its kernfs node id, what stat() shows as the directory's inode). */
+static __always_inline u64 task_cgroup_id(struct task_struct *p)
+{
+	return BPF_CORE_READ(p, cgroups, dfl_cgrp, kn, id);
+}
+
+/*
+ * The level of a task bound to service slot @svc (-1: not a registered
+ * worker) in cgroup @cgid (0: not looked up). services.priority is
+ * daemon-written, clamped all the same. Global subprogram: verified once.
+ */
+__noinline int prio_level_of(int svc, u64 cgid)
+{
+	u32 level = TAILCTL_PRIO_NORMAL, key;
+
+	if (svc >= 0 && svc < TAILCTL_MAX_SERVICES) {
+		struct tailctl_service *s;
+
+		key = svc;
+		s = bpf_map_lookup_elem(&services, &key);
+		if (s && s->pid)
+			level = READ_ONCE(s->priority);
+	} else if (cgid) {
+		u32 *l = bpf_map_lookup_elem(&prio_cgroups, &cgid);
+
+		if (l)
+			level = *l;
+	}
+	if (level >= TAILCTL_PRIO_LEVELS)
+		level = TAILCTL_PRIO_NORMAL;
+	if (level != TAILCTL_PRIO_NORMAL && !READ_ONCE(prio_seen))
+		WRITE_ONCE(prio_seen, 1);
+	return level;
+}
+
+/* @p's level; @tctx is its task_ctx if it is a registered worker. */
+static __always_inline u32 prio_level(struct task_struct *p, struct task_ctx *tctx)
+{
+	int svc = tctx && tctx->svc >= 0 ? tctx->svc : -1;
+
+	return prio_level_of(svc, svc < 0 && nr_prio_cgroups ? task_cgroup_id(p) : 0) &
+	       (TAILCTL_PRIO_LEVELS - 1);
+}
+
+/* Level @level has a task nobody served yet: start its guard clock (the first one counts). */
+static __always_inline void prio_note_waiting(u32 level, u64 now)
+{
+	level &= TAILCTL_PRIO_LEVELS - 1;
+	if (!READ_ONCE(prio_since[level]))
+		__sync_val_compare_and_swap(&prio_since[level], 0, now);
+}
+
+/*
+ * The highest level above @above (-1: any) with a queued task, or -1. A
+ * global subprogram (verified once, not at every call site): it is called
+ * from enqueue, dispatch, running, stopping, tick.
+ */
+__noinline int prio_top_queued(int above)
+{
+	int l;
+
+	for (l = TAILCTL_PRIO_LEVELS - 1; l >= 0; l--) {
+		if (l <= above)
+			break;
+		if (scx_bpf_dsq_nr_queued(l == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ
+								    : TAILCTL_PRIO_DSQ_BASE + l))
+			return l;
+	}
+	return -1;
+}
+
+/* Any task queued at any level (what "the shared queue is empty" means with levels). */
+static __always_inline bool prio_any_queued(void)
+{
+	if (!prio_active())
+		return scx_bpf_dsq_nr_queued(TAILCTL_SHARED_DSQ) > 0;
+	return prio_top_queued(-1) >= 0;
+}
+
+/* ops.enqueue: remember when @p was queued (only once levels are in use). */
+static __always_inline void prio_stamp_enqueue(struct task_struct *p, u64 now)
+{
+	struct prio_task *pt;
+
+	if (!prio_active())
+		return;
+	pt = bpf_task_storage_get(&prio_tasks, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (pt)
+		pt->enq_at = now;
+}
+
+/*
+ * A task at @level was queued and no CPU is idle: preempt the CPU running
+ * the lowest level below it (guard runs are left alone). The kicked CPU's
+ * ops.dispatch serves the highest level it may run, so a task it may not
+ * run costs that CPU one dispatch, not a wrong choice. Global subprogram.
+ */
+__noinline int prio_preempt_lower(u32 level)
+{
+	u32 n = scx_bpf_nr_cpu_ids(), cpu, best_level = level;
+	s32 best = -1;
+
+	if (!level || level >= TAILCTL_PRIO_LEVELS)
+		return 0;
+	if (n > MAX_CPUS)
+		n = MAX_CPUS;
+	bpf_for(cpu, 0, n) {
+		u32 key = cpu;
+		struct prio_cpu *pc = bpf_map_lookup_elem(&prio_cpus, &key);
+
+		if (!pc || pc->guard || pc->level >= best_level)
+			continue;
+		best = cpu;
+		best_level = pc->level;
+	}
+	if (best < 0)
+		return 0;
+	scx_bpf_kick_cpu(best, SCX_KICK_PREEMPT);
+	STAT_INC(prio_preempt_kicks);
+	return 1;
+}
+
+/* Insert @p into level @level's DSQ by vtime (ops.enqueue's last step). */
+static __always_inline void prio_insert(struct task_struct *p, u32 level, u64 vtime, u64 enq_flags)
+{
+	if (prio_active()) {
+		u64 now = bpf_ktime_get_ns();
+
+		prio_stamp_enqueue(p, now);
+		prio_note_waiting(level, now);
+	}
+	scx_bpf_dsq_insert_vtime(p, prio_dsq(level), slice_ns, vtime, enq_flags);
+}
+
+/*
+ * The DSQ a released throttle or job waiter of service slot @svc goes to: its
+ * service's level (a waiter whose binding went meanwhile runs this once at
+ * it). Global subprogram: called inside the release iterators.
+ */
+__noinline int prio_svc_level(u32 svc)
+{
+	struct tailctl_service *s;
+	u32 level;
+
+	if (svc >= TAILCTL_MAX_SERVICES)
+		return TAILCTL_PRIO_NORMAL;
+	s = bpf_map_lookup_elem(&services, &svc);
+	if (!s || !s->pid)
+		return TAILCTL_PRIO_NORMAL;
+	level = READ_ONCE(s->priority);
+	if (level >= TAILCTL_PRIO_LEVELS)
+		return TAILCTL_PRIO_NORMAL;
+	if (level != TAILCTL_PRIO_NORMAL) {
+		if (!READ_ONCE(prio_seen))
+			WRITE_ONCE(prio_seen, 1);
+		prio_note_waiting(level, bpf_ktime_get_ns());
+	}
+	return level;
+}
+
+/*
+ * ops.dispatch: a starving lower level first (one dispatch per guard
+ * period), else the highest level with a task this CPU may run. Returns 1
+ * if a task was moved to this CPU. Global subprogram (verified once).
+ */
+__noinline int prio_dispatch_levels(s32 cpu)
+{
+	u32 key = cpu;
+	struct prio_cpu *pc = bpf_map_lookup_elem(&prio_cpus, &key);
+	int l, top = -1, starving = -1;
+	u64 now = bpf_ktime_get_ns(), oldest = 0;
+
+	if (!prio_active())
+		return scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0);
+	for (l = TAILCTL_PRIO_LEVELS - 1; l >= 0; l--) {
+		u64 dsq = l == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ : TAILCTL_PRIO_DSQ_BASE + l;
+		u64 since = prio_since[l];
+
+		if (!scx_bpf_dsq_nr_queued(dsq)) {
+			if (since)
+				prio_since[l] = 0;
+			continue;
+		}
+		if (top < 0) {
+			top = l;
+			continue;
+		}
+		if (since && now > since && now - since > prio_guard_ns && (!oldest || since < oldest)) {
+			oldest = since;
+			starving = l;
+		}
+	}
+	if (top < 0)
+		return 0;
+	/* One CPU wins the starving level's turn; the clock restarts with it. */
+	if (starving >= 0 && starving < TAILCTL_PRIO_LEVELS &&
+	    __sync_val_compare_and_swap(&prio_since[starving], oldest, now) == oldest &&
+	    scx_bpf_dsq_move_to_local(starving == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ
+								  : TAILCTL_PRIO_DSQ_BASE + starving,
+				      0)) {
+		if (pc)
+			pc->guard_pick = 1;
+		STAT_INC(prio_guard_dispatches);
+		return 1;
+	}
+	for (l = TAILCTL_PRIO_LEVELS - 1; l >= 0; l--) {
+		u64 dsq = l == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ : TAILCTL_PRIO_DSQ_BASE + l;
+
+		if (l > top)
+			continue;
+		if (scx_bpf_dsq_move_to_local(dsq, 0)) {
+			/* Served: the level's guard clock restarts (or stops, if it is empty now). */
+			prio_since[l] = scx_bpf_dsq_nr_queued(dsq) ? now : 0;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static __always_inline bool prio_dispatch(s32 cpu)
+{
+	return prio_dispatch_levels(cpu) > 0;
+}
+
+/*
+ * ops.running of a task at @level on @cpu that waited @waited ns since
+ * ops.enqueue (~0: unknown): the CPU's level, level switches, inversions, the
+ * level's longest wait. Global subprogram.
+ */
+__noinline int prio_ran(s32 cpu, u32 level, u32 kthread, u64 waited)
+{
+	u32 key = cpu;
+	struct prio_cpu *pc = bpf_map_lookup_elem(&prio_cpus, &key);
+	struct tailctl_stats *st;
+	u32 guard;
+
+	if (!pc || level >= TAILCTL_PRIO_LEVELS)
+		return 0;
+	guard = pc->guard_pick;
+	pc->guard_pick = 0;
+	pc->guard = guard;
+	pc->level = level;
+	pc->run_at = bpf_ktime_get_ns();
+	st = stats_cpu();
+	if (!st)
+		return 0;
+	if (pc->last_level != level) {
+		if (pc->last_level < TAILCTL_PRIO_LEVELS)
+			st->prio_switches++;
+		pc->last_level = level;
+	}
+	st->prio_runs[level]++;
+	if (!guard && !kthread && prio_top_queued(level) >= 0)
+		st->prio_inversions++;
+	if (waited != ~0ULL && waited > st->prio_max_wait_ns[level])
+		st->prio_max_wait_ns[level] = waited;
+	return 0;
+}
+
+static __always_inline void prio_running(struct task_struct *p, struct task_ctx *tctx)
+{
+	struct prio_task *pt;
+	u64 waited = ~0ULL, now;
+
+	if (!prio_active())
+		return;
+	pt = bpf_task_storage_get(&prio_tasks, p, 0, 0);
+	if (pt && pt->enq_at) {
+		now = bpf_ktime_get_ns();
+		waited = now > pt->enq_at ? now - pt->enq_at : 0;
+		pt->enq_at = 0;
+	}
+	prio_ran(bpf_get_smp_processor_id(), prio_level(p, tctx), is_pcpu_kthread(p), waited);
+}
+
+/*
+ * ops.stopping on @cpu: a run that ended while a higher level had work is a
+ * promptness violation (guard runs and per-CPU kthreads excepted). Global
+ * subprogram.
+ */
+__noinline int prio_stopped(s32 cpu, u32 kthread)
+{
+	u32 key = cpu;
+	struct prio_cpu *pc = bpf_map_lookup_elem(&prio_cpus, &key);
+	struct tailctl_stats *st;
+	u64 now, since, ran;
+	int higher;
+
+	if (!pc || pc->level >= TAILCTL_PRIO_LEVELS)
+		return 0;
+	higher = pc->guard || kthread ? -1 : prio_top_queued(pc->level);
+	st = stats_cpu();
+	if (higher >= 0 && higher < TAILCTL_PRIO_LEVELS && st) {
+		now = bpf_ktime_get_ns();
+		since = READ_ONCE(prio_since[higher]);
+		ran = now > pc->run_at ? now - pc->run_at : 0;
+		if (since && now > since && now - since < ran)
+			ran = now - since;
+		st->prio_violations++;
+		st->prio_violation_ns += ran;
+	}
+	pc->level = PRIO_NONE;
+	pc->guard = 0;
+	return 0;
+}
+
+static __always_inline void prio_stopping(struct task_struct *p)
+{
+	if (prio_active())
+		prio_stopped(bpf_get_smp_processor_id(), is_pcpu_kthread(p));
+}
+
+/* ops.init: no CPU runs anything of ours yet. */
+static __always_inline void prio_init_cpus(void)
+{
+	u32 cpu, n = scx_bpf_nr_cpu_ids();
+
+	if (n > MAX_CPUS)
+		n = MAX_CPUS;
+	bpf_for(cpu, 0, n) {
+		struct prio_cpu *pc = prio_cpu_of(cpu);
+
+		if (pc) {
+			pc->level = PRIO_NONE;
+			pc->last_level = PRIO_NONE;
+		}
+	}
+}
+
+/* ---- end of priority levels ---------------------------------------------- */
+
 /* ---- per-job core allotments (issue 12) --------------------------------- */
 
 /*
@@ -1217,7 +1666,7 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
 	 * Its CPU would go idle otherwise (nothing in the shared queue) and the
 	 * job has no free token a waiter could take: keep running here, lent.
 	 */
-	if ((enq_flags & SCX_ENQ_LAST) && !scx_bpf_dsq_nr_queued(TAILCTL_SHARED_DSQ) &&
+	if ((enq_flags & SCX_ENQ_LAST) && !prio_any_queued() &&
 	    READ_ONCE(j->holders) >= allot) {
 		tctx->job_lent = true;
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
@@ -1421,7 +1870,7 @@ static __always_inline void job_tick(struct task_struct *p, struct task_ctx *tct
 			dec_u32(&j->borrowing);
 			__sync_fetch_and_add(&j->running, 1);
 			set_job_cpu(tctx->svc + 1, 0);
-		} else if (scx_bpf_dsq_nr_queued(TAILCTL_SHARED_DSQ)) {
+		} else if (prio_any_queued()) {
 			__sync_fetch_and_add(&j->reclaims, 1);
 			STAT_INC(allot_reclaims);
 			job_preempt(p, tctx);
@@ -1544,6 +1993,7 @@ s32 BPF_STRUCT_OPS(tailctl_select_cpu, struct task_struct *p, s32 prev_cpu, u64 
 void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct task_ctx *tctx;
+	u32 level;
 	s32 cpu;
 
 	STAT_INC(enqueues);
@@ -1592,7 +2042,9 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 		return;
 	}
 
-	scx_bpf_dsq_insert_vtime(p, TAILCTL_SHARED_DSQ, slice_ns, task_vtime(p), enq_flags);
+	/* Into its priority level's queue (normal: the shared one). */
+	level = prio_active() || tctx ? prio_level(p, tctx) : TAILCTL_PRIO_NORMAL;
+	prio_insert(p, level, task_vtime(p), enq_flags);
 	STAT_INC(shared_enqueues);
 
 	/* Work-conserving: wake an idle CPU that may run this task. */
@@ -1603,6 +2055,9 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	} else {
 		/* No idle CPU: take back one lent to a job over its allotment. */
 		job_reclaim(p);
+		/* ... and preempt a CPU running a lower level (promptness). */
+		if (prio_active())
+			prio_preempt_lower(level);
 	}
 }
 
@@ -1714,7 +2169,8 @@ void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 		job_release_waiters(svc, now);
 	}
 
-	if (scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0)) {
+	/* The highest level first, a starving lower level once per guard period. */
+	if (prio_dispatch(cpu)) {
 		STAT_INC(shared_dispatches);
 		return;
 	}
@@ -1760,6 +2216,7 @@ void BPF_STRUCT_OPS(tailctl_running, struct task_struct *p)
 		vtime_now = p->scx.dsq_vtime;
 
 	tctx = resolve_task(p);
+	prio_running(p, tctx);
 	if (!tctx)
 		return;
 	r = service_region(tctx->svc);
@@ -1806,6 +2263,7 @@ void BPF_STRUCT_OPS(tailctl_stopping, struct task_struct *p, bool runnable)
 	struct task_ctx *tctx;
 
 	charge_vtime(p);
+	prio_stopping(p);
 
 	tctx = task_ctx(p);
 	if (!tctx || tctx->svc < 0)
@@ -2007,6 +2465,14 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(tailctl_init)
 	ret = scx_bpf_create_dsq(TAILCTL_SHARED_DSQ, -1);
 	if (ret)
 		return ret;
+	bpf_for(svc, 0, TAILCTL_PRIO_LEVELS) {
+		if (svc == TAILCTL_PRIO_NORMAL)
+			continue;
+		ret = scx_bpf_create_dsq(TAILCTL_PRIO_DSQ_BASE + svc, -1);
+		if (ret)
+			return ret;
+	}
+	prio_init_cpus();
 	bpf_for(svc, 0, TAILCTL_MAX_SERVICES) {
 		ret = scx_bpf_create_dsq(TAILCTL_THROTTLE_DSQ_BASE + svc, -1);
 		if (ret)

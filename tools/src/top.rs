@@ -223,6 +223,7 @@ impl App {
                     s.slot.to_string(),
                     s.pid.to_string(),
                     s.comm.clone(),
+                    s.priority_label(),
                     s.desire.to_string(),
                     s.allot_label(),
                     s.job.as_ref().map_or("-".into(), |j| j.used_label()),
@@ -242,13 +243,14 @@ impl App {
         f.render_widget(
             Table::new(
                 svc_rows,
-                [3, 8, 16, 6, 6, 5, 6, 7, 5, 6, 8, 10, 5, 10].map(Constraint::Length),
+                [3, 8, 16, 6, 6, 6, 5, 6, 7, 5, 6, 8, 10, 5, 10].map(Constraint::Length),
             )
             .header(
                 Row::new([
                     "svc",
                     "pid",
                     "comm",
+                    "prio",
                     "desire",
                     "allot",
                     "used",
@@ -264,7 +266,7 @@ impl App {
                 .style(bold),
             )
             .block(Block::default().borders(Borders::TOP).title(format!(
-                " services ({}) — desire, allotment, threads on CPUs now (+borrowed), cores used; desire inputs: busy workers, stealable tasks ",
+                " services ({}) — priority level (3 normal), desire, allotment, threads on CPUs now (+borrowed), cores used; desire inputs: busy workers, stealable tasks ",
                 self.snap.services.len()
             ))),
             svcs,

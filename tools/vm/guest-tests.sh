@@ -13,7 +13,7 @@ ktest=$(dirname "$bin")/tailctl-ktest
 wl=$(dirname "$bin")
 all_tests=(load stress service serialize account isolation fault nosyscall experiment maps top
            pinned greedy leaks races waitbound slotreuse tidreuse bindleak regversion regdos pidns fuzz
-           allotequi allotexit allotstarve)
+           allotequi allotexit allotstarve prioprompt priostarve priouser priocgroup)
 tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=("${all_tests[@]}")
 # --list: print the default tests (tools/test.sh resumes from them).
 if [ "${tests[0]}" = --list ]; then echo "${all_tests[*]}"; exit 0; fi
@@ -374,6 +374,11 @@ iso_tests="$(dirname "$(readlink -f "$0")")/guest-tests-isolation.sh"
 allot_tests="$(dirname "$(readlink -f "$0")")/guest-tests-allot.sh"
 # shellcheck source=/dev/null
 [ -f "$allot_tests" ] && . "$allot_tests"
+
+# Priority-level tests (issue 13: per-level queues, the guard, who may use which level).
+prio_tests="$(dirname "$(readlink -f "$0")")/guest-tests-prio.sh"
+# shellcheck source=/dev/null
+[ -f "$prio_tests" ] && . "$prio_tests"
 
 [ -e /sys/kernel/sched_ext/state ] || { echo "FAIL setup: kernel $kver has no sched_ext"; echo "guest: 0 passed, 1 failed"; exit 1; }
 log "$(nproc) CPUs; running: ${tests[*]}"

@@ -108,6 +108,25 @@ struct Opts {
     #[arg(long, default_value = "10ms", value_parser = parse_duration)]
     quantum: Duration,
 
+    /// Highest priority level (0..=7, normal 3) a non-root user's service may
+    /// register at. Levels above normal are served before every other task on
+    /// the machine, so by default only root may use them.
+    #[arg(long, default_value_t = tailctl_rt::kernel::protocol::PRIORITY_NORMAL,
+          value_parser = clap::value_parser!(u8).range(0..=7))]
+    max_user_priority: u8,
+
+    /// Give the tasks of a cgroup v2 (unmodified processes) a priority level:
+    /// PATH=LEVEL, e.g. /sys/fs/cgroup/batch=1. Repeatable. The cgroup itself,
+    /// not its descendants.
+    #[arg(long, value_name = "PATH=LEVEL", value_parser = parse_priority_cgroup)]
+    priority_cgroup: Vec<(std::path::PathBuf, u8)>,
+
+    /// Starvation guard: a lower priority level (normal included) that has
+    /// had work waiting this long gets one dispatch, so no level nears the
+    /// watchdog (see the README's priority section for the bound).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=5_000))]
+    priority_guard_ms: u64,
+
     /// Print scheduler statistics every SECS seconds while running.
     #[arg(long, value_name = "SECS")]
     stats: Option<f64>,
@@ -155,6 +174,52 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("{s:?}: the quantum must be between 1ms and 10s"));
     }
     Ok(d)
+}
+
+/// "PATH=LEVEL" with LEVEL in 0..=7.
+fn parse_priority_cgroup(s: &str) -> Result<(std::path::PathBuf, u8), String> {
+    let (path, level) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{s:?}: expected PATH=LEVEL"))?;
+    let level: u8 = level
+        .parse()
+        .ok()
+        .filter(|l| *l <= tailctl_rt::kernel::protocol::MAX_PRIORITY)
+        .ok_or_else(|| format!("{s:?}: LEVEL must be 0..=7"))?;
+    if path.is_empty() {
+        return Err(format!("{s:?}: empty cgroup path"));
+    }
+    Ok((path.into(), level))
+}
+
+/// The id the kernel gives cgroup v2 directory `path` (its kernfs node id,
+/// which is the directory's inode number; what the BPF side reads from
+/// task->cgroups->dfl_cgrp->kn->id).
+fn cgroup_id(path: &std::path::Path) -> Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let md =
+        std::fs::metadata(path).with_context(|| format!("--priority-cgroup {}", path.display()))?;
+    if !md.is_dir() {
+        bail!("--priority-cgroup {}: not a directory", path.display());
+    }
+    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())?;
+    // SAFETY: all-zero is a valid statfs; `c` is a NUL-terminated path and
+    // `fs` a valid out-pointer for the call.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statfs(c.as_ptr(), &mut fs) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("--priority-cgroup {}", path.display()));
+    }
+    #[allow(clippy::unnecessary_cast)]
+    if fs.f_type as i64 != CGROUP2_SUPER_MAGIC {
+        bail!(
+            "--priority-cgroup {}: not in a cgroup v2 hierarchy",
+            path.display()
+        );
+    }
+    Ok(md.ino())
 }
 
 fn parse_octal(s: &str) -> Result<u32, String> {
@@ -255,8 +320,26 @@ impl<'a> Scheduler<'a> {
         rodata.slice_ns = opts.slice_us * 1000;
         rodata.max_throttle_wait_ns = opts.max_throttle_wait_ms * 1_000_000;
         rodata.tid_start_tick_ns = services::identity::clock_tick_ns();
+        rodata.prio_guard_ns = opts.priority_guard_ms * 1_000_000;
+        let prio_cgroups = opts
+            .priority_cgroup
+            .iter()
+            .map(|(path, level)| Ok((cgroup_id(path)?, *level, path)))
+            .collect::<Result<Vec<_>>>()?;
+        rodata.nr_prio_cgroups = prio_cgroups.len() as u32;
 
         let mut skel = scx_ops_load!(skel, tailctl_ops, uei)?;
+        for (id, level, path) in &prio_cgroups {
+            skel.maps
+                .prio_cgroups
+                .update(
+                    &id.to_ne_bytes(),
+                    &u32::from(*level).to_ne_bytes(),
+                    MapFlags::ANY,
+                )
+                .with_context(|| format!("setting the level of cgroup {}", path.display()))?;
+            info!("cgroup {} (id {id}): priority {level}", path.display());
+        }
 
         // Pin before attaching so an operator never sees a running scheduler
         // without its maps.
@@ -307,6 +390,7 @@ impl<'a> Scheduler<'a> {
                 connections_per_uid: opts.max_connections_per_uid,
                 connections: opts.max_connections,
                 request_timeout: Duration::from_millis(opts.request_timeout_ms),
+                max_user_priority: opts.max_user_priority,
             },
             &skel.maps.regions,
             &skel.maps.services,

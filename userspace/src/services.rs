@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapInfo, MapType};
 use log::{info, warn};
-use tailctl_rt::kernel::protocol::{Bind, Register, Reply, MAX_LINE, MAX_WORKERS};
+use tailctl_rt::kernel::protocol::{Bind, Register, Reply, MAX_LINE, MAX_WORKERS, PRIORITY_NORMAL};
 use tailctl_rt::kernel::wire::{recv_line_until, send_line};
 
 use crate::bpf_intf::{tailctl_region, tailctl_service, tailctl_worker_ref};
@@ -467,6 +467,9 @@ fn serve(stream: UnixStream, reg: &Registry, peer: &Peer) -> Result<()> {
             req.thresholds_ns.len()
         ));
     }
+    if let Err(why) = check_priority(req.priority, uid, reg.limits.max_user_priority) {
+        return refuse(why);
+    }
     if let Err(why) = binding::check_unique(&req.workers) {
         return refuse(why);
     }
@@ -503,7 +506,8 @@ fn serve(stream: UnixStream, reg: &Registry, peer: &Peer) -> Result<()> {
     )
     .map(|()| {
         info!(
-            "registered service {slot}: pid {pid} uid {uid}, {} workers, {} thresholds{}",
+            "registered service {slot}: pid {pid} uid {uid}, priority {}, {} workers, {} thresholds{}",
+            req.priority.unwrap_or(PRIORITY_NORMAL),
             req.workers.len(),
             req.thresholds_ns.len(),
             if req.reuse_region {
@@ -520,6 +524,22 @@ fn serve(stream: UnixStream, reg: &Registry, peer: &Peer) -> Result<()> {
     reg.notify();
     info!("service {slot} (pid {pid}) unregistered");
     outcome
+}
+
+/// Whether `uid` may register at level `asked` (None: normal). A level above
+/// normal takes CPU from every other task on the machine (the kernel serves
+/// it first), so non-root users may go only as high as the operator allows
+/// (`--max-user-priority`, default normal); any user may go lower.
+fn check_priority(asked: Option<u8>, uid: u32, max_user: u8) -> Result<(), String> {
+    let level = asked.unwrap_or(PRIORITY_NORMAL);
+    if uid != 0 && level > max_user {
+        return Err(format!(
+            "priority {level} refused: uid {uid} may register at most at level {max_user} \
+             (normal is {PRIORITY_NORMAL}; a higher level takes CPU from every other task, \
+             the operator can raise the limit with --max-user-priority)"
+        ));
+    }
+    Ok(())
 }
 
 /// While the service is connected: serve BIND lines, notice the connection
@@ -650,6 +670,7 @@ fn install(
     svc.pid = peer.pid;
     svc.uid = peer.uid;
     svc.allot = 0;
+    svc.priority = u32::from(req.priority.unwrap_or(PRIORITY_NORMAL));
     // 32 bits are kept (the kernel shifts it above the pid); wrapping after
     // four billion registrations only needs it to differ from the last one.
     svc.epoch = REGISTRATION_EPOCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & 0xffff_ffff;
@@ -691,6 +712,17 @@ mod tests {
             Request::Refuse(why) => Some(why),
             _ => None,
         }
+    }
+
+    #[test]
+    fn priorities_above_the_user_limit_are_refused() {
+        assert!(check_priority(None, 1000, PRIORITY_NORMAL).is_ok());
+        assert!(check_priority(Some(0), 1000, PRIORITY_NORMAL).is_ok());
+        assert!(check_priority(Some(PRIORITY_NORMAL), 1000, PRIORITY_NORMAL).is_ok());
+        let e = check_priority(Some(PRIORITY_NORMAL + 1), 1000, PRIORITY_NORMAL).unwrap_err();
+        assert!(e.contains("--max-user-priority"), "{e}");
+        assert!(check_priority(Some(7), 0, PRIORITY_NORMAL).is_ok());
+        assert!(check_priority(Some(7), 1000, 7).is_ok());
     }
 
     #[test]

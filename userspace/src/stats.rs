@@ -94,6 +94,58 @@ pub struct Metrics {
     pub allot_max_wait_ns: u64,
     #[stat(desc = "Sum of enforcement latencies, ns")]
     pub allot_lat_sum_ns: u64,
+    #[stat(
+        desc = "Priority: runs at a different level than the CPU's previous run (level switches)"
+    )]
+    pub prio_switches: u64,
+    #[stat(
+        desc = "Priority: dispatches the starvation guard made from a lower level while a higher one had work"
+    )]
+    pub prio_guard_dispatches: u64,
+    #[stat(
+        desc = "Priority: runs started while a higher level had a task queued (guard runs and per-CPU kthreads excepted; only races)"
+    )]
+    pub prio_inversions: u64,
+    #[stat(
+        desc = "Priority: runs that ended while a higher level had work waiting (promptness violations)"
+    )]
+    pub prio_violations: u64,
+    #[stat(desc = "Priority: time those runs ran after the higher-level work was waiting, ns")]
+    pub prio_violation_ns: u64,
+    #[stat(desc = "Priority: CPUs running a lower level preempted for a higher-level task")]
+    pub prio_preempt_kicks: u64,
+    #[stat(desc = "Priority level 0: longest wait from enqueue to running, ns (a maximum)")]
+    pub prio_max_wait_l0_ns: u64,
+    #[stat(desc = "Priority level 1: longest wait from enqueue to running, ns (a maximum)")]
+    pub prio_max_wait_l1_ns: u64,
+    #[stat(desc = "Priority level 2: longest wait from enqueue to running, ns (a maximum)")]
+    pub prio_max_wait_l2_ns: u64,
+    #[stat(desc = "Priority level 3: longest wait from enqueue to running, ns (a maximum)")]
+    pub prio_max_wait_l3_ns: u64,
+    #[stat(desc = "Priority level 4: longest wait from enqueue to running, ns (a maximum)")]
+    pub prio_max_wait_l4_ns: u64,
+    #[stat(desc = "Priority level 5: longest wait from enqueue to running, ns (a maximum)")]
+    pub prio_max_wait_l5_ns: u64,
+    #[stat(desc = "Priority level 6: longest wait from enqueue to running, ns (a maximum)")]
+    pub prio_max_wait_l6_ns: u64,
+    #[stat(desc = "Priority level 7: longest wait from enqueue to running, ns (a maximum)")]
+    pub prio_max_wait_l7_ns: u64,
+    #[stat(desc = "Priority level 0: runs")]
+    pub prio_runs_l0: u64,
+    #[stat(desc = "Priority level 1: runs")]
+    pub prio_runs_l1: u64,
+    #[stat(desc = "Priority level 2: runs")]
+    pub prio_runs_l2: u64,
+    #[stat(desc = "Priority level 3: runs")]
+    pub prio_runs_l3: u64,
+    #[stat(desc = "Priority level 4: runs")]
+    pub prio_runs_l4: u64,
+    #[stat(desc = "Priority level 5: runs")]
+    pub prio_runs_l5: u64,
+    #[stat(desc = "Priority level 6: runs")]
+    pub prio_runs_l6: u64,
+    #[stat(desc = "Priority level 7: runs")]
+    pub prio_runs_l7: u64,
 }
 
 /// sched_ext's watchdog timeout when ops.timeout_ms is 0 (ours is): a runnable
@@ -143,9 +195,65 @@ impl Metrics {
         } else {
             0.0
         };
-        // The longest wait of either kind is what a watchdog would see.
-        let longest = self.max_throttle_wait_ns.max(self.allot_max_wait_ns);
+        self.prio_switches += s.prio_switches;
+        self.prio_guard_dispatches += s.prio_guard_dispatches;
+        self.prio_inversions += s.prio_inversions;
+        self.prio_violations += s.prio_violations;
+        self.prio_violation_ns += s.prio_violation_ns;
+        self.prio_preempt_kicks += s.prio_preempt_kicks;
+        self.prio_max_wait_l0_ns = self.prio_max_wait_l0_ns.max(s.prio_max_wait_ns[0]);
+        self.prio_runs_l0 += s.prio_runs[0];
+        self.prio_max_wait_l1_ns = self.prio_max_wait_l1_ns.max(s.prio_max_wait_ns[1]);
+        self.prio_runs_l1 += s.prio_runs[1];
+        self.prio_max_wait_l2_ns = self.prio_max_wait_l2_ns.max(s.prio_max_wait_ns[2]);
+        self.prio_runs_l2 += s.prio_runs[2];
+        self.prio_max_wait_l3_ns = self.prio_max_wait_l3_ns.max(s.prio_max_wait_ns[3]);
+        self.prio_runs_l3 += s.prio_runs[3];
+        self.prio_max_wait_l4_ns = self.prio_max_wait_l4_ns.max(s.prio_max_wait_ns[4]);
+        self.prio_runs_l4 += s.prio_runs[4];
+        self.prio_max_wait_l5_ns = self.prio_max_wait_l5_ns.max(s.prio_max_wait_ns[5]);
+        self.prio_runs_l5 += s.prio_runs[5];
+        self.prio_max_wait_l6_ns = self.prio_max_wait_l6_ns.max(s.prio_max_wait_ns[6]);
+        self.prio_runs_l6 += s.prio_runs[6];
+        self.prio_max_wait_l7_ns = self.prio_max_wait_l7_ns.max(s.prio_max_wait_ns[7]);
+        self.prio_runs_l7 += s.prio_runs[7];
+        // The longest wait of any kind is what a watchdog would see.
+        let longest = self
+            .max_throttle_wait_ns
+            .max(self.allot_max_wait_ns)
+            .max(self.prio_max_wait_ns());
         self.watchdog_margin_ms = WATCHDOG_TIMEOUT_MS - (longest / 1_000_000) as i64;
+    }
+
+    /// The longest enqueue-to-running wait at any priority level, ns.
+    pub fn prio_max_wait_ns(&self) -> u64 {
+        self.prio_waits().into_iter().max().unwrap_or(0)
+    }
+
+    fn prio_waits(&self) -> [u64; 8] {
+        [
+            self.prio_max_wait_l0_ns,
+            self.prio_max_wait_l1_ns,
+            self.prio_max_wait_l2_ns,
+            self.prio_max_wait_l3_ns,
+            self.prio_max_wait_l4_ns,
+            self.prio_max_wait_l5_ns,
+            self.prio_max_wait_l6_ns,
+            self.prio_max_wait_l7_ns,
+        ]
+    }
+
+    fn prio_runs(&self) -> [u64; 8] {
+        [
+            self.prio_runs_l0,
+            self.prio_runs_l1,
+            self.prio_runs_l2,
+            self.prio_runs_l3,
+            self.prio_runs_l4,
+            self.prio_runs_l5,
+            self.prio_runs_l6,
+            self.prio_runs_l7,
+        ]
     }
 
     /// Counters accumulated since `prev` (counters only grow while loaded; a
@@ -210,6 +318,34 @@ impl Metrics {
                 .allot_preemptions
                 .saturating_sub(prev.allot_preemptions),
             allot_max_wait_ns: self.allot_max_wait_ns,
+            prio_switches: self.prio_switches.saturating_sub(prev.prio_switches),
+            prio_guard_dispatches: self
+                .prio_guard_dispatches
+                .saturating_sub(prev.prio_guard_dispatches),
+            prio_inversions: self.prio_inversions.saturating_sub(prev.prio_inversions),
+            prio_violations: self.prio_violations.saturating_sub(prev.prio_violations),
+            prio_violation_ns: self
+                .prio_violation_ns
+                .saturating_sub(prev.prio_violation_ns),
+            prio_preempt_kicks: self
+                .prio_preempt_kicks
+                .saturating_sub(prev.prio_preempt_kicks),
+            prio_max_wait_l0_ns: self.prio_max_wait_l0_ns,
+            prio_runs_l0: self.prio_runs_l0.saturating_sub(prev.prio_runs_l0),
+            prio_max_wait_l1_ns: self.prio_max_wait_l1_ns,
+            prio_runs_l1: self.prio_runs_l1.saturating_sub(prev.prio_runs_l1),
+            prio_max_wait_l2_ns: self.prio_max_wait_l2_ns,
+            prio_runs_l2: self.prio_runs_l2.saturating_sub(prev.prio_runs_l2),
+            prio_max_wait_l3_ns: self.prio_max_wait_l3_ns,
+            prio_runs_l3: self.prio_runs_l3.saturating_sub(prev.prio_runs_l3),
+            prio_max_wait_l4_ns: self.prio_max_wait_l4_ns,
+            prio_runs_l4: self.prio_runs_l4.saturating_sub(prev.prio_runs_l4),
+            prio_max_wait_l5_ns: self.prio_max_wait_l5_ns,
+            prio_runs_l5: self.prio_runs_l5.saturating_sub(prev.prio_runs_l5),
+            prio_max_wait_l6_ns: self.prio_max_wait_l6_ns,
+            prio_runs_l6: self.prio_runs_l6.saturating_sub(prev.prio_runs_l6),
+            prio_max_wait_l7_ns: self.prio_max_wait_l7_ns,
+            prio_runs_l7: self.prio_runs_l7.saturating_sub(prev.prio_runs_l7),
         }
     }
 
@@ -266,6 +402,30 @@ impl Metrics {
             self.allot_preemptions,
             self.allot_overdue,
             self.allot_max_wait_ns / 1000,
+        )?;
+        // Per level with runs: "level:runs/max-wait-us", highest first.
+        let levels: Vec<String> = (0..8)
+            .rev()
+            .filter(|&l| self.prio_runs()[l] > 0 || self.prio_waits()[l] > 0)
+            .map(|l| {
+                format!(
+                    "{l}:{}/{}us",
+                    self.prio_runs()[l],
+                    self.prio_waits()[l] / 1000
+                )
+            })
+            .collect();
+        writeln!(
+            w,
+            "[{}] prio: switches {} guard {} inversions {} violations {} ({} us) preempt {} [level:runs/max-wait {}]",
+            crate::SCHEDULER_NAME,
+            self.prio_switches,
+            self.prio_guard_dispatches,
+            self.prio_inversions,
+            self.prio_violations,
+            self.prio_violation_ns / 1000,
+            self.prio_preempt_kicks,
+            levels.join(" "),
         )?;
         Ok(())
     }

@@ -121,12 +121,23 @@ pub fn register(
     thresholds_ns: &[u64],
     existing: Option<BorrowedFd<'_>>,
 ) -> io::Result<(UnixStream, u32, Option<OwnedFd>)> {
+    register_at(socket, thresholds_ns, existing, None)
+}
+
+/// [`register`] asking for scheduling level `priority` (None: normal).
+pub fn register_at(
+    socket: &Path,
+    thresholds_ns: &[u64],
+    existing: Option<BorrowedFd<'_>>,
+    priority: Option<u8>,
+) -> io::Result<(UnixStream, u32, Option<OwnedFd>)> {
     let stream = UnixStream::connect(socket)?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     let req = Register {
         workers: Vec::new(),
         thresholds_ns: thresholds_ns.to_vec(),
         reuse_region: existing.is_some(),
+        priority,
     };
     send_line(&stream, &req.to_line(), existing.map(|f| f.as_raw_fd()))?;
     match recv_reply(&stream)? {

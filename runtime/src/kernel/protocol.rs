@@ -6,7 +6,7 @@
 //! unregistered; a service that sees EOF falls back to user-space tail-control.
 //!
 //! ```text
-//! service -> daemon   REGISTER 1 workers=<tid>,<tid>,... thresholds=<ns>,<ns>,... region=<0|1>\n
+//! service -> daemon   REGISTER 1 workers=<tid>,<tid>,... thresholds=<ns>,<ns>,... region=<0|1> [priority=<0..7>]\n
 //!                     (region=1: the service's existing region map fd rides along in
 //!                      SCM_RIGHTS, when it re-registers after a daemon restart)
 //! daemon -> service   OK service=<slot>\n    + the region map fd in SCM_RIGHTS
@@ -22,6 +22,10 @@
 //! daemon -> service   OK service=<slot>\n  |  ERR <reason>\n
 //! ```
 //!
+//! `priority` is the service's level in the kernel scheduler (0..=7, higher is
+//! more urgent; absent: [`PRIORITY_NORMAL`], the level of every unregistered
+//! task). The daemon decides who may ask for a level above normal.
+//!
 //! `thresholds[q-1]` is the work (ns) after which a request is serialized at
 //! `q` active requests; 0 means never. The peer's pid and uid come from
 //! SO_PEERCRED, never from the message.
@@ -36,12 +40,16 @@ pub const MAX_LINE: usize = 64 * 1024;
 pub const MAX_WORKERS: usize = crate::shared_state::MAX_WORKERS;
 /// Most threshold entries (the kernel's table size).
 pub const MAX_THRESHOLDS: usize = 256;
+/// Highest priority level a service may ask for (levels are 0..=MAX_PRIORITY).
+pub const MAX_PRIORITY: u8 = 7;
+/// The level of unregistered tasks and of services that do not ask for one.
+pub const PRIORITY_NORMAL: u8 = 3;
 
 /// A service's registration request.
 ///
 /// ```
 /// use tailctl_rt::kernel::protocol::Register;
-/// let r = Register { workers: vec![10, 11], thresholds_ns: vec![0, 5_000_000], reuse_region: false };
+/// let r = Register { workers: vec![10, 11], thresholds_ns: vec![0, 5_000_000], reuse_region: false, priority: Some(5) };
 /// assert_eq!(Register::parse(&r.to_line()).unwrap(), r);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +60,9 @@ pub struct Register {
     pub thresholds_ns: Vec<u64>,
     /// Whether the service attaches its existing region map fd.
     pub reuse_region: bool,
+    /// Scheduling level asked for (None: [`PRIORITY_NORMAL`]); omitted from
+    /// the line when None, so a daemon without priorities still understands it.
+    pub priority: Option<u8>,
 }
 
 /// What was wrong with a message.
@@ -106,8 +117,11 @@ impl Register {
     /// The request line, with its newline.
     pub fn to_line(&self) -> String {
         let join = |v: &[String]| v.join(",");
+        let priority = self
+            .priority
+            .map_or(String::new(), |p| format!(" priority={p}"));
         format!(
-            "REGISTER {VERSION} workers={} thresholds={} region={}\n",
+            "REGISTER {VERSION} workers={} thresholds={} region={}{priority}\n",
             join(&self.workers.iter().map(u32::to_string).collect::<Vec<_>>()),
             join(
                 &self
@@ -136,7 +150,7 @@ impl Register {
             }
             _ => return err("REGISTER: missing or malformed protocol version"),
         }
-        let (mut workers, mut thresholds, mut region) = (None, None, None);
+        let (mut workers, mut thresholds, mut region, mut priority) = (None, None, None, None);
         for w in words {
             let Some((k, v)) = w.split_once('=') else {
                 return err(format!("malformed field {w:?} (expected key=value)"));
@@ -151,6 +165,10 @@ impl Register {
                         _ => return err(format!("region: {v:?} is not 0 or 1")),
                     })
                 }
+                "priority" => match v.parse::<u8>() {
+                    Ok(p) if p <= MAX_PRIORITY => priority = Some(p),
+                    _ => return err(format!("priority: {v:?} is not a level 0..={MAX_PRIORITY}")),
+                },
                 _ => return err(format!("unknown field {k:?}")),
             }
         }
@@ -162,6 +180,7 @@ impl Register {
             workers,
             thresholds_ns: thresholds.unwrap_or_default(),
             reuse_region: region.unwrap_or(false),
+            priority,
         })
     }
 }
@@ -283,8 +302,21 @@ mod tests {
             workers: vec![1, 2, 3],
             thresholds_ns: vec![],
             reuse_region: true,
+            priority: None,
         };
         assert_eq!(Register::parse(&r.to_line()).unwrap(), r);
+        let r = Register {
+            priority: Some(MAX_PRIORITY),
+            ..r
+        };
+        assert_eq!(Register::parse(&r.to_line()).unwrap(), r);
+        for bad in ["8", "-1", "x", ""] {
+            let line = format!("REGISTER 1 workers=1 priority={bad}");
+            assert!(Register::parse(&line)
+                .unwrap_err()
+                .to_string()
+                .contains("priority"));
+        }
         for reply in [Reply::Ok { service: 15 }, Reply::Err("busy".into())] {
             assert_eq!(Reply::parse(&reply.to_line()).unwrap(), reply);
         }

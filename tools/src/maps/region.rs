@@ -177,6 +177,8 @@ pub struct Service {
     pub pid: u64,
     pub uid: u64,
     pub allot: u64,
+    /// Priority level (issue 13), None from a scheduler without levels.
+    pub priority: Option<u64>,
     /// The demand the allotment controller saw (busy workers + stealable, at most the workers).
     pub desire: u64,
     /// The kernel's accounting of the service as a job (job_acct), if the scheduler has it.
@@ -220,6 +222,15 @@ impl JobFigures {
 }
 
 impl Service {
+    /// The priority level as operators read it: 3 is normal ("3=normal"), "-" unknown.
+    pub fn priority_label(&self) -> String {
+        match self.priority {
+            None => "-".into(),
+            Some(3) => "3=norm".into(),
+            Some(p) => p.to_string(),
+        }
+    }
+
     /// The allotment as operators read it: 0 means "all CPUs".
     pub fn allot_label(&self) -> String {
         if self.allot == 0 {
@@ -319,6 +330,7 @@ impl Snapshot {
                 pid,
                 uid: v["uid"].as_u64().unwrap_or(0),
                 allot: v["allot"].as_u64().unwrap_or(0),
+                priority: v["priority"].as_u64(),
                 desire: v["desire"].as_u64().unwrap_or(0),
                 job: jobs
                     .get(&(slot as u64))
@@ -459,8 +471,24 @@ impl Snapshot {
         let mut s = String::from("SERVICES\n");
         let _ = writeln!(
             s,
-            "{:>4} {:>7} {:<15} {:>5} {:>6} {:>5} {:>5} {:>8} {:>7} {:>6} {:>5} {:>5} {:>9} {:>6} {:>6} {:<6} thresholds (q=1..)",
-            "slot", "pid", "comm", "uid", "desire", "allot", "used", "cpu_s", "realloc", "active", "busy", "steal", "completed", "ser", "kser", "mode"
+            "{:>4} {:>7} {:<15} {:>5} {:>6} {:>6} {:>5} {:>5} {:>8} {:>7} {:>6} {:>5} {:>5} {:>9} {:>6} {:>6} {:<6} thresholds (q=1..)",
+            "slot",
+            "pid",
+            "comm",
+            "uid",
+            "prio",
+            "desire",
+            "allot",
+            "used",
+            "cpu_s",
+            "realloc",
+            "active",
+            "busy",
+            "steal",
+            "completed",
+            "ser",
+            "kser",
+            "mode"
         );
         for svc in &self.services {
             let h = svc
@@ -473,11 +501,12 @@ impl Snapshot {
             let j = svc.job.clone().unwrap_or_default();
             let _ = writeln!(
                 s,
-                "{:>4} {:>7} {:<15} {:>5} {:>6} {:>5} {:>5} {:>8.2} {:>7} {:>6} {:>5} {:>5} {:>9} {:>6} {:>6} {:<6} {}",
+                "{:>4} {:>7} {:<15} {:>5} {:>6} {:>6} {:>5} {:>5} {:>8.2} {:>7} {:>6} {:>5} {:>5} {:>9} {:>6} {:>6} {:<6} {}",
                 svc.slot,
                 svc.pid,
                 svc.comm,
                 svc.uid,
+                svc.priority_label(),
                 svc.desire,
                 svc.allot_label(),
                 j.used_label(),

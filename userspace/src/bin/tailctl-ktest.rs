@@ -36,6 +36,11 @@
 //!   tids, request tags that match their slots, tiny thresholds) into its
 //!   region, so the scheduler's accounting and throttling run on nonsense;
 //!   `--benign` is the same process writing into private memory.
+//! - `prio`: registers at a priority level (`--level`, issue 13) with
+//!   `--threads` CPU-bound workers (plain spinning, no requests) and reports
+//!   its service slot and the CPU it got; `--unregistered` is the same
+//!   process without registering. A refused registration exits non-zero
+//!   with the daemon's reason.
 
 #[path = "../bpf_intf.rs"]
 #[allow(dead_code, clippy::all)]
@@ -197,6 +202,16 @@ enum Cmd {
         successor: bool,
     },
     Stats,
+    Prio {
+        #[arg(long, default_value_t = 10)]
+        secs: u64,
+        /// Priority level to register at (absent: the daemon's default, normal).
+        #[arg(long)]
+        level: Option<u8>,
+        /// CPU-bound worker threads (default: one per CPU).
+        #[arg(long)]
+        threads: Option<usize>,
+    },
     Fuzz {
         #[arg(long, default_value_t = 60)]
         secs: u64,
@@ -1467,6 +1482,55 @@ fn fuzz(cli: &Cli, secs: u64, threads: usize, benign: bool) -> Result<()> {
     Ok(())
 }
 
+/// A registered CPU-bound service at priority `level`: `threads` spinning
+/// workers, bound as the service's workers; reports the CPU it got.
+fn prio(cli: &Cli, secs: u64, level: Option<u8>, threads: usize) -> Result<()> {
+    use tailctl_rt::kernel::link;
+    let threads = threads.clamp(1, tailctl_rt::shared_state::MAX_WORKERS);
+    let (stream, service, _fd) = link::register_at(&cli.socket, &[], None, level)
+        .context("registering (is scx_tailctl running?)")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let stop = stop.clone();
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                tx.send(nix::unistd::gettid().as_raw() as u32).unwrap();
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    n = n.wrapping_add(1);
+                    std::hint::spin_loop();
+                }
+                n
+            })
+        })
+        .collect();
+    let tids: Vec<u32> = (0..threads).map(|_| rx.recv().unwrap()).collect();
+    link::bind(&stream, &tids).context("binding the threads")?;
+    let (c0, t0) = (process_cpu(), mono_ns());
+    std::thread::sleep(Duration::from_secs(secs));
+    let (c1, t1) = (process_cpu(), mono_ns());
+    stop.store(true, Ordering::Relaxed);
+    let loops: u64 = workers.into_iter().map(|h| h.join().unwrap()).sum();
+    let cpu_ns = (c1 - c0).as_nanos() as u64;
+    let wall_ns = t1 - t0;
+    println!(
+        "{}",
+        serde_json::to_string(&json!({
+            "service": service,
+            "level": level,
+            "threads": threads,
+            "cpu_s": cpu_ns as f64 / 1e9,
+            "wall_s": wall_ns as f64 / 1e9,
+            "share": cpu_ns as f64 / wall_ns as f64,
+            "loops": loops,
+        }))?
+    );
+    drop(stream);
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
@@ -1544,6 +1608,11 @@ fn main() -> Result<()> {
         Cmd::Hold { secs, threshold_ms } => hold(&cli, secs, threshold_ms),
         Cmd::Reuse { successor } => reuse(&cli, !successor),
         Cmd::Stats => stats(&cli),
+        Cmd::Prio {
+            secs,
+            level,
+            threads,
+        } => prio(&cli, secs, level, threads.unwrap_or_else(nr_cpus)),
         Cmd::Fuzz {
             secs,
             threads,

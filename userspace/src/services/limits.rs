@@ -22,6 +22,8 @@ pub struct Limits {
     pub connections: u32,
     /// Time a client has to send its whole REGISTER line, and any later line.
     pub request_timeout: Duration,
+    /// Highest priority level a non-root uid may register at (root: any).
+    pub max_user_priority: u8,
 }
 
 impl Default for Limits {
@@ -31,6 +33,7 @@ impl Default for Limits {
             connections_per_uid: 8,
             connections: 64,
             request_timeout: Duration::from_secs(3),
+            max_user_priority: tailctl_rt::kernel::protocol::PRIORITY_NORMAL,
         }
     }
 }
