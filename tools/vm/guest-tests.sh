@@ -13,7 +13,7 @@ ktest=$(dirname "$bin")/tailctl-ktest
 wl=$(dirname "$bin")
 all_tests=(load stress service serialize account isolation fault nosyscall experiment maps top
            pinned greedy leaks races waitbound slotreuse tidreuse bindleak regversion regdos pidns fuzz
-           allotequi allotexit allotstarve)
+           allotequi allotexit allotstarve allotdeq)
 tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=("${all_tests[@]}")
 # --list: print the default tests (tools/test.sh resumes from them).
 if [ "${tests[0]}" = --list ]; then echo "${all_tests[*]}"; exit 0; fi
@@ -34,7 +34,8 @@ sched_pid=""
 start_sched() {
   "$bin" "$@" >"$out/sched.log" 2>&1 &
   sched_pid=$!
-  for _ in $(seq 1 300); do
+  # Verifying the program takes 1-2.5 min under single-threaded TCG on a busy host.
+  for _ in $(seq 1 1500); do
     [ "$(state)" = enabled ] && return 0
     kill -0 "$sched_pid" 2>/dev/null || return 1
     sleep 0.2
