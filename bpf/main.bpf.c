@@ -1051,12 +1051,21 @@ static __always_inline void stat_max(u64 *field, u64 v)
 		*field = v;
 }
 
-/* The job's non-borrowing runners are within @allot: close a pending decision, recording its latency. */
-static __always_inline void job_check_enforced(struct tailctl_job_acct *j, u64 now)
+static __always_inline u32 allot_lat_bucket(u64 lat)
+{
+	return lat < 10000 ? 0 : lat < 25000 ? 1 : lat < 50000 ? 2 : lat < 100000 ? 3 :
+	       lat < 250000 ? 4 : lat < 1000000 ? 5 : lat < 10000000 ? 6 : 7;
+}
+
+/*
+ * The job's non-borrowing runners are within @allot: close a pending
+ * decision, recording its latency (@at_apply: from apply_allot itself).
+ */
+static __always_inline void job_check_enforced(struct tailctl_job_acct *j, u64 now, bool at_apply)
 {
 	struct tailctl_stats *st;
 	u32 allot = READ_ONCE(j->allot), b;
-	u64 lat, at = READ_ONCE(j->decided_at_ns);
+	u64 lat, at = READ_ONCE(j->decided_at_ns), applied = READ_ONCE(j->applied_at_ns);
 
 	if (!READ_ONCE(j->pending) || (allot && READ_ONCE(j->running) > allot))
 		return;
@@ -1075,10 +1084,16 @@ static __always_inline void job_check_enforced(struct tailctl_job_acct *j, u64 n
 	st->allot_enforced++;
 	st->allot_lat_sum_ns += lat;
 	stat_max(&st->allot_lat_max_ns, lat);
-	b = lat < 10000 ? 0 : lat < 25000 ? 1 : lat < 50000 ? 2 : lat < 100000 ? 3 :
-	    lat < 250000 ? 4 : lat < 1000000 ? 5 : lat < 10000000 ? 6 : 7;
+	b = allot_lat_bucket(lat);
 	if (b < TAILCTL_ALLOT_LAT_BUCKETS)
 		st->allot_lat_hist[b]++;
+	if (at_apply) {
+		st->allot_enforced_at_apply++;
+		return;
+	}
+	b = allot_lat_bucket(now > applied ? now - applied : 0);
+	if (b < TAILCTL_ALLOT_LAT_BUCKETS)
+		st->allot_kick_lat_hist[b]++;
 }
 
 /* Charge the CPU time since the last charge point to the job (working or not, borrowed or not). */
@@ -1147,7 +1162,7 @@ static __always_inline void job_stop(struct task_struct *p, struct task_ctx *tct
 	tctx->job_borrowing = false;
 	job_put(tctx);
 	if (j)
-		job_check_enforced(j, now);
+		job_check_enforced(j, now, false);
 }
 
 /* Everything a thread holds in its job goes back (unbind: rebinding, disable, exit). */
@@ -1472,8 +1487,9 @@ SEC("syscall")
 int apply_allot(struct tailctl_allot_cmd *c)
 {
 	u32 svc = c->svc, want = c->allot, desire = c->desire, n = scx_bpf_nr_cpu_ids();
-	u64 owner = c->owner, seq = c->seq, at = c->decided_at_ns;
+	u64 owner = c->owner, seq = c->seq, at = c->decided_at_ns, now = bpf_ktime_get_ns();
 	struct tailctl_service *s;
+	struct tailctl_stats *st;
 	struct tailctl_job_acct *j;
 	u32 allot, old, running, excess, cpu;
 
@@ -1495,6 +1511,10 @@ int apply_allot(struct tailctl_allot_cmd *c)
 	/* Decision first, then the allotment: the kernel never enforces one it cannot time. */
 	j->seq = seq;
 	j->decided_at_ns = at;
+	j->applied_at_ns = now;
+	st = stats_cpu();
+	if (st)
+		st->allot_apply_lat_sum_ns += now > at ? now - at : 0;
 	WRITE_ONCE(j->allot, allot);
 	__sync_lock_test_and_set(&j->pending, 1);
 	__sync_lock_test_and_set(&s->allot, allot);
@@ -1513,7 +1533,7 @@ int apply_allot(struct tailctl_allot_cmd *c)
 			excess--;
 		}
 	}
-	job_check_enforced(j, bpf_ktime_get_ns());
+	job_check_enforced(j, bpf_ktime_get_ns(), true);
 	return 1;
 }
 
