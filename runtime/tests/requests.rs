@@ -444,10 +444,14 @@ fn the_region_publishes_the_desire_inputs() {
         let found = w(0).found_work() + w(1).found_work();
         let failed = w(0).failed_steals() + w(1).failed_steals();
         // Idle again: nobody WORKING, the backlog gone, and searches failed.
-        if shared().header().busy_workers() == 0 && shared().header().stealable() == 0 && failed > 0 {
+        if shared().header().busy_workers() == 0 && shared().header().stealable() == 0 && failed > 0
+        {
             break (found, failed);
         }
-        assert!(std::time::Instant::now() < deadline, "the region never showed an idle pool");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the region never showed an idle pool"
+        );
         std::thread::sleep(std::time::Duration::from_millis(5));
     };
     // Seven requests, each admitted by a search (none were local work).

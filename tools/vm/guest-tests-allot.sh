@@ -116,11 +116,12 @@ allot_service() { exec "$ktest" -w "$1" greedy --benign --secs "$2" --requests 1
 
 allot_phase() { # allot_phase POLICY -> prints {"wide": {...}, "narrow": {...}}
   local n; n=$(nproc)
-  allot_service $((n * 2)) 16 >"$out/allot-wide.json" 2>>"$out/allot.err" & local wp=$!
-  allot_service $((n / 2)) 14 >"$out/allot-narrow.json" 2>>"$out/allot.err" & local np=$!
+  # Both outlive the measurement (a map dump takes seconds under TCG) and are stopped after it.
+  allot_service $((n * 2)) 90 >"$out/allot-wide.json" 2>>"$out/allot.err" & local wp=$!
+  allot_service $((n / 2)) 90 >"$out/allot-narrow.json" 2>>"$out/allot.err" & local np=$!
   sleep 4
-  allot_jobs_json "$out/a1" && sleep 6 && allot_jobs_json "$out/a2" || return 1
-  wait $wp $np
+  allot_jobs_json "$out/a1" && sleep 6 && allot_jobs_json "$out/a2" || { kill -9 $wp $np; return 1; }
+  kill -9 $wp $np; wait $wp $np 2>/dev/null
   allot_cores "$out/a1" "$out/a2" | $PY -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps({"wide": d.get(sys.argv[1]), "narrow": d.get(sys.argv[2])}))' "$wp" "$np"
 }
 
@@ -218,8 +219,8 @@ PY
 test_allotstarve() {
   local n; n=$(nproc)
   allot_sched equi || { fail allotstarve "scheduler did not load with --allot equi: $(sched_why)"; return; }
-  allot_service $((n * 2)) 45 >"$out/allot-a.json" 2>>"$out/allot.err" & local ap=$!
-  allot_service $((n * 2)) 45 >"$out/allot-b.json" 2>>"$out/allot.err" & local bp=$!
+  allot_service $((n * 2)) 55 >"$out/allot-a.json" 2>>"$out/allot.err" & local ap=$!
+  allot_service $((n * 2)) 55 >"$out/allot-b.json" 2>>"$out/allot.err" & local bp=$!
   sleep 4
   allot_jobs_json "$out/s1"
   # An unregistered one-thread neighbour; 35 s beside the capped services: past the 30 s watchdog.
@@ -258,10 +259,11 @@ PY
 test_allotdeq() {
   local n half; n=$(nproc); half=$((n / 2))
   allot_sched deq || { fail allotdeq "scheduler did not load with --allot deq: $(sched_why)"; return; }
-  # Low: one request of one 20 ms item in flight (one busy worker of n), then 16 from 14 s on.
-  "$ktest" -w "$n" greedy --benign --secs 32 --requests 1 --items 1 --item-us 20000 \
-    --grow-after 14 --grow-requests 16 >"$out/allot-low.json" 2>>"$out/allot.err" & local lp=$!
-  allot_service "$n" 32 >"$out/allot-busy.json" 2>>"$out/allot.err" & local bp=$!
+  # Low: one request of one 20 ms item in flight (one busy worker of n), then 16 from 30 s on
+  # (the first phase's two dumps take ~20 s under TCG); it prints when it grew at its end.
+  "$ktest" -w "$n" greedy --benign --secs 70 --requests 1 --items 1 --item-us 20000 \
+    --grow-after 30 --grow-requests 16 >"$out/allot-low.json" 2>>"$out/allot.err" & local lp=$!
+  allot_service "$n" 100 >"$out/allot-busy.json" 2>>"$out/allot.err" & local bp=$!
   sleep 5
   allot_jobs_json "$out/d1"; sleep 4; allot_jobs_json "$out/d2"
   local before; before=$(allot_cores "$out/d1" "$out/d2")
@@ -279,7 +281,8 @@ for e in json.load(sys.stdin):
     sleep 0.5
   done
   allot_jobs_json "$out/d3"; sleep 4; allot_jobs_json "$out/d4"
-  wait $lp; local lrc=$?; wait $bp; local brc=$?
+  wait $lp; local lrc=$?
+  kill -9 $bp; wait $bp 2>/dev/null; local brc=0
   local after; after=$(allot_cores "$out/d3" "$out/d4")
   local st; st=$(allot_stats)
   sched_alive || { fail allotdeq "scheduler ejected: $(sched_why)"; return; }

@@ -381,7 +381,10 @@ impl<'a> Scheduler<'a> {
         if let Ok(m) = self.metrics() {
             let mut buf = Vec::new();
             if m.format(&mut buf).is_ok() {
-                info!("counters since load:\n{}", String::from_utf8_lossy(&buf).trim_end());
+                info!(
+                    "counters since load:\n{}",
+                    String::from_utf8_lossy(&buf).trim_end()
+                );
             }
         }
         // Stop registering, then detach: the kernel falls back to the default

@@ -94,7 +94,9 @@ pub struct Metrics {
     pub allot_max_wait_ns: u64,
     #[stat(desc = "Sum of enforcement latencies, ns")]
     pub allot_lat_sum_ns: u64,
-    #[stat(desc = "Reallocations already enforced when apply_allot returned (no thread to take off)")]
+    #[stat(
+        desc = "Reallocations already enforced when apply_allot returned (no thread to take off)"
+    )]
     pub allot_enforced_at_apply: u64,
     #[stat(desc = "Sum over reallocations of the daemon's stamp to apply_allot running, ns")]
     pub allot_apply_lat_sum_ns: u64,
