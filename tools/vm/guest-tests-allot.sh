@@ -55,10 +55,15 @@ allot_end() {
 }
 
 # Per-job figures between two job_acct/services dumps: JSON {pid: {...}}.
+# The time of a snapshot is the middle of the job_acct dump (which takes seconds under TCG),
+# not the end of the services dump after it: that would stretch every interval.
 allot_jobs_json() {
+  local t0 t1
+  t0=$(date +%s%N)
   "$wl/tailctl" maps dump job_acct --json >"$1.acct" 2>>"$out/allot.err" || return 1
+  t1=$(date +%s%N)
   "$wl/tailctl" maps dump services --json >"$1.svc" 2>>"$out/allot.err" || return 1
-  $PY -c 'import time; print(time.monotonic_ns())' >"$1.t"
+  echo $(((t0 + t1) / 2)) >"$1.t"
 }
 # allot_cores SNAP1 SNAP2: per pid, cores within the allotment, borrowed cores, allotment.
 allot_cores() {
