@@ -266,8 +266,8 @@ test_allotdeq() {
   allot_sched deq || { fail allotdeq "scheduler did not load with --allot deq: $(sched_why)"; return; }
   # Low: one request of one 20 ms item in flight (one busy worker of n), then 16 from 30 s on
   # (the first phase's two dumps take ~20 s under TCG); it prints when it grew at its end.
-  "$ktest" -w "$n" greedy --benign --secs 70 --requests 1 --items 1 --item-us 20000 \
-    --grow-after 30 --grow-requests 16 >"$out/allot-low.json" 2>>"$out/allot.err" & local lp=$!
+  "$ktest" -w "$n" greedy --benign --secs 120 --requests 1 --items 1 --item-us 20000 \
+    --grow-after 30 --grow-requests 16 >"$out/allot-low.json" 2>"$out/allot-low.err" & local lp=$!
   allot_service "$n" 100 >"$out/allot-busy.json" 2>>"$out/allot.err" & local bp=$!
   sleep 5
   allot_jobs_json "$out/d1"; sleep 4; allot_jobs_json "$out/d2"
@@ -286,19 +286,20 @@ for e in json.load(sys.stdin):
     sleep 0.5
   done
   allot_jobs_json "$out/d3"; sleep 4; allot_jobs_json "$out/d4"
-  wait $lp; local lrc=$?
-  kill -9 $bp; wait $bp 2>/dev/null; local brc=0
+  # Measured: both go (the low one said when it grew on stderr).
+  kill -9 $lp $bp; wait $lp $bp 2>/dev/null; local lrc=0 brc=0
+  local grown; grown=$(sed -n 's/^grown_ns //p' "$out/allot-low.err" | head -1)
   local after; after=$(allot_cores "$out/d3" "$out/d4")
   local st; st=$(allot_stats)
   sched_alive || { fail allotdeq "scheduler ejected: $(sched_why)"; return; }
   allot_end allotdeq || { fail allotdeq "scheduler exit non-zero: $(sched_why)"; return; }
   [ $lrc = 0 ] && [ $brc = 0 ] || { fail allotdeq "a service failed ($lrc/$brc): $(tail -c 300 "$out/allot.err")"; return; }
-  echo "{\"before\": $before, \"after\": $after, \"decided\": \"$decided\", \"low\": $(cat "$out/allot-low.json"), \"stats\": $st}" >"$out/allotdeq.json"
+  echo "{\"before\": $before, \"after\": $after, \"decided\": \"$decided\", \"grown_ns\": ${grown:-null}, \"stats\": $st}" >"$out/allotdeq.json"
   local verdict
-  verdict=$($PY - "$before" "$after" "$lp" "$bp" "$n" "$decided" "$out/allot-low.json" <<'PY'
+  verdict=$($PY - "$before" "$after" "$lp" "$bp" "$n" "$decided" "${grown:-0}" <<'PY'
 import json, sys
 before, after, lp, bp, n = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
-decided, low_out = sys.argv[6], json.load(open(sys.argv[7]))
+decided, grown_ns = sys.argv[6], int(sys.argv[7])
 half = n // 2
 l1, b1, l2, b2 = before.get(lp), before.get(bp), after.get(lp), after.get(bp)
 if not (l1 and b1 and l2 and b2):
@@ -323,9 +324,9 @@ if l2["allot"] <= l1["allot"] or b2["allot"] >= b1["allot"]:
 if l2["allot"] + b2["allot"] > n:
     why.append(f"allotments {l2['allot']} + {b2['allot']} over {n} CPUs")
 quanta = None
-if decided and low_out.get("grown_ns"):
+if decided and grown_ns:
     dec_ns = int(decided.split()[0])
-    quanta = round((dec_ns - low_out["grown_ns"]) / 10e6, 1)
+    quanta = round((dec_ns - grown_ns) / 10e6, 1)
 msg = (f"before: low allot {l1['allot']} (desire {l1['desire']}) {l1['cores']} cores, busy allot {b1['allot']} "
        f"{b1['own']} own + {b1['borrowed']} borrowed | after the low one's growth: allot {l2['allot']}/{b2['allot']} "
        f"(desire {l2['desire']}/{b2['desire']}), cores {l2['cores']}/{b2['cores']}; growth -> decision {quanta} quanta of 10 ms")

@@ -975,7 +975,10 @@ fn greedy(
             let want = match grow_at {
                 Some(g) if Instant::now() >= g => {
                     if grown_ns.is_none() {
-                        grown_ns = Some(mono_ns());
+                        let t = mono_ns();
+                        grown_ns = Some(t);
+                        // Now, not at the end: a test may stop this process before then.
+                        eprintln!("grown_ns {t}");
                     }
                     grow_requests
                 }
