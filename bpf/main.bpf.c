@@ -862,14 +862,14 @@ static __always_inline u64 task_vtime(const struct task_struct *p)
  * (nice). Every insert refills the slice, and the dispatch-time extension
  * charges before it refills, so no CPU time is charged twice.
  */
-static __always_inline void charge_vtime(struct task_struct *p)
+static __always_inline void charge_vtime(struct task_struct *p, u32 scale)
 {
 	u64 weight = p->scx.weight ? p->scx.weight : 1;
 	u64 used = 0;
 
 	if (p->scx.slice < slice_ns)
 		used = slice_ns - p->scx.slice;
-	p->scx.dsq_vtime += used * TAILCTL_WEIGHT_NICE0 / weight;
+	p->scx.dsq_vtime += used * scale * TAILCTL_WEIGHT_NICE0 / weight;
 }
 
 /* ---- per-job core allotments (issue 12) --------------------------------- */
@@ -1537,6 +1537,37 @@ int apply_allot(struct tailctl_allot_cmd *c)
 	return 1;
 }
 
+/*
+ * How much a job thread's CPU time counts in its vtime: a job allotted `allot`
+ * CPUs with more runnable threads than that runs them in turns (tokens), each
+ * a fraction allot/runnable of the time. Charged 1:1, each would lag behind a
+ * thread that runs all the time, and the job's released waiters would always
+ * be ahead of an unregistered neighbour in the shared queue (one-thread
+ * neighbour beside two 8-thread jobs allotted 2 each: 0.34 CPU in the guest,
+ * i.e. per-thread fairness, 4/(16+1) of the machine). Charging runnable/allot
+ * makes the job's allotment compete like `allot` threads.
+ */
+static __always_inline u32 job_vtime_scale(struct task_struct *p)
+{
+	struct task_ctx *tctx = task_ctx(p);
+	struct tailctl_job_acct *j;
+	u32 allot, runnable;
+
+	if (!tctx || tctx->svc < 0)
+		return 1;
+	allot = job_allot(tctx->svc);
+	if (!allot)
+		return 1;
+	j = job_entry(tctx->svc, tctx->owner);
+	if (!j)
+		return 1;
+	runnable = READ_ONCE(j->runnable);
+	if (runnable <= allot)
+		return 1;
+	runnable /= allot;
+	return runnable > 64 ? 64 : runnable;
+}
+
 /* ---- end of per-job core allotments -------------------------------------- */
 
 s32 BPF_STRUCT_OPS(tailctl_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
@@ -1757,7 +1788,7 @@ void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 			if (a && READ_ONCE(a->waiting))
 				return;
 		}
-		charge_vtime(prev);
+		charge_vtime(prev, job_vtime_scale(prev));
 		prev->scx.slice = slice_ns;
 		STAT_INC(slice_extensions);
 	}
@@ -1817,7 +1848,7 @@ void BPF_STRUCT_OPS(tailctl_stopping, struct task_struct *p, bool runnable)
 {
 	struct task_ctx *tctx;
 
-	charge_vtime(p);
+	charge_vtime(p, job_vtime_scale(p));
 
 	tctx = task_ctx(p);
 	if (!tctx || tctx->svc < 0)
