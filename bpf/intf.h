@@ -103,7 +103,10 @@ struct tailctl_worker_slot {
 	u64 steals;
 	/* [kernel] CPU time the scheduler charged to this worker's requests. */
 	u64 kernel_work_ns;
-	u64 reserved[3];
+	/* Searches for work that found nothing / found a task: SAWS's u = found / (found + failed). */
+	u64 failed_steals;
+	u64 found_work;
+	u64 reserved;
 };
 
 struct tailctl_request_slot {
@@ -239,6 +242,8 @@ struct tailctl_job_acct {
 	u64 overdue;
 	/* Longest a thread of the job waited in the job queue, ns. */
 	u64 max_wait_ns;
+	/* When apply_allot ran for the last decision (bpf_ktime_get_ns): its kicks start here. */
+	u64 applied_at_ns;
 };
 
 /*
@@ -364,6 +369,16 @@ struct tailctl_stats {
 	/* Runs per level, and the longest wait per level from ops.enqueue to ops.running, ns (maxima). */
 	u64 prio_runs[TAILCTL_PRIO_LEVELS];
 	u64 prio_max_wait_ns[TAILCTL_PRIO_LEVELS];
+	/*
+	 * The latency split in two: the daemon's stamp to apply_allot running
+	 * (syscall and BPF_PROG_TEST_RUN; sum over decisions), decisions already
+	 * enforced when apply_allot returned (nothing to take off a CPU), and for
+	 * the others, apply_allot to enforcement (kick IPIs, rescheduling,
+	 * ops.stopping) in the same buckets as allot_lat_hist.
+	 */
+	u64 allot_apply_lat_sum_ns;
+	u64 allot_enforced_at_apply;
+	u64 allot_kick_lat_hist[TAILCTL_ALLOT_LAT_BUCKETS];
 };
 
 #endif /* __TAILCTL_INTF_H */

@@ -862,14 +862,14 @@ static __always_inline u64 task_vtime(const struct task_struct *p)
  * (nice). Every insert refills the slice, and the dispatch-time extension
  * charges before it refills, so no CPU time is charged twice.
  */
-static __always_inline void charge_vtime(struct task_struct *p)
+static __always_inline void charge_vtime(struct task_struct *p, u32 scale)
 {
 	u64 weight = p->scx.weight ? p->scx.weight : 1;
 	u64 used = 0;
 
 	if (p->scx.slice < slice_ns)
 		used = slice_ns - p->scx.slice;
-	p->scx.dsq_vtime += used * TAILCTL_WEIGHT_NICE0 / weight;
+	p->scx.dsq_vtime += used * scale * TAILCTL_WEIGHT_NICE0 / weight;
 }
 
 /* ---- priority levels (issue 13) ----------------------------------------- */
@@ -1500,12 +1500,21 @@ static __always_inline void stat_max(u64 *field, u64 v)
 		*field = v;
 }
 
-/* The job's non-borrowing runners are within @allot: close a pending decision, recording its latency. */
-static __always_inline void job_check_enforced(struct tailctl_job_acct *j, u64 now)
+static __always_inline u32 allot_lat_bucket(u64 lat)
+{
+	return lat < 10000 ? 0 : lat < 25000 ? 1 : lat < 50000 ? 2 : lat < 100000 ? 3 :
+	       lat < 250000 ? 4 : lat < 1000000 ? 5 : lat < 10000000 ? 6 : 7;
+}
+
+/*
+ * The job's non-borrowing runners are within @allot: close a pending
+ * decision, recording its latency (@at_apply: from apply_allot itself).
+ */
+static __always_inline void job_check_enforced(struct tailctl_job_acct *j, u64 now, bool at_apply)
 {
 	struct tailctl_stats *st;
 	u32 allot = READ_ONCE(j->allot), b;
-	u64 lat, at = READ_ONCE(j->decided_at_ns);
+	u64 lat, at = READ_ONCE(j->decided_at_ns), applied = READ_ONCE(j->applied_at_ns);
 
 	if (!READ_ONCE(j->pending) || (allot && READ_ONCE(j->running) > allot))
 		return;
@@ -1524,10 +1533,16 @@ static __always_inline void job_check_enforced(struct tailctl_job_acct *j, u64 n
 	st->allot_enforced++;
 	st->allot_lat_sum_ns += lat;
 	stat_max(&st->allot_lat_max_ns, lat);
-	b = lat < 10000 ? 0 : lat < 25000 ? 1 : lat < 50000 ? 2 : lat < 100000 ? 3 :
-	    lat < 250000 ? 4 : lat < 1000000 ? 5 : lat < 10000000 ? 6 : 7;
+	b = allot_lat_bucket(lat);
 	if (b < TAILCTL_ALLOT_LAT_BUCKETS)
 		st->allot_lat_hist[b]++;
+	if (at_apply) {
+		st->allot_enforced_at_apply++;
+		return;
+	}
+	b = allot_lat_bucket(now > applied ? now - applied : 0);
+	if (b < TAILCTL_ALLOT_LAT_BUCKETS)
+		st->allot_kick_lat_hist[b]++;
 }
 
 /* Charge the CPU time since the last charge point to the job (working or not, borrowed or not). */
@@ -1596,7 +1611,7 @@ static __always_inline void job_stop(struct task_struct *p, struct task_ctx *tct
 	tctx->job_borrowing = false;
 	job_put(tctx);
 	if (j)
-		job_check_enforced(j, now);
+		job_check_enforced(j, now, false);
 }
 
 /* Everything a thread holds in its job goes back (unbind: rebinding, disable, exit). */
@@ -1927,8 +1942,9 @@ SEC("syscall")
 int apply_allot(struct tailctl_allot_cmd *c)
 {
 	u32 svc = c->svc, want = c->allot, desire = c->desire, n = scx_bpf_nr_cpu_ids();
-	u64 owner = c->owner, seq = c->seq, at = c->decided_at_ns;
+	u64 owner = c->owner, seq = c->seq, at = c->decided_at_ns, now = bpf_ktime_get_ns();
 	struct tailctl_service *s;
+	struct tailctl_stats *st;
 	struct tailctl_job_acct *j;
 	u32 allot, old, running, excess, cpu;
 
@@ -1950,6 +1966,10 @@ int apply_allot(struct tailctl_allot_cmd *c)
 	/* Decision first, then the allotment: the kernel never enforces one it cannot time. */
 	j->seq = seq;
 	j->decided_at_ns = at;
+	j->applied_at_ns = now;
+	st = stats_cpu();
+	if (st)
+		st->allot_apply_lat_sum_ns += now > at ? now - at : 0;
 	WRITE_ONCE(j->allot, allot);
 	__sync_lock_test_and_set(&j->pending, 1);
 	__sync_lock_test_and_set(&s->allot, allot);
@@ -1968,8 +1988,39 @@ int apply_allot(struct tailctl_allot_cmd *c)
 			excess--;
 		}
 	}
-	job_check_enforced(j, bpf_ktime_get_ns());
+	job_check_enforced(j, bpf_ktime_get_ns(), true);
 	return 1;
+}
+
+/*
+ * How much a job thread's CPU time counts in its vtime: a job allotted `allot`
+ * CPUs with more runnable threads than that runs them in turns (tokens), each
+ * a fraction allot/runnable of the time. Charged 1:1, each would lag behind a
+ * thread that runs all the time, and the job's released waiters would always
+ * be ahead of an unregistered neighbour in the shared queue (one-thread
+ * neighbour beside two 8-thread jobs allotted 2 each: 0.34 CPU in the guest,
+ * i.e. per-thread fairness, 4/(16+1) of the machine). Charging runnable/allot
+ * makes the job's allotment compete like `allot` threads.
+ */
+static __always_inline u32 job_vtime_scale(struct task_struct *p)
+{
+	struct task_ctx *tctx = task_ctx(p);
+	struct tailctl_job_acct *j;
+	u32 allot, runnable;
+
+	if (!tctx || tctx->svc < 0)
+		return 1;
+	allot = job_allot(tctx->svc);
+	if (!allot)
+		return 1;
+	j = job_entry(tctx->svc, tctx->owner);
+	if (!j)
+		return 1;
+	runnable = READ_ONCE(j->runnable);
+	if (runnable <= allot)
+		return 1;
+	runnable /= allot;
+	return runnable > 64 ? 64 : runnable;
 }
 
 /* ---- end of per-job core allotments -------------------------------------- */
@@ -2201,7 +2252,7 @@ void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 			if (a && READ_ONCE(a->waiting))
 				return;
 		}
-		charge_vtime(prev);
+		charge_vtime(prev, job_vtime_scale(prev));
 		prev->scx.slice = slice_ns;
 		STAT_INC(slice_extensions);
 	}
@@ -2262,7 +2313,7 @@ void BPF_STRUCT_OPS(tailctl_stopping, struct task_struct *p, bool runnable)
 {
 	struct task_ctx *tctx;
 
-	charge_vtime(p);
+	charge_vtime(p, job_vtime_scale(p));
 	prio_stopping(p);
 
 	tctx = task_ctx(p);

@@ -698,6 +698,24 @@ impl WorkerThread {
         }
     }
 
+    /// SAWS's `Q` as this thief sees it at the end of a search: the tasks in
+    /// the other workers' deques it may steal, plus the requests still
+    /// waiting for admission (parallelism a thief could take too), published
+    /// as the region's `stealable`.
+    fn publish_stealable(&self) {
+        let reg = &*self.registry;
+        let deques: usize = (0..reg.num_workers())
+            .filter(|&v| v != self.index && !reg.victim_serialized(v))
+            .map(|v| reg.stealers[v].len())
+            .sum();
+        let backlog = match reg.policy {
+            Policy::RandomAdmission => reg.inboxes.iter().map(|q| q.len()).sum(),
+            _ => reg.injector.len(),
+        };
+        let q = deques.saturating_add(backlog).min(u32::MAX as usize) as u32;
+        reg.shared.header().set_stealable(q);
+    }
+
     /// Whether another worker's deque holds a task this worker may steal.
     fn stealable_work_visible(&self) -> bool {
         let reg = &*self.registry;
@@ -787,7 +805,20 @@ impl WorkerThread {
             // it: `tailctl sim compare --joins blocking --split adaptive
             // --admit-in-serialized-joins` (tools/RESULTS.md §3).
             let admits = top_level || (saved != NO_REQUEST && reg.shared.tag_serialized(saved));
-            if let Some(found) = self.find_work(admits, floor).and_then(|f| self.accept(f)) {
+            let found = self.find_work(admits, floor).and_then(|f| self.accept(f));
+            // SAWS's u: searches (a worker out of local work) that found work
+            // by stealing or admission, against those that found nothing.
+            match &found {
+                Some(Found::Stolen(..) | Found::Admitted(_) | Found::Level(..)) => {
+                    slot.count_found_work()
+                }
+                Some(Found::Local(_)) => {}
+                None => slot.count_failed_steal(),
+            }
+            if !matches!(found, Some(Found::Local(_))) {
+                self.publish_stealable();
+            }
+            if let Some(found) = found {
                 if searching {
                     self.stop_searching();
                     searching = false;
@@ -798,7 +829,7 @@ impl WorkerThread {
                 // after a re-registration re-initialised the region) sets it
                 // too, not only the end of a search. A load of our own slot.
                 if slot.state() != WORKER_WORKING {
-                    slot.set_state(WORKER_WORKING);
+                    reg.shared.set_worker_state(self.index, WORKER_WORKING);
                 }
                 self.run_found(found);
                 rounds = 0;
@@ -807,7 +838,7 @@ impl WorkerThread {
             if !searching {
                 searching = true;
                 reg.sleep.start_searching();
-                slot.set_state(WORKER_STEALING);
+                reg.shared.set_worker_state(self.index, WORKER_STEALING);
                 // Waiting is not work on the request (paper: curr_request = NULL).
                 if self.current.get() != NO_REQUEST {
                     self.switch_to(NO_REQUEST);
@@ -824,7 +855,7 @@ impl WorkerThread {
                 }
                 continue;
             }
-            slot.set_state(WORKER_PARKED);
+            reg.shared.set_worker_state(self.index, WORKER_PARKED);
             let slept = reg.sleep.sleep_at(
                 self.index,
                 admits,
@@ -837,14 +868,14 @@ impl WorkerThread {
                 // wake-up on to a sleeper that may (see `Sleep::sleep_at`).
                 reg.sleep.wake_for(self.index + 1, level);
             }
-            slot.set_state(WORKER_STEALING);
+            reg.shared.set_worker_state(self.index, WORKER_STEALING);
             rounds = 0;
         }
         if searching {
             self.stop_searching();
         }
         if slot.state() != WORKER_WORKING {
-            slot.set_state(WORKER_WORKING);
+            reg.shared.set_worker_state(self.index, WORKER_WORKING);
         }
         if self.current.get() != saved {
             self.switch_to(saved);

@@ -33,8 +33,9 @@
 //!   @24 u64 next_id          request id allocator
 //!   @32 u64 completed        requests completed so far
 //!   @40 u64 serialized       requests marked serialized so far
-//!   @48 u32 busy_workers     SAWS desire inputs (reserved for allotment)
-//!   @52 u32 stealable
+//!   @48 u32 busy_workers     SAWS desire inputs: workers in WORKER_WORKING now
+//!   @52 u32 stealable        tasks in the other workers' deques seen by the last thief's
+//!                            steal round, plus requests awaiting admission (SAWS's Q)
 //!   @56 u32 kernel_serialized [kernel] requests the scheduler serialized
 //!   @60 u32 mode             MODE_USER / MODE_KERNEL: who decides serialization
 //!
@@ -46,7 +47,9 @@
 //!   @20 u32 state            WORKER_WORKING / WORKER_STEALING / WORKER_PARKED
 //!   @24 u64 steals           tasks this worker stole (statistics)
 //!   @32 u64 kernel_work_ns   [kernel] CPU time charged to this worker's requests
-//!   @40 u64[3] reserved
+//!   @40 u64 failed_steals    searches for work (steal, admit) that found nothing } SAWS's
+//!   @48 u64 found_work       searches that found work (stolen or admitted)     } u
+//!   @56 u64 reserved
 //!
 //! RequestSlot (64 bytes)
 //!   @0  u64 id               request id (never reused)
@@ -284,6 +287,35 @@ impl Header {
         self.kernel_serialized.load(Ordering::Relaxed)
     }
 
+    /// Workers in [`WORKER_WORKING`] now (SAWS's busy count; see
+    /// [`SharedState::set_worker_state`]).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(2);
+    /// assert_eq!(s.header().busy_workers(), 0);
+    /// ```
+    pub fn busy_workers(&self) -> u32 {
+        self.busy_workers.load(Ordering::Relaxed)
+    }
+
+    /// Tasks in the other workers' deques that the last thief's steal round saw (SAWS's `Q`).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(2);
+    /// assert_eq!(s.header().stealable(), 0);
+    /// ```
+    pub fn stealable(&self) -> u32 {
+        self.stealable.load(Ordering::Relaxed)
+    }
+
+    /// Publishes `n` (a store only when it changed: spinning thieves call this
+    /// often and the header's line is shared with the submit counters).
+    pub(crate) fn set_stealable(&self, n: u32) {
+        if self.stealable.load(Ordering::Relaxed) != n {
+            self.stealable.store(n, Ordering::Relaxed);
+        }
+    }
+
     /// The magic number ([`REGION_MAGIC`] once initialised).
     ///
     /// ```
@@ -376,7 +408,9 @@ pub struct WorkerSlot {
     state: AtomicU32,
     steals: AtomicU64,
     kernel_work_ns: AtomicU64,
-    _reserved: [AtomicU64; 3],
+    failed_steals: AtomicU64,
+    found_work: AtomicU64,
+    _reserved: [AtomicU64; 1],
 }
 
 impl WorkerSlot {
@@ -436,14 +470,35 @@ impl WorkerSlot {
         self.steals.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn set_state(&self, state: u32) {
-        self.state.store(state, Ordering::Relaxed);
-    }
     pub(crate) fn set_tid(&self, tid: u32) {
         self.tid.store(tid, Ordering::Relaxed);
     }
     pub(crate) fn count_steal(&self) {
         self.steals.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Searches for work (steal round, then admission) of this worker that found nothing.
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.worker(0).failed_steals(), 0);
+    /// ```
+    pub fn failed_steals(&self) -> u64 {
+        self.failed_steals.load(Ordering::Relaxed)
+    }
+    /// Searches for work of this worker that found a task (stolen or admitted).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.worker(0).found_work(), 0);
+    /// ```
+    pub fn found_work(&self) -> u64 {
+        self.found_work.load(Ordering::Relaxed)
+    }
+    pub(crate) fn count_failed_steal(&self) {
+        self.failed_steals.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(crate) fn count_found_work(&self) {
+        self.found_work.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -805,6 +860,8 @@ impl SharedState {
             w.current.store(NO_REQUEST, Ordering::Relaxed);
             w.state.store(WORKER_STEALING, Ordering::Relaxed);
         }
+        h.busy_workers.store(0, Ordering::Relaxed);
+        h.stealable.store(0, Ordering::Relaxed);
         for q in &r.requests {
             q.state.store(REQ_FREE, Ordering::Relaxed);
             q.steals_at_serialize.store(u32::MAX, Ordering::Relaxed);
@@ -872,6 +929,32 @@ impl SharedState {
     /// ```
     pub fn kernel_decides(&self) -> bool {
         self.header().mode() == MODE_KERNEL
+    }
+
+    /// Sets worker `i`'s state (its own worker only: one writer per slot) and
+    /// keeps the header's `busy_workers` the number of WORKING slots.
+    ///
+    /// ```
+    /// use tailctl_rt::shared_state::{SharedState, WORKER_STEALING, WORKER_WORKING};
+    /// let s = SharedState::new(2);
+    /// s.set_worker_state(0, WORKER_WORKING);
+    /// s.set_worker_state(0, WORKER_WORKING);
+    /// s.set_worker_state(1, WORKER_WORKING);
+    /// assert_eq!(s.header().busy_workers(), 2);
+    /// s.set_worker_state(1, WORKER_STEALING);
+    /// assert_eq!(s.header().busy_workers(), 1);
+    /// ```
+    pub fn set_worker_state(&self, i: usize, state: u32) {
+        let r = self.region();
+        let Some(w) = r.workers.get(i) else { return };
+        let old = w.state.swap(state, Ordering::Relaxed);
+        let busy = &r.header.busy_workers;
+        if old != WORKER_WORKING && state == WORKER_WORKING {
+            busy.fetch_add(1, Ordering::Relaxed);
+        } else if old == WORKER_WORKING && state != WORKER_WORKING {
+            // Saturating: a re-initialisation (init) may have zeroed it meanwhile.
+            let _ = busy.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| b.checked_sub(1));
+        }
     }
 
     /// The header.
@@ -1125,6 +1208,8 @@ fn alloc_region() -> NonNull<SharedRegion> {
             state: z32(),
             steals: z64(),
             kernel_work_ns: z64(),
+            failed_steals: z64(),
+            found_work: z64(),
             _reserved: std::array::from_fn(|_| z64()),
         }),
         requests: std::array::from_fn(|_| RequestSlot {
@@ -1183,7 +1268,7 @@ pub fn region_layout() -> Vec<FieldLayout> {
     );
     v.extend(
         fields!(WorkerSlot, "tailctl_worker_slot": current, start_ns, tid, state, steals,
-        kernel_work_ns),
+        kernel_work_ns, failed_steals, found_work),
     );
     v.extend(
         fields!(RequestSlot, "tailctl_request_slot": id, work_ns, arrival_ns, state, steals,

@@ -406,3 +406,55 @@ fn a_worker_running_a_request_says_working_in_the_region() {
         assert_eq!(h.wait().unwrap(), WORKER_WORKING);
     }
 }
+
+/// SAWS's desire inputs (issue 12): the region's `busy_workers` counts the
+/// workers saying WORKING (2 while two requests wait on each other's
+/// barrier), searches that found work and that found nothing are counted per
+/// worker, and a queued backlog shows in `stealable`.
+#[test]
+fn the_region_publishes_the_desire_inputs() {
+    use std::sync::Barrier;
+    let pool = Arc::new(pool(Policy::StealFirst, 2));
+    let shared = || pool.shared_state();
+    let barrier = Arc::new(Barrier::new(3));
+    let release = Arc::new(AtomicBool::new(false));
+    let hs: Vec<_> = (0..2)
+        .map(|_| {
+            let (b, r) = (barrier.clone(), release.clone());
+            pool.submit(move || {
+                b.wait();
+                while !r.load(Ordering::Acquire) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    // Both workers are in a request: both say WORKING.
+    assert_eq!(shared().header().busy_workers(), 2);
+    // A backlog no worker can take now: a searching thief would see it.
+    let queued: Vec<_> = (0..5).map(|_| pool.submit(|| ())).collect();
+    release.store(true, Ordering::Release);
+    for h in hs.into_iter().chain(queued) {
+        h.wait().unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (found, failed) = loop {
+        let w = |i: usize| shared().worker(i);
+        let found = w(0).found_work() + w(1).found_work();
+        let failed = w(0).failed_steals() + w(1).failed_steals();
+        // Idle again: nobody WORKING, the backlog gone, and searches failed.
+        if shared().header().busy_workers() == 0 && shared().header().stealable() == 0 && failed > 0
+        {
+            break (found, failed);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the region never showed an idle pool"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    // Seven requests, each admitted by a search (none were local work).
+    assert!(found >= 7, "{found} successful searches for 7 requests");
+    assert!(failed > 0);
+}

@@ -461,6 +461,16 @@ impl<'a> Scheduler<'a> {
                 Err(e) => Err(e)?,
             }
         }
+        // The counters since load, for whoever keeps this log (tailctl-jobs does).
+        if let Ok(m) = self.metrics() {
+            let mut buf = Vec::new();
+            if m.format(&mut buf).is_ok() {
+                info!(
+                    "counters since load:\n{}",
+                    String::from_utf8_lossy(&buf).trim_end()
+                );
+            }
+        }
         // Stop registering, then detach: the kernel falls back to the default
         // scheduler at once, and registered runtimes see their connection close.
         let _ = self.registration.take();

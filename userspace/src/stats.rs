@@ -146,6 +146,18 @@ pub struct Metrics {
     pub prio_runs_l6: u64,
     #[stat(desc = "Priority level 7: runs")]
     pub prio_runs_l7: u64,
+    #[stat(
+        desc = "Reallocations already enforced when apply_allot returned (no thread to take off)"
+    )]
+    pub allot_enforced_at_apply: u64,
+    #[stat(desc = "Sum over reallocations of the daemon's stamp to apply_allot running, ns")]
+    pub allot_apply_lat_sum_ns: u64,
+    #[stat(desc = "The other reallocations: apply_allot to enforcement (kicks) under 100 us")]
+    pub allot_kick_lt100us: u64,
+    #[stat(desc = "... 100 us-1 ms")]
+    pub allot_kick_lt1ms: u64,
+    #[stat(desc = "... 1 ms or more")]
+    pub allot_kick_ge1ms: u64,
 }
 
 /// sched_ext's watchdog timeout when ops.timeout_ms is 0 (ours is): a runnable
@@ -184,6 +196,12 @@ impl Metrics {
         self.allot_lat_lt1ms += h[5];
         self.allot_lat_lt10ms += h[6];
         self.allot_lat_ge10ms += h[7];
+        let k = &s.allot_kick_lat_hist;
+        self.allot_enforced_at_apply += s.allot_enforced_at_apply;
+        self.allot_apply_lat_sum_ns += s.allot_apply_lat_sum_ns;
+        self.allot_kick_lt100us += k[0] + k[1] + k[2] + k[3];
+        self.allot_kick_lt1ms += k[4] + k[5];
+        self.allot_kick_ge1ms += k[6] + k[7];
         self.allot_waits += s.allot_waits;
         self.allot_borrows += s.allot_borrows;
         self.allot_reclaims += s.allot_reclaims;
@@ -346,10 +364,21 @@ impl Metrics {
             prio_runs_l6: self.prio_runs_l6.saturating_sub(prev.prio_runs_l6),
             prio_max_wait_l7_ns: self.prio_max_wait_l7_ns,
             prio_runs_l7: self.prio_runs_l7.saturating_sub(prev.prio_runs_l7),
+            allot_enforced_at_apply: self
+                .allot_enforced_at_apply
+                .saturating_sub(prev.allot_enforced_at_apply),
+            allot_apply_lat_sum_ns: self
+                .allot_apply_lat_sum_ns
+                .saturating_sub(prev.allot_apply_lat_sum_ns),
+            allot_kick_lt100us: self
+                .allot_kick_lt100us
+                .saturating_sub(prev.allot_kick_lt100us),
+            allot_kick_lt1ms: self.allot_kick_lt1ms.saturating_sub(prev.allot_kick_lt1ms),
+            allot_kick_ge1ms: self.allot_kick_ge1ms.saturating_sub(prev.allot_kick_ge1ms),
         }
     }
 
-    fn format<W: Write>(&self, w: &mut W) -> Result<()> {
+    pub(crate) fn format<W: Write>(&self, w: &mut W) -> Result<()> {
         writeln!(
             w,
             "[{}] cpus {:>3} | enq {:>8} direct {:>8} shared {:>8}/{:<8} kick {:>7} kthread {:>6} ext {:>6}",
@@ -382,7 +411,8 @@ impl Metrics {
             w,
             "[{}] allot: realloc {:>5} enforced {:>5} latency mean {:>7.1} us max {:>8.1} us \
              [<10us {} <25 {} <50 {} <100 {} <250 {} <1ms {} <10ms {} >=10ms {}] \
-             wait {} borrow {} reclaim {} preempt {} overdue {} max-wait {} us",
+             wait {} borrow {} reclaim {} preempt {} overdue {} max-wait {} us | \
+             at-apply {} stamp->apply mean {:.1} us, apply->enforced by kicks [<100us {} <1ms {} >=1ms {}]",
             crate::SCHEDULER_NAME,
             self.allot_reallocs,
             self.allot_enforced,
@@ -402,6 +432,11 @@ impl Metrics {
             self.allot_preemptions,
             self.allot_overdue,
             self.allot_max_wait_ns / 1000,
+            self.allot_enforced_at_apply,
+            self.allot_apply_lat_sum_ns as f64 / self.allot_reallocs.max(1) as f64 / 1e3,
+            self.allot_kick_lt100us,
+            self.allot_kick_lt1ms,
+            self.allot_kick_ge1ms,
         )?;
         // Per level with runs: "level:runs/max-wait-us", highest first.
         let levels: Vec<String> = (0..8)

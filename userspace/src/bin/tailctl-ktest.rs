@@ -163,6 +163,12 @@ enum Cmd {
         item_us: u64,
         #[arg(long, default_value_t = 0)]
         sleep_us: u64,
+        /// A change of load: after this many seconds (0: never), keep
+        /// `--grow-requests` requests in flight instead of `--requests`.
+        #[arg(long, default_value_t = 0)]
+        grow_after: u64,
+        #[arg(long, default_value_t = 16)]
+        grow_requests: usize,
     },
     Churn {
         #[arg(long, default_value_t = 20)]
@@ -946,7 +952,7 @@ fn hog(secs: u64, threads: usize) -> Result<()> {
 fn greedy(
     cli: &Cli,
     secs: u64,
-    requests: usize,
+    (requests, grow_after, grow_requests): (usize, u64, usize),
     threshold_ns: Option<u64>,
     ignore_cap: bool,
     (items, item_us, sleep_us): (usize, u64, u64),
@@ -962,6 +968,8 @@ fn greedy(
     let stop = AtomicBool::new(false);
     let mut done = 0u64;
     let cleared = AtomicU64::new(0);
+    // CLOCK_MONOTONIC (the daemon's and bpf_ktime_get_ns's clock) when the load grew.
+    let mut grown_ns: Option<u64> = None;
     std::thread::scope(|s| {
         if ignore_cap {
             s.spawn(|| cleared.store(clear_marks(&pool, &stop), Ordering::Relaxed));
@@ -977,8 +985,21 @@ fn greedy(
                 })
             })
         };
+        let grow_at = (grow_after > 0).then(|| t0 + Duration::from_secs(grow_after));
         while Instant::now() < deadline {
-            while inflight.len() < requests {
+            let want = match grow_at {
+                Some(g) if Instant::now() >= g => {
+                    if grown_ns.is_none() {
+                        let t = mono_ns();
+                        grown_ns = Some(t);
+                        // Now, not at the end: a test may stop this process before then.
+                        eprintln!("grown_ns {t}");
+                    }
+                    grow_requests
+                }
+                _ => requests,
+            };
+            while inflight.len() < want {
                 inflight.push_back(submit());
             }
             let h: RequestHandle<()> = inflight.pop_front().unwrap();
@@ -999,6 +1020,7 @@ fn greedy(
             "rps": done as f64 / t0.elapsed().as_secs_f64(),
             "kernel_serialized": pool.shared_state().header().kernel_serialized(),
             "marks_cleared": cleared.load(Ordering::Relaxed),
+            "grown_ns": grown_ns,
         }))?
     );
     Ok(())
@@ -1577,10 +1599,12 @@ fn main() -> Result<()> {
             items,
             item_us,
             sleep_us,
+            grow_after,
+            grow_requests,
         } => greedy(
             &cli,
             secs,
-            requests,
+            (requests, grow_after, grow_requests),
             (!benign).then_some(threshold_ns),
             ignore_cap,
             (items, item_us, sleep_us),
