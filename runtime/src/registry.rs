@@ -821,16 +821,16 @@ impl WorkerThread {
             if let Some(found) = found {
                 if searching {
                     self.stop_searching();
-                    reg.shared.set_worker_state(self.index, WORKER_WORKING);
                     searching = false;
                 }
-                // Known defect: a job found without a search (a worker's
-                // first, or the next one in a busy pool) runs while the region
-                // still says STEALING, so the kernel does not charge it.
-                // Setting WORKING here (tested by the ignored test
-                // `a_worker_running_a_request_says_working_in_the_region`)
-                // makes charging complete and exposes the stall of serialized
-                // requests (README, "Security"); it waits for that fix.
+                // The kernel charges a thread to its request only while the
+                // region says WORKING: a job found without a search (a
+                // worker's first, when the region starts it at STEALING, or
+                // after a re-registration re-initialised the region) sets it
+                // too, not only the end of a search. A load of our own slot.
+                if slot.state() != WORKER_WORKING {
+                    reg.shared.set_worker_state(self.index, WORKER_WORKING);
+                }
                 self.run_found(found);
                 rounds = 0;
                 continue;
@@ -873,6 +873,8 @@ impl WorkerThread {
         }
         if searching {
             self.stop_searching();
+        }
+        if slot.state() != WORKER_WORKING {
             reg.shared.set_worker_state(self.index, WORKER_WORKING);
         }
         if self.current.get() != saved {

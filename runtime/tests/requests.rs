@@ -388,7 +388,6 @@ fn parallel_for_chunks_cover_the_range_exactly_once() {
 /// WORKING: a worker running a request must say so, including a request it
 /// found at once (its first) and every one after, found without a search.
 #[test]
-#[ignore = "fails today: the fix (set WORKING for a job found without a search) exposes the stall of kernel-serialized requests; re-enable with it"]
 fn a_worker_running_a_request_says_working_in_the_region() {
     use tailctl_rt::shared_state::WORKER_WORKING;
     let pool = std::sync::Arc::new(common::pool(Policy::StealFirst, 1));
