@@ -161,34 +161,10 @@ fn sort(n: usize) -> u64 {
         .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 16)
         .collect();
     let mut tmp = vec![0; n];
-    merge_sort(&mut v, &mut tmp);
+    // The job server's merge sort: serial merges, so parallelism shrinks towards the root.
+    crate::jobserver::merge_sort(&mut v, &mut tmp);
     debug_assert!(v.windows(2).all(|w| w[0] <= w[1]));
     v[n / 2] ^ v[n - 1]
-}
-
-fn merge_sort(v: &mut [u64], tmp: &mut [u64]) {
-    if v.len() <= 4096 {
-        v.sort_unstable();
-        return;
-    }
-    let mid = v.len() / 2;
-    {
-        let (l, r) = v.split_at_mut(mid);
-        let (tl, tr) = tmp.split_at_mut(mid);
-        tailctl_rt::join(|| merge_sort(l, tl), || merge_sort(r, tr));
-    }
-    // The serial merge: the part of sort that does not parallelise.
-    let (mut i, mut j) = (0, mid);
-    for slot in tmp.iter_mut() {
-        if j >= v.len() || (i < mid && v[i] <= v[j]) {
-            *slot = v[i];
-            i += 1;
-        } else {
-            *slot = v[j];
-            j += 1;
-        }
-    }
-    v.copy_from_slice(tmp);
 }
 
 fn heat(n: usize, steps: usize) -> u64 {

@@ -334,7 +334,9 @@ pub fn sort(n: usize) -> u64 {
     v.iter().step_by(97).fold(0, |a, &x| a.wrapping_add(x))
 }
 
-fn merge_sort(v: &mut [u64], tmp: &mut [u64]) {
+/// The parallel merge sort behind [`sort`] (serial merges; shared with the
+/// multiprogramming jobs of `crate::jobs`).
+pub(crate) fn merge_sort(v: &mut [u64], tmp: &mut [u64]) {
     if v.len() <= 4096 {
         v.sort_unstable();
         return;
