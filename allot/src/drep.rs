@@ -28,6 +28,7 @@
 
 use std::collections::HashMap;
 
+use crate::rng::SplitMix64;
 use crate::{AllotPolicy, Event, JobId, JobView, Machine};
 
 /// The seed [`crate::PolicyKind::build`] gives DREP.
@@ -69,7 +70,7 @@ impl Drep {
     /// DREP whose coin flips come from `seed`.
     pub fn with_seed(seed: u64) -> Self {
         Self {
-            rng: SplitMix64(seed),
+            rng: SplitMix64::new(seed),
             held: HashMap::new(),
         }
     }
@@ -163,25 +164,6 @@ fn argmax(v: &[u32]) -> usize {
         }
     }
     best
-}
-
-/// SplitMix64 (Steele, Lea and Flood): tiny, seedable, good enough for coin flips.
-#[derive(Clone, Debug)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`), by multiply-shift.
-    fn below(&mut self, n: u64) -> u64 {
-        ((self.next() as u128 * n as u128) >> 64) as u64
-    }
 }
 
 #[cfg(test)]

@@ -32,11 +32,14 @@
 //! its allotment (at a quantum, DEQ computes any job's desire from its view). Every policy keeps its state keyed by [`JobId`] and forgets jobs
 //! that left the list, so a controller may also just stop listing a job (DREP then treats it as
 //! an exit, and an unknown job as an arrival).
+//!
+//! [`rng`] is the seeded SplitMix64 that DREP flips its coins with and the property tests draw from.
 
 pub mod asteal;
 pub mod deq;
 pub mod drep;
 pub mod equi;
+pub mod rng;
 
 pub use asteal::ASteal;
 pub use deq::Deq;

@@ -4,20 +4,18 @@
 //! garbage (NaN, huge values) and more jobs than cores. A hand-rolled generator keeps the crate
 //! free of dependencies; every failure prints the seed and step that reproduce it.
 
+use tailctl_allot::rng::SplitMix64;
 use tailctl_allot::{check_allotment, AllotPolicy, Event, JobView, Machine, PolicyKind};
 
-struct Gen(u64);
+/// The crate's own SplitMix64, with the draws these tests need on top.
+struct Gen(SplitMix64);
 
 impl Gen {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     fn below(&mut self, n: u64) -> u64 {
-        ((self.next() as u128 * n as u128) >> 64) as u64
+        self.0.below(n)
     }
     fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
@@ -67,7 +65,7 @@ fn view(g: &mut Gen, id: u64, allot: u32, m: Machine) -> JobView {
 }
 
 fn exercise(kind: PolicyKind, seed: u64) {
-    let mut g = Gen(seed);
+    let mut g = Gen(SplitMix64::new(seed));
     let m = Machine {
         cores: 1 + g.below(64) as u32,
         quantum_ns: 1_000_000 * (1 + g.below(20)),
@@ -160,7 +158,7 @@ fn the_same_calls_give_the_same_allotments() {
                 cores: 24,
                 quantum_ns: 10_000_000,
             };
-            let mut g = Gen(11);
+            let mut g = Gen(SplitMix64::new(11));
             let mut out = Vec::new();
             let mut allot = Vec::new();
             let mut jobs: Vec<JobView> = Vec::new();
