@@ -16,11 +16,13 @@
 //! * `tailctl sim multiprog` — several parallel jobs sharing the cores under an allotment policy
 //!   of `tailctl-allot` (EQUI, DEQ+SAWS, A-Steal, DREP); see [`multiprog`].
 
+mod check;
 pub mod engine;
 pub mod meanfield;
 pub mod multiprog;
 pub mod report;
 pub mod rng;
+mod view;
 pub mod workload;
 
 use std::path::PathBuf;
@@ -318,18 +320,11 @@ struct Setup {
 }
 
 fn setup(common: Common) -> Result<Setup> {
-    let mut policies = Vec::new();
-    for p in &common.policies {
-        let pol = Policy::parse(p.trim()).with_context(|| {
+    let policies = check::policies(&common.policies, |p| {
+        Policy::parse(p).with_context(|| {
             format!("unknown policy `{p}` (use sf, af, tc, tc-clairvoyant, random)")
-        })?;
-        if !policies.contains(&pol) {
-            policies.push(pol);
-        }
-    }
-    if policies.is_empty() {
-        bail!("no policies given");
-    }
+        })
+    })?;
     if common.joins != "continuation" && policies.contains(&Policy::Random) {
         bail!(
             "--joins {} is not modelled for the random policy; drop it from --policies",
@@ -342,18 +337,9 @@ fn setup(common: Common) -> Result<Setup> {
     if common.joins == "blocking" && common.eager {
         bail!("--joins blocking and --eager cannot be combined");
     }
-    if common.cores == 0 {
-        bail!("--cores must be ≥ 1");
-    }
-    if common.requests == 0 {
-        bail!("--requests must be ≥ 1");
-    }
-    if common.warmup >= common.requests {
-        bail!("--warmup must be below --requests");
-    }
-    if common.loops == 0 {
-        bail!("--loops must be ≥ 1");
-    }
+    check::at_least_one(common.cores as u64, "--cores")?;
+    check::warmup_below(common.warmup, common.requests, "--requests")?;
+    check::at_least_one(common.loops as u64, "--loops")?;
     if !(common.work_scale.is_finite() && common.work_scale > 0.0) {
         bail!("--work-scale must be a number > 0");
     }

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use tailctl_allot::PolicyKind;
 
+use super::check;
 use dag::Bench;
 use engine::{poisson_workload, simulate, Measure, MpConfig};
 use report::{Report, RunStats};
@@ -126,37 +127,22 @@ pub fn run(a: Args) -> Result<()> {
         }
         return super::emit(&s);
     }
-    let mut policies: Vec<PolicyKind> = Vec::new();
-    for p in &a.policy {
-        let k: PolicyKind = p.trim().parse().map_err(anyhow::Error::msg)?;
+    let policies = check::policies(&a.policy, |p| {
+        let k: PolicyKind = p.parse().map_err(anyhow::Error::msg)?;
         if k == PolicyKind::Off {
             bail!("policy `off` is not simulated (jobs sharing every core would need a time-sharing model); use equi, deq, asteal or drep");
         }
-        if !policies.contains(&k) {
-            policies.push(k);
-        }
-    }
-    if policies.is_empty() {
-        bail!("no policies given");
-    }
+        Ok(k)
+    })?;
     if a.cores == 0 || a.cores > 4096 {
         bail!("--cores must be in 1..=4096");
     }
-    if a.jobs == 0 {
-        bail!("--jobs must be ≥ 1");
-    }
-    if a.warmup >= a.jobs {
-        bail!("--warmup must be below --jobs");
-    }
-    if a.runs == 0 {
-        bail!("--runs must be ≥ 1");
-    }
+    check::warmup_below(a.warmup, a.jobs, "--jobs")?;
+    check::at_least_one(a.runs, "--runs")?;
     if a.job_scale == 0 || a.job_scale > 1000 {
         bail!("--job-scale must be in 1..=1000");
     }
-    if a.quantum_us == 0 {
-        bail!("--quantum-us must be ≥ 1");
-    }
+    check::at_least_one(a.quantum_us, "--quantum-us")?;
     if a.steal_cost.is_zero() {
         bail!("--steal-cost must be > 0");
     }
