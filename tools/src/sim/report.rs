@@ -10,6 +10,8 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
+use super::view;
+
 /// Miss ratios of one policy at each target.
 #[derive(Clone, Debug)]
 pub struct PolicyRow {
@@ -87,10 +89,7 @@ impl Comparison {
 
     /// The paper-style text table.
     pub fn table(&self) -> String {
-        let mut s = String::new();
-        for (k, v) in &self.settings {
-            let _ = writeln!(s, "# {k}: {v}");
-        }
+        let mut s = view::settings_comments(&self.settings);
         // Explicit targets (`--targets`) have no percentile: the row is left out.
         if self.percentiles.iter().any(|p| p.is_finite()) {
             let _ = write!(s, "{:<26}", "SF percentile");
@@ -162,9 +161,7 @@ impl Comparison {
     /// The JSON view.
     pub fn json(&self) -> Value {
         json!({
-            "settings": self.settings.iter()
-                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-                .collect::<serde_json::Map<_, _>>(),
+            "settings": view::settings_json(&self.settings),
             "percentiles": self.percentiles,
             "targets_ms": self.targets.iter().map(|t| t * 1e3).collect::<Vec<_>>(),
             "policies": self.rows.iter().map(|r| json!({
@@ -202,40 +199,24 @@ impl Comparison {
         let gw = plot_w / groups;
         let bw = gw * 0.8 / nb;
         let mut s = String::new();
-        let _ = writeln!(
-            s,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#
-        );
-        let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-        // Two short title lines: what was run, then the model knobs.
-        let pick = |keys: &[&str]| {
-            self.settings
-                .iter()
-                .filter(|(k, _)| keys.contains(&k.as_str()))
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let _ = writeln!(
-            s,
-            r#"<text x="{left}" y="20" font-size="13">Target-miss ratio — {}</text>"#,
-            xml_escape(&pick(&["work", "arrivals", "cores", "requests"]))
-        );
-        let _ = writeln!(
-            s,
-            r##"<text x="{left}" y="38" font-size="11" fill="#555">{}</text>"##,
-            xml_escape(&pick(&[
-                "steal_cost",
-                "chunk",
-                "seq_fraction",
-                "serialization",
-                "seed"
-            ]))
-        );
-        let _ = writeln!(
-            s,
-            r##"<text x="{left}" y="52" font-size="11" fill="#555">{}</text>"##,
-            xml_escape(&pick(&["joins", "split"]))
+        view::open(&mut s, w, h);
+        // Short title lines: what was run, then the model knobs.
+        view::titles(
+            &mut s,
+            left,
+            "Target-miss ratio",
+            &self.settings,
+            &[
+                &["work", "arrivals", "cores", "requests"],
+                &[
+                    "steal_cost",
+                    "chunk",
+                    "seq_fraction",
+                    "serialization",
+                    "seed",
+                ],
+                &["joins", "split"],
+            ],
         );
         // Y axis with 5 ticks.
         for i in 0..=5 {
@@ -279,27 +260,10 @@ impl Comparison {
                 t * 1e3
             );
         }
-        for (i, r) in self.rows.iter().enumerate() {
-            let x = left + 10.0 + 130.0 * i as f64;
-            let y = h - 18.0;
-            let _ = writeln!(
-                s,
-                r#"<rect x="{x}" y="{}" width="12" height="12" fill="{}"/><text x="{}" y="{y}">{}</text>"#,
-                y - 10.0,
-                colors[i % colors.len()],
-                x + 16.0,
-                xml_escape(&r.policy)
-            );
-        }
-        s.push_str("</svg>\n");
+        let names: Vec<&str> = self.rows.iter().map(|r| r.policy.as_str()).collect();
+        view::legend_and_close(&mut s, &names, &colors, left, 130.0, h - 18.0);
         s
     }
-}
-
-fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 #[cfg(test)]

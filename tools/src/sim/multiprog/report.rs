@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use super::engine::{JobSpec, MpOutcome};
 use crate::sim::report::percentile;
+use crate::sim::view;
 
 /// The numbers of one (load, seed, policy) run.
 #[derive(Clone, Debug)]
@@ -267,10 +268,7 @@ impl Report {
 
     /// Markdown tables (they read as text too).
     pub fn table(&self) -> String {
-        let mut s = String::new();
-        for (k, v) in &self.settings {
-            let _ = writeln!(s, "# {k}: {v}");
-        }
+        let mut s = view::settings_comments(&self.settings);
         let _ = writeln!(
             s,
             "# jobs: {}",
@@ -378,9 +376,7 @@ impl Report {
 
     pub fn json(&self) -> Value {
         json!({
-            "settings": self.settings.iter()
-                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-                .collect::<serde_json::Map<_, _>>(),
+            "settings": view::settings_json(&self.settings),
             "benchmarks": self.benches.iter().map(|(n, w, s)| json!({
                 "name": n, "work_s": w, "span_s": s, "parallelism": w / s,
             })).collect::<Vec<_>>(),
@@ -453,34 +449,16 @@ impl Report {
         let w = left + panels * (pw + gap);
         let h = top + ph + 80.0;
         let mut s = String::new();
-        let _ = writeln!(
-            s,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#
-        );
-        let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-        let pick = |keys: &[&str]| {
-            self.settings
-                .iter()
-                .filter(|(k, _)| keys.contains(&k.as_str()))
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let _ = writeln!(
-            s,
-            r#"<text x="{left}" y="20" font-size="13">Multiprogrammed work stealing — {}</text>"#,
-            esc(&pick(&["cores", "jobs", "mix"]))
-        );
-        let _ = writeln!(
-            s,
-            r##"<text x="{left}" y="38" font-size="11" fill="#555">{}</text>"##,
-            esc(&pick(&[
-                "quantum",
-                "steal_cost",
-                "realloc_cost",
-                "measure",
-                "seeds"
-            ]))
+        view::open(&mut s, w, h);
+        view::titles(
+            &mut s,
+            left,
+            "Multiprogrammed work stealing",
+            &self.settings,
+            &[
+                &["cores", "jobs", "mix"],
+                &["quantum", "steal_cost", "realloc_cost", "measure", "seeds"],
+            ],
         );
         let x_of = |i: usize, x0: f64| {
             if loads.len() <= 1 {
@@ -509,7 +487,7 @@ impl Report {
                 s,
                 r#"<text x="{x0}" y="{}" font-size="12">{}</text>"#,
                 top - 12.0,
-                esc(title)
+                view::escape(title)
             );
             for i in 0..=4 {
                 let v = max * i as f64 / 4.0;
@@ -561,7 +539,7 @@ impl Report {
                         y_of(sp.min),
                         y_of(sp.max),
                         y_of(sp.mean),
-                        esc(p),
+                        view::escape(p),
                         fmt(sp.mean)
                     );
                 }
@@ -649,19 +627,8 @@ impl Report {
                 );
             }
         }
-        for (k, p) in policies.iter().enumerate() {
-            let x = left + 10.0 + 110.0 * k as f64;
-            let y = h - 16.0;
-            let _ = writeln!(
-                s,
-                r#"<rect x="{x}" y="{}" width="12" height="12" fill="{}"/><text x="{}" y="{y}">{}</text>"#,
-                y - 10.0,
-                colors[k % colors.len()],
-                x + 16.0,
-                esc(p)
-            );
-        }
-        s.push_str("</svg>\n");
+        let names: Vec<&str> = policies.iter().map(|p| p.as_str()).collect();
+        view::legend_and_close(&mut s, &names, &colors, left, 110.0, h - 16.0);
         s
     }
 }
@@ -701,12 +668,6 @@ fn compress(a: &[u32]) -> String {
         i = j;
     }
     out.join(" ")
-}
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 #[cfg(test)]
