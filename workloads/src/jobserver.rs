@@ -26,13 +26,12 @@
 //! compressor, emails in `parallel_for`). Mix: 50% send, 30% sortmail, 20%
 //! compress.
 
-use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use tailctl_rt::{join, parallel_for, Policy, Pool, PoolHandle, Priority};
@@ -475,22 +474,7 @@ fn connection(
     opts: &ServerOptions,
     mail: &Arc<Mailboxes>,
 ) -> Result<()> {
-    conn.set_nodelay(true).ok();
-    let (tx, rx) = mpsc::channel::<String>();
-    let mut w = conn.try_clone()?;
-    let writer = std::thread::spawn(move || {
-        for line in rx {
-            let _ = w.write_all(line.as_bytes());
-        }
-    });
-    let mut reader = BufReader::new(conn);
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if reader.read_line(&mut line)? == 0 {
-            break;
-        }
-        let read_at = Instant::now();
+    crate::priowire::serve_connection(conn, None, |line, read_at, tx| {
         let f: Vec<&str> = line.split_whitespace().collect();
         match f.as_slice() {
             ["STATS", ..] => {
@@ -539,10 +523,8 @@ fn connection(
                 let _ = tx.send(format!("ERR cannot parse `{}`\n", line.trim_end()));
             }
         }
-    }
-    drop(tx);
-    let _ = writer.join();
-    Ok(())
+        Ok(())
+    })
 }
 
 fn default_app() -> String {
@@ -587,8 +569,6 @@ pub struct LoadReport {
 /// }
 /// ```
 pub fn load(addr: &str, opts: &LoadOptions) -> Result<(LoadReport, Vec<(String, Record)>)> {
-    let stream = crate::loadgen::connect(addr)?;
-    stream.set_nodelay(true).ok();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(opts.seed);
     let arrivals = crate::arrival::ArrivalProcess::Poisson { rps: opts.rps }
         .schedule(opts.requests, &mut rng)
@@ -606,58 +586,14 @@ pub fn load(addr: &str, opts: &LoadOptions) -> Result<(LoadReport, Vec<(String, 
                 .unwrap_or(mix.len() - 1)
         })
         .collect();
-    let mut w = stream.try_clone()?;
-    let start = Instant::now() + Duration::from_millis(20);
-    let plan: Vec<(Duration, String)> = arrivals
+    let lines: Vec<String> = kinds
         .iter()
-        .zip(&kinds)
         .enumerate()
-        .map(|(i, (&at, &k))| (at, format!("JOB {i} {}\n", names[k])))
+        .map(|(i, &k)| format!("JOB {i} {}\n", names[k]))
         .collect();
-    let sender = std::thread::spawn(move || -> std::io::Result<()> {
-        for (at, line) in plan {
-            let t = start + at;
-            let now = Instant::now();
-            if t > now {
-                std::thread::sleep(t - now);
-            }
-            w.write_all(line.as_bytes())?;
-        }
-        Ok(())
-    });
-    let mut got: Vec<Option<(u64, u64, u64)>> = vec![None; opts.requests];
-    let mut reader = BufReader::new(stream.try_clone()?);
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut line = String::new();
-    let mut n = 0;
-    while n < opts.requests {
-        line.clear();
-        match reader.read_line(&mut line) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        let now = start.elapsed();
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.first() != Some(&"OK") || f.len() < 4 {
-            bail!("unexpected response `{}`", line.trim_end());
-        }
-        let id: usize = f[1].parse()?;
-        let lat = now.saturating_sub(arrivals[id]).as_nanos() as u64;
-        got[id] = Some((lat, f[2].parse()?, f[3].parse()?));
-        n += 1;
-    }
-    sender
-        .join()
-        .map_err(|_| anyhow::anyhow!("sender panicked"))?
-        .context("sending")?;
-    let mut w = stream.try_clone()?;
-    w.write_all(b"STATS\n")?;
-    line.clear();
-    reader.read_line(&mut line)?;
-    let server = line
-        .strip_prefix("STATS ")
-        .and_then(|j| serde_json::from_str(j.trim()).ok())
-        .unwrap_or(serde_json::Value::Null);
+    let (got, server) =
+        crate::priowire::drive(addr, &arrivals, lines, Duration::from_secs(30), "STATS\n")?;
+    let server = server.unwrap_or(serde_json::Value::Null);
     let records: Vec<(String, Record)> = got
         .iter()
         .enumerate()

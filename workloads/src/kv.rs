@@ -32,13 +32,12 @@
 //! ```
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use tailctl_rt::{parallel_for, Policy, Pool, PoolHandle, Priority};
@@ -403,26 +402,7 @@ fn compactor(sh: &Arc<Shared>, passes: usize) {
 }
 
 fn connection(conn: TcpStream, sh: &Arc<Shared>) -> Result<()> {
-    conn.set_nodelay(true).ok();
-    let (tx, rx) = mpsc::channel::<String>();
-    let mut w = conn.try_clone()?;
-    let writer = std::thread::Builder::new()
-        .name("kv-writer".into())
-        .spawn(move || {
-            for line in rx {
-                if w.write_all(line.as_bytes()).is_err() {
-                    // Keep draining: requests still running send here.
-                }
-            }
-        })?;
-    let mut reader = BufReader::new(conn);
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if reader.read_line(&mut line)? == 0 {
-            break;
-        }
-        let read_at = Instant::now();
+    crate::priowire::serve_connection(conn, Some("kv-writer"), |line, read_at, tx| {
         let mut parts = line.split_whitespace();
         let (op, id, key) = (parts.next(), parts.next(), parts.next());
         match (
@@ -467,10 +447,8 @@ fn connection(conn: TcpStream, sh: &Arc<Shared>) -> Result<()> {
                 let _ = tx.send(format!("ERR cannot parse `{}`\n", line.trim_end()));
             }
         }
-    }
-    drop(tx);
-    let _ = writer.join();
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Load options.
@@ -590,8 +568,6 @@ pub struct LoadReport {
 /// println!("p99 {} ms", report.all.p99_ms);
 /// ```
 pub fn load(addr: &str, opts: &LoadOptions) -> Result<(LoadReport, Vec<Record>)> {
-    let stream = crate::loadgen::connect(addr)?;
-    stream.set_nodelay(true).ok();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(opts.seed);
     let arrivals = crate::arrival::ArrivalProcess::Poisson { rps: opts.rps }
         .schedule(opts.requests, &mut rng)
@@ -599,63 +575,18 @@ pub fn load(addr: &str, opts: &LoadOptions) -> Result<(LoadReport, Vec<Record>)>
     let ops: Vec<(bool, u64)> = (0..opts.requests)
         .map(|_| (rng.gen_bool(opts.set_fraction), rng.gen_range(0..opts.keys)))
         .collect();
-    let mut w = stream.try_clone()?;
-    let start = Instant::now() + Duration::from_millis(20);
-    let plan: Vec<(Duration, String)> = arrivals
+    let lines: Vec<String> = ops
         .iter()
-        .zip(&ops)
         .enumerate()
-        .map(|(i, (&at, &(set, key)))| {
-            (
-                at,
-                format!("{} {i} {key}\n", if set { "SET" } else { "GET" }),
-            )
-        })
+        .map(|(i, &(set, key))| format!("{} {i} {key}\n", if set { "SET" } else { "GET" }))
         .collect();
-    let sender = std::thread::spawn(move || -> std::io::Result<()> {
-        for (at, line) in plan {
-            let t = start + at;
-            let now = Instant::now();
-            if t > now {
-                std::thread::sleep(t - now);
-            }
-            w.write_all(line.as_bytes())?;
-        }
-        Ok(())
-    });
-    let mut got: Vec<Option<(u64, u64, u64)>> = vec![None; opts.requests];
-    let mut reader = BufReader::new(stream.try_clone()?);
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut line = String::new();
-    let mut n = 0;
-    while n < opts.requests {
-        line.clear();
-        match reader.read_line(&mut line) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        let now = start.elapsed();
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.first() != Some(&"OK") || f.len() < 4 {
-            bail!("unexpected response `{}`", line.trim_end());
-        }
-        let id: usize = f[1].parse()?;
-        let lat = now.saturating_sub(arrivals[id]).as_nanos() as u64;
-        got[id] = Some((lat, f[2].parse()?, f[3].parse()?));
-        n += 1;
-    }
-    sender
-        .join()
-        .map_err(|_| anyhow::anyhow!("sender panicked"))?
-        .context("sending")?;
-    // The server's counters.
-    let mut w = stream.try_clone()?;
-    w.write_all(b"STATS 0 0\n")?;
-    line.clear();
-    reader.read_line(&mut line)?;
-    let server = line
-        .strip_prefix("STATS ")
-        .and_then(|j| serde_json::from_str(j.trim()).ok());
+    let (got, server) = crate::priowire::drive(
+        addr,
+        &arrivals,
+        lines,
+        Duration::from_secs(10),
+        "STATS 0 0\n",
+    )?;
     let records: Vec<Record> = got
         .iter()
         .enumerate()

@@ -17,6 +17,7 @@
 //! | [`stats`] | latency summaries: HDR percentiles, miss ratios |
 //! | [`kv`] | a memcached-like key-value service with background compaction, for priority levels (`tailctl-kv`) |
 //! | [`jobserver`] | a job server (matrix multiply > fib > sort > Smith-Waterman) at four priority levels (`tailctl-jobserver`) |
+//! | [`priowire`] | what [`kv`] and [`jobserver`] share on the wire: the server's connection loop, the open-loop client |
 //! | [`jobs`] | parallel jobs arriving over time for the core-allotment experiment (`tailctl-jobs`) |
 //! | [`experiment`] | the paper-style comparison: targets from steal-first, tables, plots |
 //!
@@ -33,6 +34,7 @@ pub mod jobserver;
 pub mod kernel;
 pub mod kv;
 pub mod loadgen;
+pub mod priowire;
 pub mod protocol;
 pub mod registration;
 pub mod scx;
