@@ -421,12 +421,6 @@ impl Report {
                 });
             chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 4, c.filled())))?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
-        root.present()?;
-        Ok(())
+        crate::plot::finish(&mut chart, &root)
     }
 }

@@ -452,14 +452,7 @@ impl JobsReport {
             .configure_mesh()
             .disable_x_mesh()
             .x_labels(rows.len() * 2 + 1)
-            .x_label_formatter(&|x| {
-                let i = x.floor() as usize;
-                if (x - x.floor() - 0.5).abs() < 0.01 && i < labels.len() {
-                    labels[i].clone()
-                } else {
-                    String::new()
-                }
-            })
+            .x_label_formatter(&|x| crate::plot::group_label(*x, &labels, 0.01))
             .y_desc("seconds (median over rounds)")
             .draw()?;
         for (i, r) in rows.iter().enumerate() {
