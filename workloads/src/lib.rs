@@ -18,6 +18,7 @@
 //! | [`kv`] | a memcached-like key-value service with background compaction, for priority levels (`tailctl-kv`) |
 //! | [`jobserver`] | a job server (matrix multiply > fib > sort > Smith-Waterman) at four priority levels (`tailctl-jobserver`) |
 //! | [`priowire`] | what [`kv`] and [`jobserver`] share on the wire: the server's connection loop, the open-loop client |
+//! | [`priobench`] | the command-line plumbing `tailctl-kv` and `tailctl-jobserver` share: bench processes, output files, replot |
 //! | [`plot`] | chart pieces the SVG plots share: group labels, the log-scale bar chart, the legend |
 //! | [`jobs`] | parallel jobs arriving over time for the core-allotment experiment (`tailctl-jobs`) |
 //! | [`experiment`] | the paper-style comparison: targets from steal-first, tables, plots |
@@ -36,6 +37,7 @@ pub mod kernel;
 pub mod kv;
 pub mod loadgen;
 pub mod plot;
+pub mod priobench;
 pub mod priowire;
 pub mod protocol;
 pub mod registration;

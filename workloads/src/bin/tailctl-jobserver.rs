@@ -3,22 +3,18 @@
 //! generator, and the benchmark that runs both as separate processes with and
 //! without priority levels.
 //!
-//! Design: as `tailctl-kv`. `bench` starts a fresh `server` child per
-//! configuration (it prints `LISTENING <addr>`), runs a `load` child with
-//! `--json`, stops the server, and writes `table.md`, `report.json`,
-//! `plot.svg` and `command.txt` into `--out` (per-job records in
-//! `<config>.csv`, git-ignored).
+//! Design: as `tailctl-kv`; the processes and files of `bench` and `replot`
+//! are `tailctl_workloads::priobench`'s (per-job records in `<config>.csv`,
+//! git-ignored).
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
-use serde::{Deserialize, Serialize};
 use tailctl_workloads::jobserver::{
     self as jobs, LoadOptions, LoadReport, ServerOptions, Sizes, KINDS,
 };
+use tailctl_workloads::{plot, priobench};
 
 #[derive(Parser)]
 #[command(about = "Job server at four priority levels, with and without priorities")]
@@ -148,11 +144,7 @@ fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::Server { addr, s } => {
             let opts = server_opts(&s)?;
-            let l = std::net::TcpListener::bind(&addr)
-                .with_context(|| format!("cannot bind {addr}"))?;
-            println!("LISTENING {}", l.local_addr()?);
-            std::io::stdout().flush()?;
-            jobs::serve(l, &opts)
+            jobs::serve(priobench::listen(&addr)?, &opts)
         }
         Cmd::Load {
             addr,
@@ -163,12 +155,7 @@ fn main() -> Result<()> {
         } => {
             let (report, recs) = jobs::load(&addr, &load_opts(&l, &app))?;
             if let Some(p) = records {
-                let mut f = std::io::BufWriter::new(std::fs::File::create(p)?);
-                writeln!(f, "id,kind,latency_ns,queue_ns,run_ns")?;
-                for (k, r) in &recs {
-                    let lat = r.latency_ns.map_or(String::from("lost"), |l| l.to_string());
-                    writeln!(f, "{},{k},{lat},{},{}", r.id, r.queue_ns, r.run_ns)?;
-                }
+                priobench::write_records(&p, "kind", recs.iter().map(|(k, r)| (k.as_str(), r)))?;
             }
             if json {
                 println!("{}", serde_json::to_string(&report)?);
@@ -212,9 +199,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Replot { out } => {
-            let v: serde_json::Value =
-                serde_json::from_str(&std::fs::read_to_string(out.join("report.json"))?)?;
-            let rows: Vec<Row> = serde_json::from_value(v["rows"].clone())?;
+            let (_, rows): (_, Vec<Row>) = priobench::read_report(&out)?;
             std::fs::write(out.join("table.md"), render_table(&rows))?;
             plot(&rows, &out.join("plot.svg"))
         }
@@ -229,101 +214,46 @@ fn main() -> Result<()> {
 }
 
 /// One configuration's result.
-#[derive(Serialize, Deserialize)]
-struct Row {
-    config: String,
-    server: ServerOptions,
-    report: LoadReport,
+type Row = priobench::Row<ServerOptions, LoadReport>;
+
+/// The server flags of configuration `name` (see `--configs`).
+fn config_server(name: &str, s: &ServerArgs) -> Result<ServerArgs> {
+    let mut s = s.clone();
+    let Some((priorities, policy)) = priobench::priority_config(name) else {
+        bail!("unknown configuration {name:?}");
+    };
+    s.priorities = priorities.into();
+    s.policy = policy;
+    Ok(s)
 }
 
 fn bench(out: &Path, configs: &str, s: &ServerArgs, l: &LoadArgs, json: bool) -> Result<()> {
-    std::fs::create_dir_all(out)?;
-    let exe = std::env::current_exe()?;
-    let mut rows = Vec::new();
-    for name in configs.split(',').map(str::trim).filter(|c| !c.is_empty()) {
-        let mut sa = s.clone();
-        match name {
-            "prio-sf" | "prio-af" | "noprio-sf" | "noprio-af" => {
-                sa.priorities = if name.starts_with("prio") {
-                    "on"
-                } else {
-                    "off"
-                }
-                .into();
-                sa.policy = name[name.len() - 2..].to_string();
-            }
-            other => bail!("unknown configuration {other:?}"),
-        }
-        let mut server = Command::new(&exe)
-            .args([
-                "server".to_string(),
-                format!("--app={}", sa.app),
-                format!("--workers={}", sa.workers),
-                format!("--priorities={}", sa.priorities),
-                format!("--policy={}", sa.policy),
-            ])
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("cannot start the server")?;
-        let mut first = String::new();
-        BufReader::new(server.stdout.take().expect("piped"))
-            .read_line(&mut first)
-            .context("server did not start")?;
-        let addr = first
-            .strip_prefix("LISTENING ")
-            .map(|a| a.trim().to_string())
-            .with_context(|| format!("unexpected server output {first:?}"))?;
-        let csv = out.join(format!("{name}.csv"));
-        let load = Command::new(&exe)
-            .args([
-                "load".to_string(),
-                format!("--addr={addr}"),
-                format!("--app={}", sa.app),
-                format!("--rps={}", l.rps),
-                format!("--requests={}", l.requests),
-                format!("--warmup={}", l.warmup),
-                format!("--seed={}", l.seed),
-                format!("--records={}", csv.display()),
-                "--json".to_string(),
-            ])
-            .output()
-            .context("cannot run the load generator")?;
-        let _ = server.kill();
-        let _ = server.wait();
-        if !load.status.success() {
-            bail!(
-                "load generator failed for {name}: {}",
-                String::from_utf8_lossy(&load.stderr)
-            );
-        }
-        let report: LoadReport = serde_json::from_slice(&load.stdout)
-            .with_context(|| format!("bad load report for {name}"))?;
+    let rows = priobench::each_config(out, configs, |exe, name, csv| {
+        let sa = config_server(name, s)?;
+        let server = [
+            "server".to_string(),
+            format!("--app={}", sa.app),
+            format!("--workers={}", sa.workers),
+            format!("--priorities={}", sa.priorities),
+            format!("--policy={}", sa.policy),
+        ];
+        let report: LoadReport = priobench::run_config(exe, name, &server, |addr| {
+            let mut a = priobench::load_argv(addr, &csv, l.rps, l.requests, l.warmup, l.seed);
+            a.push(format!("--app={}", sa.app));
+            a
+        })?;
         for (k, s) in &report.kinds {
             eprintln!("{name} {k}: p95 {:.2} ms p99 {:.2} ms", s.p95_ms, s.p99_ms);
         }
-        rows.push(Row {
+        Ok(Row {
             config: name.to_string(),
             server: server_opts(&sa)?,
             report,
-        });
-    }
+        })
+    })?;
     let table = render_table(&rows);
-    std::fs::write(out.join("table.md"), &table)?;
-    let report = serde_json::json!({ "rows": rows, "host_cpus":
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0) });
-    std::fs::write(
-        out.join("report.json"),
-        serde_json::to_string_pretty(&report)? + "\n",
-    )?;
-    plot(&rows, &out.join("plot.svg"))?;
-    let argv: Vec<String> = std::env::args().collect();
-    std::fs::write(out.join("command.txt"), argv.join(" ") + "\n")?;
-    if json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        print!("{table}");
-    }
-    Ok(())
+    let report = serde_json::json!({ "rows": rows, "host_cpus": priobench::host_cpus() });
+    priobench::write_outputs(out, &table, &report, |p| plot(&rows, p), json)
 }
 
 fn render_table(rows: &[Row]) -> String {
@@ -378,41 +308,29 @@ fn plot(rows: &[Row], path: &Path) -> Result<()> {
         .flat_map(|r| r.report.kinds.iter().map(|(_, s)| s.p99_ms))
         .fold(1.0, f64::max)
         * 2.0;
-    let kinds: Vec<String> = rows
+    let labels: Vec<String> = rows
         .first()
-        .map(|r| r.report.kinds.iter().map(|(k, _)| k.clone()).collect())
-        .unwrap_or_default();
-    let groups = kinds.len().max(1);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "tailctl-jobserver ({}): p99 latency per kind (level) and configuration",
-                rows.first()
-                    .map_or("jobs", |r| r.report.options.app.as_str())
-            ),
-            ("sans-serif", 16),
-        )
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0f64..groups as f64, (0.5f64..ymax).log_scale())?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(groups * 2 + 1)
-        .x_label_formatter(&|x| {
-            let i = x.floor() as usize;
-            if (x - i as f64 - 0.5).abs() < 0.26 {
-                kinds
-                    .get(i)
-                    .map(|k| format!("{k} (level {})", jobs::level_of(k).level()))
-                    .unwrap_or_default()
-            } else {
-                String::new()
-            }
+        .map(|r| {
+            r.report
+                .kinds
+                .iter()
+                .map(|(k, _)| format!("{k} (level {})", jobs::level_of(k).level()))
+                .collect()
         })
-        .y_desc("p99 latency (ms, log scale)")
-        .draw()?;
+        .unwrap_or_default();
+    let caption = format!(
+        "tailctl-jobserver ({}): p99 latency per kind (level) and configuration",
+        rows.first()
+            .map_or("jobs", |r| r.report.options.app.as_str())
+    );
+    let mut chart = plot::log_bar_chart(
+        &root,
+        &caption,
+        labels.len().max(1),
+        &labels,
+        0.5..ymax,
+        "p99 latency (ms, log scale)",
+    )?;
     let colors = [BLUE, RED, GREEN, MAGENTA];
     let w = 0.8 / rows.len().max(1) as f64;
     for (ci, r) in rows.iter().enumerate() {
@@ -432,11 +350,5 @@ fn plot(rows: &[Row], path: &Path) -> Result<()> {
             .label(r.config.clone())
             .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 16, y + 4)], c.filled()));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
-    root.present()?;
-    Ok(())
+    plot::finish(&mut chart, &root)
 }

@@ -7,16 +7,16 @@
 //! child per configuration (it prints `LISTENING <addr>` once bound), runs
 //! a `load` child against it with `--json`, stops the server, and writes
 //! `table.md`, `report.json`, `plot.svg` and `command.txt` into `--out`
-//! (raw per-request records go to `<config>.csv`, git-ignored).
+//! (raw per-request records go to `<config>.csv`, git-ignored). The
+//! processes and files are `tailctl_workloads::priobench`'s, shared with
+//! `tailctl-jobserver`; this file keeps the flags, the table and the plot.
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
-use serde::{Deserialize, Serialize};
 use tailctl_workloads::kv::{self, LoadOptions, LoadReport, ServerOptions};
+use tailctl_workloads::{plot, priobench};
 
 #[derive(Parser)]
 #[command(about = "Key-value service with background compaction, with and without priorities")]
@@ -141,11 +141,7 @@ fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::Server { addr, s } => {
             let opts = server_opts(&s)?;
-            let l = std::net::TcpListener::bind(&addr)
-                .with_context(|| format!("cannot bind {addr}"))?;
-            println!("LISTENING {}", l.local_addr()?);
-            std::io::stdout().flush()?;
-            kv::serve(l, &opts)
+            kv::serve(priobench::listen(&addr)?, &opts)
         }
         Cmd::Load {
             addr,
@@ -157,7 +153,8 @@ fn main() -> Result<()> {
             let opts = load_opts(&l, keys);
             let (report, recs) = kv::load(&addr, &opts)?;
             if let Some(p) = records {
-                write_records(&p, &recs)?;
+                let ops = recs.iter().map(|r| (if r.set { "SET" } else { "GET" }, r));
+                priobench::write_records(&p, "op", ops)?;
             }
             if json {
                 println!("{}", serde_json::to_string(&report)?);
@@ -175,9 +172,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Replot { out } => {
-            let v: serde_json::Value =
-                serde_json::from_str(&std::fs::read_to_string(out.join("report.json"))?)?;
-            let rows: Vec<Row> = serde_json::from_value(v["rows"].clone())?;
+            let (v, rows): (_, Vec<Row>) = priobench::read_report(&out)?;
             let l = LoadArgs {
                 rps: v["load"]["rps"].as_f64().unwrap_or(0.0),
                 requests: v["load"]["requests"].as_u64().unwrap_or(0) as usize,
@@ -209,43 +204,21 @@ fn load_opts(l: &LoadArgs, keys: u64) -> LoadOptions {
     }
 }
 
-fn write_records(p: &Path, recs: &[kv::Record]) -> Result<()> {
-    let mut f = std::io::BufWriter::new(std::fs::File::create(p)?);
-    writeln!(f, "id,op,latency_ns,queue_ns,run_ns")?;
-    for r in recs {
-        let lat = r.latency_ns.map_or(String::from("lost"), |l| l.to_string());
-        let op = if r.set { "SET" } else { "GET" };
-        writeln!(f, "{},{op},{lat},{},{}", r.id, r.queue_ns, r.run_ns)?;
-    }
-    Ok(())
-}
-
 /// One configuration's result.
-#[derive(Serialize, Deserialize)]
-struct Row {
-    config: String,
-    server: ServerOptions,
-    report: LoadReport,
-}
+type Row = priobench::Row<ServerOptions, LoadReport>;
 
+/// The server flags of configuration `name` (see `--configs`).
 fn config_server(name: &str, s: &ServerArgs) -> Result<ServerArgs> {
     let mut s = s.clone();
-    match name {
-        "alone" => {
-            s.compaction = "off".into();
-            s.priorities = "off".into();
-        }
-        "prio-sf" | "prio-af" | "noprio-sf" | "noprio-af" => {
-            s.compaction = "on".into();
-            s.priorities = if name.starts_with("prio") {
-                "on"
-            } else {
-                "off"
-            }
-            .into();
-            s.policy = name[name.len() - 2..].to_string();
-        }
-        other => bail!("unknown configuration {other:?}"),
+    if name == "alone" {
+        s.compaction = "off".into();
+        s.priorities = "off".into();
+    } else if let Some((priorities, policy)) = priobench::priority_config(name) {
+        s.compaction = "on".into();
+        s.priorities = priorities.into();
+        s.policy = policy;
+    } else {
+        bail!("unknown configuration {name:?}");
     }
     Ok(s)
 }
@@ -264,80 +237,31 @@ fn server_argv(s: &ServerArgs) -> Vec<String> {
 }
 
 fn bench(out: &Path, configs: &str, s: &ServerArgs, l: &LoadArgs, json: bool) -> Result<()> {
-    std::fs::create_dir_all(out)?;
-    let exe = std::env::current_exe()?;
-    let mut rows = Vec::new();
-    for name in configs.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+    let rows = priobench::each_config(out, configs, |exe, name, csv| {
         let sa = config_server(name, s)?;
-        let mut server = Command::new(&exe)
-            .args(server_argv(&sa))
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("cannot start the server")?;
-        let mut first = String::new();
-        BufReader::new(server.stdout.take().expect("piped"))
-            .read_line(&mut first)
-            .context("server did not start")?;
-        let addr = first
-            .strip_prefix("LISTENING ")
-            .map(|a| a.trim().to_string())
-            .with_context(|| format!("unexpected server output {first:?}"))?;
-        let csv = out.join(format!("{name}.csv"));
-        let load = Command::new(&exe)
-            .args([
-                "load".to_string(),
-                format!("--addr={addr}"),
-                format!("--keys={}", sa.keys),
-                format!("--rps={}", l.rps),
-                format!("--requests={}", l.requests),
-                format!("--set-fraction={}", l.set_fraction),
-                format!("--warmup={}", l.warmup),
-                format!("--seed={}", l.seed),
-                format!("--records={}", csv.display()),
-                "--json".to_string(),
-            ])
-            .output()
-            .context("cannot run the load generator")?;
-        let _ = server.kill();
-        let _ = server.wait();
-        if !load.status.success() {
-            bail!(
-                "load generator failed for {name}: {}",
-                String::from_utf8_lossy(&load.stderr)
-            );
-        }
-        let report: LoadReport = serde_json::from_slice(&load.stdout)
-            .with_context(|| format!("bad load report for {name}"))?;
+        let report: LoadReport = priobench::run_config(exe, name, &server_argv(&sa), |addr| {
+            let mut a = priobench::load_argv(addr, &csv, l.rps, l.requests, l.warmup, l.seed);
+            a.push(format!("--keys={}", sa.keys));
+            a.push(format!("--set-fraction={}", l.set_fraction));
+            a
+        })?;
         eprintln!(
             "{name}: GET/SET p95 {:.3} ms p99 {:.3} ms, within 10 ms {:.2}%",
             report.all.p95_ms,
             report.all.p99_ms,
             report.all.within_10ms * 100.0
         );
-        rows.push(Row {
+        Ok(Row {
             config: name.to_string(),
             server: server_opts(&sa)?,
             report,
-        });
-    }
+        })
+    })?;
     let table = render_table(&rows, l);
-    std::fs::write(out.join("table.md"), &table)?;
     let report = serde_json::json!({ "rows": rows, "load": {
         "rps": l.rps, "requests": l.requests, "set_fraction": l.set_fraction,
-        "warmup": l.warmup, "seed": l.seed }, "host_cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0) });
-    std::fs::write(
-        out.join("report.json"),
-        serde_json::to_string_pretty(&report)? + "\n",
-    )?;
-    plot(&rows, &out.join("plot.svg"))?;
-    let argv: Vec<String> = std::env::args().collect();
-    std::fs::write(out.join("command.txt"), argv.join(" ") + "\n")?;
-    if json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        print!("{table}");
-    }
-    Ok(())
+        "warmup": l.warmup, "seed": l.seed }, "host_cpus": priobench::host_cpus() });
+    priobench::write_outputs(out, &table, &report, |p| plot(&rows, p), json)
 }
 
 fn render_table(rows: &[Row], l: &LoadArgs) -> String {
@@ -379,30 +303,15 @@ fn plot(rows: &[Row], path: &Path) -> Result<()> {
     let root = SVGBackend::new(path, (900, 500)).into_drawing_area();
     root.fill(&WHITE)?;
     let ymax = rows.iter().map(|r| r.report.all.p99_ms).fold(1.0, f64::max) * 2.0;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "tailctl-kv: GET/SET latency (p95, p99) beside background compaction",
-            ("sans-serif", 16),
-        )
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0f64..rows.len() as f64, (0.01f64..ymax).log_scale())?;
     let names: Vec<String> = rows.iter().map(|r| r.config.clone()).collect();
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(rows.len() * 2 + 1)
-        .x_label_formatter(&|x| {
-            let i = x.floor() as usize;
-            if (x - i as f64 - 0.5).abs() < 0.26 {
-                names.get(i).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
-        .y_desc("latency (ms, log scale)")
-        .draw()?;
+    let mut chart = plot::log_bar_chart(
+        &root,
+        "tailctl-kv: GET/SET latency (p95, p99) beside background compaction",
+        rows.len(),
+        &names,
+        0.01..ymax,
+        "latency (ms, log scale)",
+    )?;
     for (i, r) in rows.iter().enumerate() {
         let x = i as f64;
         let a = &r.report.all;
@@ -432,11 +341,5 @@ fn plot(rows: &[Row], path: &Path) -> Result<()> {
         .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())?
         .label("p99")
         .legend(|(x, y)| Rectangle::new([(x, y - 4), (x + 16, y + 4)], RED.filled()));
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
-    root.present()?;
-    Ok(())
+    plot::finish(&mut chart, &root)
 }

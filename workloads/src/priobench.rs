@@ -1,0 +1,199 @@
+//! The command-line plumbing `tailctl-kv` and `tailctl-jobserver` share: the
+//! `server` subcommand's listening line, the `bench` loop (a fresh server
+//! process and a load process per configuration), its output directory, and
+//! `replot`'s reading of it.
+//!
+//! Design: the two binaries keep their flags, their per-application table
+//! and plot, and what a configuration means; everything about processes and
+//! files lives here once, so both benches write the same files the same way:
+//! `table.md`, `report.json`, `plot.svg`, `command.txt` and per-request
+//! records in `<config>.csv` (git-ignored).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::kv::Record;
+
+/// One configuration's result in `report.json`: its name, the server's
+/// options and the load generator's report.
+#[derive(Serialize, Deserialize)]
+pub struct Row<S, R> {
+    /// The configuration (`prio-sf`, `noprio-af`, …).
+    pub config: String,
+    /// The server's options.
+    pub server: S,
+    /// What the load generator measured.
+    pub report: R,
+}
+
+/// Binds `addr` and prints `LISTENING <addr>` (the line `bench` waits for).
+pub fn listen(addr: &str) -> Result<TcpListener> {
+    let l = TcpListener::bind(addr).with_context(|| format!("cannot bind {addr}"))?;
+    println!("LISTENING {}", l.local_addr()?);
+    std::io::stdout().flush()?;
+    Ok(l)
+}
+
+/// The levels switch (`on`/`off`) and pool policy of a priority
+/// configuration `prio-sf`, `prio-af`, `noprio-sf` or `noprio-af`; `None` for
+/// any other name.
+///
+/// ```
+/// use tailctl_workloads::priobench::priority_config;
+/// assert_eq!(priority_config("noprio-af"), Some(("off", "af".to_string())));
+/// assert_eq!(priority_config("alone"), None);
+/// ```
+pub fn priority_config(name: &str) -> Option<(&'static str, String)> {
+    match name {
+        "prio-sf" | "prio-af" | "noprio-sf" | "noprio-af" => Some((
+            if name.starts_with("prio") {
+                "on"
+            } else {
+                "off"
+            },
+            name[name.len() - 2..].to_string(),
+        )),
+        _ => None,
+    }
+}
+
+/// The `load` flags both applications have, for a load child against `addr`
+/// that writes its records to `csv` and its report as JSON.
+pub fn load_argv(
+    addr: &str,
+    csv: &Path,
+    rps: f64,
+    requests: usize,
+    warmup: usize,
+    seed: u64,
+) -> Vec<String> {
+    vec![
+        "load".to_string(),
+        format!("--addr={addr}"),
+        format!("--rps={rps}"),
+        format!("--requests={requests}"),
+        format!("--warmup={warmup}"),
+        format!("--seed={seed}"),
+        format!("--records={}", csv.display()),
+        "--json".to_string(),
+    ]
+}
+
+/// Runs `run(exe, name, csv)` for each configuration in the comma-separated
+/// `configs`, after creating `out`; `csv` is `out/<name>.csv`.
+pub fn each_config<T>(
+    out: &Path,
+    configs: &str,
+    mut run: impl FnMut(&Path, &str, PathBuf) -> Result<T>,
+) -> Result<Vec<T>> {
+    std::fs::create_dir_all(out)?;
+    let exe = std::env::current_exe()?;
+    let mut rows = Vec::new();
+    for name in configs.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+        rows.push(run(&exe, name, out.join(format!("{name}.csv")))?);
+    }
+    Ok(rows)
+}
+
+/// Starts `exe` with `server_argv`, waits for its `LISTENING` line, runs `exe`
+/// with `load_argv(addr)` to completion, stops the server and returns the
+/// load generator's JSON report. `name` names the configuration in errors.
+pub fn run_config<R: DeserializeOwned>(
+    exe: &Path,
+    name: &str,
+    server_argv: &[String],
+    load_argv: impl FnOnce(&str) -> Vec<String>,
+) -> Result<R> {
+    let mut server = Command::new(exe)
+        .args(server_argv)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("cannot start the server")?;
+    let mut first = String::new();
+    BufReader::new(server.stdout.take().expect("piped"))
+        .read_line(&mut first)
+        .context("server did not start")?;
+    let addr = first
+        .strip_prefix("LISTENING ")
+        .map(|a| a.trim().to_string())
+        .with_context(|| format!("unexpected server output {first:?}"))?;
+    let load = Command::new(exe)
+        .args(load_argv(&addr))
+        .output()
+        .context("cannot run the load generator")?;
+    let _ = server.kill();
+    let _ = server.wait();
+    if !load.status.success() {
+        bail!(
+            "load generator failed for {name}: {}",
+            String::from_utf8_lossy(&load.stderr)
+        );
+    }
+    serde_json::from_slice(&load.stdout).with_context(|| format!("bad load report for {name}"))
+}
+
+/// Writes the bench's outputs into `out` (`table.md`, `report.json`, the plot
+/// by `plot` to `plot.svg`, `command.txt` with this process's command line)
+/// and prints the report as JSON (`json`) or the table.
+pub fn write_outputs(
+    out: &Path,
+    table: &str,
+    report: &serde_json::Value,
+    plot: impl FnOnce(&Path) -> Result<()>,
+    json: bool,
+) -> Result<()> {
+    std::fs::write(out.join("table.md"), table)?;
+    std::fs::write(
+        out.join("report.json"),
+        serde_json::to_string_pretty(report)? + "\n",
+    )?;
+    plot(&out.join("plot.svg"))?;
+    let argv: Vec<String> = std::env::args().collect();
+    std::fs::write(out.join("command.txt"), argv.join(" ") + "\n")?;
+    if json {
+        println!("{}", serde_json::to_string(report)?);
+    } else {
+        print!("{table}");
+    }
+    Ok(())
+}
+
+/// The host's CPUs as `report.json` records them (0 if unknown).
+pub fn host_cpus() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0)
+}
+
+/// A bench directory's `report.json` and its rows, for `replot`.
+pub fn read_report<S: DeserializeOwned, R: DeserializeOwned>(
+    out: &Path,
+) -> Result<(serde_json::Value, Vec<Row<S, R>>)> {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json"))?)?;
+    let rows = serde_json::from_value(v["rows"].clone())?;
+    Ok((v, rows))
+}
+
+/// Writes per-request records as CSV to `p`: `id,<label>,latency_ns,queue_ns,run_ns`,
+/// `lost` for a request without a response; each record comes with its
+/// label's value (the operation or the job kind).
+pub fn write_records<'a>(
+    p: &Path,
+    label: &str,
+    recs: impl IntoIterator<Item = (&'a str, &'a Record)>,
+) -> Result<()> {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(p)?);
+    writeln!(f, "id,{label},latency_ns,queue_ns,run_ns")?;
+    for (k, r) in recs {
+        let lat = r.latency_ns.map_or(String::from("lost"), |l| l.to_string());
+        writeln!(f, "{},{k},{lat},{},{}", r.id, r.queue_ns, r.run_ns)?;
+    }
+    Ok(())
+}
