@@ -126,6 +126,14 @@ struct Common {
         value_delimiter = ','
     )]
     policies: Vec<String>,
+    #[command(flatten)]
+    run: Running,
+}
+
+/// How a simulation runs and reports, for `compare`, `capacity` and
+/// `multiprog` alike.
+#[derive(clap::Args, Clone)]
+pub(crate) struct Running {
     /// Worker threads (default: available cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -135,6 +143,18 @@ struct Common {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+}
+
+impl Running {
+    /// The worker threads to simulate on.
+    fn threads(&self) -> usize {
+        threads(self.threads)
+    }
+
+    /// A progress bar over `total` steps, hidden with `--quiet` or `--json`.
+    fn progress(&self, total: u64, what: &str) -> ProgressBar {
+        progress(total, self.quiet || self.json, what)
+    }
 }
 
 #[derive(clap::Args)]
@@ -484,7 +504,7 @@ fn compare(a: CompareArgs) -> Result<()> {
         a.rps
     };
     let dist = s.table_dist(&trace)?;
-    let nthreads = threads(s.common.threads);
+    let nthreads = s.common.run.threads();
     let started = Instant::now();
 
     // Steal-first first: it defines the targets.
@@ -500,11 +520,10 @@ fn compare(a: CompareArgs) -> Result<()> {
         .map(|p| if p.uses_table() { n_tbl } else { 1 })
         .sum::<usize>()
         + usize::from(!explicit && !s.policies.contains(&Policy::StealFirst));
-    let pb = progress(
-        (runs_total * trace.len()) as u64,
-        s.common.quiet || s.common.json,
-        "simulating",
-    );
+    let pb = s
+        .common
+        .run
+        .progress((runs_total * trace.len()) as u64, "simulating");
     let tick = |k: u64| pb.inc(k);
     let run = |cfg: &Config| -> Result<Outcome> {
         engine::simulate(cfg, &trace, Some(&tick)).map_err(|e| anyhow::anyhow!(e))
@@ -640,7 +659,7 @@ fn compare(a: CompareArgs) -> Result<()> {
     if let Some(p) = &a.plot {
         std::fs::write(p, cmp.svg()).with_context(|| format!("writing {}", p.display()))?;
     }
-    if c.json {
+    if c.run.json {
         emit(&format!("{}\n", serde_json::to_string_pretty(&cmp.json())?))?;
     } else {
         emit(&cmp.table())?;
@@ -669,11 +688,7 @@ fn capacity(a: CapacityArgs) -> Result<()> {
         bail!("need 0 < --rps-min < --rps-max ({} vs {hi})", a.rps_min);
     }
     let target = a.target.as_secs_f64();
-    let pb = progress(
-        s.policies.len() as u64,
-        s.common.quiet || s.common.json,
-        "capacity",
-    );
+    let pb = s.common.run.progress(s.policies.len() as u64, "capacity");
     let ok = |p: Policy, rps: f64| -> Result<(bool, f64)> {
         let trace = s.trace(rps)?;
         let tbl = if p.uses_table() {
@@ -688,7 +703,7 @@ fn capacity(a: CapacityArgs) -> Result<()> {
         let v = percentile(&l, a.percentile);
         Ok((v <= target, v))
     };
-    let results = parallel_map(&s.policies, threads(s.common.threads), |&p| {
+    let results = parallel_map(&s.policies, s.common.run.threads(), |&p| {
         let r = (|| -> Result<(f64, f64)> {
             let (mut lo, mut hi) = (a.rps_min, hi);
             let (good, v0) = ok(p, lo)?;
@@ -717,7 +732,7 @@ fn capacity(a: CapacityArgs) -> Result<()> {
         let (rps, lat) = r?;
         out.push((p.name(), rps, lat));
     }
-    if s.common.json {
+    if s.common.run.json {
         let v = json!({
             "percentile": a.percentile,
             "target_ms": target * 1e3,

@@ -82,15 +82,8 @@ pub struct Args {
     /// Print the benchmarks' work, span and parallelism and exit.
     #[arg(long)]
     describe: bool,
-    /// Worker threads (default: available cores).
-    #[arg(long)]
-    threads: Option<usize>,
-    /// No progress bar.
-    #[arg(long)]
-    quiet: bool,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    run: super::Running,
 }
 
 fn parse_dur0(s: &str) -> Result<Duration, String> {
@@ -172,10 +165,10 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
     }
-    let pb = super::progress((work.len() * a.jobs) as u64, a.quiet || a.json, "multiprog");
+    let pb = a.run.progress((work.len() * a.jobs) as u64, "multiprog");
     let tick = || pb.inc(1);
     let started = Instant::now();
-    let outs = super::parallel_map(&work, super::threads(a.threads), |(_, seed, p, specs)| {
+    let outs = super::parallel_map(&work, a.run.threads(), |(_, seed, p, specs)| {
         let cfg = MpConfig {
             cores: a.cores,
             quantum_ns: a.quantum_us * 1_000,
@@ -302,7 +295,7 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(p) = &a.plot {
         std::fs::write(p, report.svg()).with_context(|| format!("writing {}", p.display()))?;
     }
-    if a.json {
+    if a.run.json {
         super::emit(&format!(
             "{}\n",
             serde_json::to_string_pretty(&report.json())?
