@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
-use tailctl_rt::{join, parallel_for, Policy, Pool, PoolHandle, Priority};
+use tailctl_rt::{join, parallel_for, PoolHandle, Priority};
 
 use crate::kv::{summarize, LatencySummary, Record};
 
@@ -444,28 +444,17 @@ pub struct ServerOptions {
 /// serve(l, &opts).unwrap();
 /// ```
 pub fn serve(listener: TcpListener, opts: &ServerOptions) -> Result<()> {
-    let policy: Policy = opts.policy.parse().map_err(anyhow::Error::msg)?;
-    let pool = Pool::builder()
-        .workers(opts.workers)
-        .policy(policy)
-        .thread_name("jobs-w")
-        .build()?;
+    let pool = crate::priowire::pool(opts.workers, &opts.policy, "jobs-w")?;
     let handle = pool.handle();
     let mail = Arc::new(if opts.app == "email" {
         Mailboxes::default()
     } else {
         Mailboxes(Vec::new())
     });
-    for conn in listener.incoming() {
-        let conn = conn?;
-        let (h, o, m) = (handle.clone(), opts.clone(), Arc::clone(&mail));
-        std::thread::Builder::new()
-            .name("jobs-conn".into())
-            .spawn(move || {
-                let _ = connection(conn, &h, &o, &m);
-            })?;
-    }
-    Ok(())
+    let opts = opts.clone();
+    crate::priowire::accept(&listener, "jobs-conn", move |conn| {
+        let _ = connection(conn, &handle, &opts, &mail);
+    })
 }
 
 fn connection(

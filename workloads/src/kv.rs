@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
-use tailctl_rt::{parallel_for, Policy, Pool, PoolHandle, Priority};
+use tailctl_rt::{parallel_for, PoolHandle, Priority};
 
 /// Level of GET/SET requests when priorities are on.
 ///
@@ -339,12 +339,7 @@ impl Shared {
 /// serve(l, &opts).unwrap();
 /// ```
 pub fn serve(listener: TcpListener, opts: &ServerOptions) -> Result<()> {
-    let policy: Policy = opts.policy.parse().map_err(anyhow::Error::msg)?;
-    let pool = Pool::builder()
-        .workers(opts.workers)
-        .policy(policy)
-        .thread_name("kv-w")
-        .build()?;
+    let pool = crate::priowire::pool(opts.workers, &opts.policy, "kv-w")?;
     let shared = Arc::new(Shared {
         store: Store::new(opts.keys, opts.value_bytes),
         pool: pool.handle(),
@@ -358,15 +353,10 @@ pub fn serve(listener: TcpListener, opts: &ServerOptions) -> Result<()> {
             .name("kv-compactor".into())
             .spawn(move || compactor(&sh, passes))?;
     }
-    for conn in listener.incoming() {
-        let conn = conn?;
-        let sh = Arc::clone(&shared);
-        std::thread::Builder::new()
-            .name("kv-conn".into())
-            .spawn(move || {
-                let _ = connection(conn, &sh);
-            })?;
-    }
+    let sh = Arc::clone(&shared);
+    crate::priowire::accept(&listener, "kv-conn", move |conn| {
+        let _ = connection(conn, &sh);
+    })?;
     shared.stop.store(true, Ordering::SeqCst);
     drop(pool);
     Ok(())

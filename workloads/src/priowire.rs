@@ -1,6 +1,6 @@
 //! The line protocol both priority-level applications ([`crate::kv`],
-//! [`crate::jobserver`]) speak, minus their requests: the server's
-//! per-connection loop and the client's open-loop driver.
+//! [`crate::jobserver`]) speak, minus their requests: the server's pool,
+//! accept loop and per-connection loop, and the client's open-loop driver.
 //!
 //! Design: a connection has a reader (this thread: it parses a line and
 //! submits the request to the pool) and a writer thread that sends the
@@ -12,11 +12,40 @@
 //! runs.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use tailctl_rt::{Policy, Pool};
+
+/// The pool a server runs its requests on: `workers` threads named
+/// `thread_name` (the prefix its CPU time is summed by), scheduling `policy`
+/// (`sf`, `af`).
+pub fn pool(workers: usize, policy: &str, thread_name: &str) -> Result<Pool> {
+    let policy: Policy = policy.parse().map_err(anyhow::Error::msg)?;
+    Ok(Pool::builder()
+        .workers(workers)
+        .policy(policy)
+        .thread_name(thread_name)
+        .build()?)
+}
+
+/// Accepts connections on `listener` until it fails, serving each with
+/// `serve` on its own thread named `thread_name`.
+pub fn accept(
+    listener: &TcpListener,
+    thread_name: &str,
+    serve: impl Fn(TcpStream) + Clone + Send + 'static,
+) -> Result<()> {
+    for conn in listener.incoming() {
+        let (conn, serve) = (conn?, serve.clone());
+        std::thread::Builder::new()
+            .name(thread_name.into())
+            .spawn(move || serve(conn))?;
+    }
+    Ok(())
+}
 
 /// Serves one connection: calls `handle(line, read_at, responses)` for each
 /// request line (`read_at`: when it was read, for the queueing time), and
