@@ -2,7 +2,8 @@
 //! the third of Prompt I-Cilk's applications (Singer et al., SPAA'23, §6;
 //! issue 13): matrix multiply > fib > sort > Smith-Waterman.
 //!
-//! Design: the same shape as [`crate::kv`]. Each `JOB <id> <kind>` line is
+//! Design: the same shape as [`crate::kv`], on the same connection loop and
+//! open-loop client ([`crate::priowire`]). Each `JOB <id> <kind>` line is
 //! one request on the pool, submitted by the connection's reader thread at
 //! its kind's level (with priorities) or at the default level (without);
 //! the job stamps start and end and answers `OK <id> <queue_ns> <run_ns>

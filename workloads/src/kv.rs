@@ -12,6 +12,8 @@
 //!   the connection's reader thread (at [`HIGH`] with priorities, at the
 //!   default level without); it stamps its start and end and sends
 //!   `OK <id> <queue_ns> <run_ns> <hit>` to the connection's writer thread.
+//!   The connection loop and the load generator's client are
+//!   [`crate::priowire`]'s, shared with [`crate::jobserver`].
 //! * **Compaction.** A background thread keeps one compaction request in
 //!   flight at all times (at [`LOW`] with priorities, the default level
 //!   without): a `parallel_for` over the shards, each leaf sorting its shard's

@@ -17,7 +17,7 @@
 //! | [`stats`] | latency summaries: HDR percentiles, miss ratios |
 //! | [`kv`] | a memcached-like key-value service with background compaction, for priority levels (`tailctl-kv`) |
 //! | [`jobserver`] | a job server (matrix multiply > fib > sort > Smith-Waterman) at four priority levels (`tailctl-jobserver`) |
-//! | [`priowire`] | what [`kv`] and [`jobserver`] share on the wire: the server's connection loop, the open-loop client |
+//! | [`priowire`] | what [`kv`] and [`jobserver`] share on the wire: the server's pool, accept and connection loops, the open-loop client |
 //! | [`priobench`] | the command-line plumbing `tailctl-kv` and `tailctl-jobserver` share: bench processes, output files, replot |
 //! | [`plot`] | chart pieces the SVG plots share: group labels, the log-scale bar chart, the legend |
 //! | [`jobs`] | parallel jobs arriving over time for the core-allotment experiment (`tailctl-jobs`) |
