@@ -15,6 +15,10 @@
 //! * `tailctl sim meanfield` — mean response time of child / parent stealing.
 //! * `tailctl sim multiprog` — several parallel jobs sharing the cores under an allotment policy
 //!   of `tailctl-allot` (EQUI, DEQ+SAWS, A-Steal, DREP); see [`multiprog`].
+//!
+//! What `compare`/`capacity` and `multiprog` share lives once: the flag
+//! checks (`check`), the run flags (`Running`) and the report views'
+//! settings, SVG frame and legend (`view`).
 
 mod check;
 pub mod engine;
