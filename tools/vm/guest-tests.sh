@@ -240,6 +240,12 @@ test_isolation() {
   nr=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$ktest" -w 2 serve --secs 3 --require-kernel 2>"$out/ktest.err") \
     || { fail isolation "unprivileged service could not register: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
   [ "$(jget "$nr" uid)" = 65534 ] && [ "$(jget "$nr" requests)" -gt 0 ] || { fail isolation "unprivileged run: $nr"; stop_sched; return; }
+  # The twin registers without a threshold (`--no-cap`): the rogue's garbage
+  # leaves the kernel no request to cap, which gets it what any service may
+  # ask for by registering without thresholds. A capped twin (threshold 1 ms,
+  # as the rogue registers) runs one worker fewer by its own choice: beside
+  # it the neighbour got 1.30-1.39 CPUs against 1.11-1.16 beside the rogue in
+  # CI, about the 7/8 that one thread fewer of 8 predicts.
   # Beside a benign twin, then beside a rogue scribbling on its own region,
   # twice (alternated, so drift in the emulated machine hits both): the CPU
   # share of an unregistered 2-thread neighbour, then the throughput of a
@@ -250,7 +256,7 @@ test_isolation() {
   "$ktest" -w 2 serve --secs 2 >/dev/null 2>&1
   for i in 1 2 3; do
     for kind in twin rogue; do
-      "$ktest" -w 2 rogue --secs 15 $([ $kind = twin ] && echo --benign) >"$out/$kind-$i.json" 2>&1 &
+      "$ktest" -w 2 rogue --secs 15 $([ $kind = twin ] && echo --benign --no-cap) >"$out/$kind-$i.json" 2>&1 &
       local rp=$!; sleep 3
       s=$("$ktest" hog --threads 2 --secs 5 2>>"$out/ktest.err") || { fail isolation "hog failed: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
       r=$("$ktest" -w 2 serve --secs 5 --require-kernel 2>>"$out/ktest.err") || { fail isolation "serve beside the $kind failed: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
@@ -354,7 +360,9 @@ test_experiment() {
   rows=$(sed -n '/^{/,$p' <<<"$r" | $PY -c 'import json,sys; r=json.load(sys.stdin); print(" | ".join("%s %s%%" % (x["policy"], "/".join("%.1f" % (m*100) for m in x["miss"])) for x in r["rows"]))') \
     || { fail experiment "no JSON report: $(tail -c 300 <<<"$r")"; return; }
   grep -q "tail-control + kernel" <<<"$rows" || { fail experiment "no kernel-assisted row: $rows"; return; }
-  local ks; ks=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["server_stats"]["kernel_serialized"])' "$d/tail-control-kernel.json")
+  # Per-run summaries live in raw/ (the driver keeps raw records apart).
+  local ks; ks=$($PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["server_stats"]["kernel_serialized"])' "$d/raw/tail-control-kernel.json") \
+    || { fail experiment "no per-run summary of the kernel-assisted run in $d/raw"; return; }
   pass experiment "miss % at SF p97.5..p99.75: $rows; kernel serialized $ks" "\"kernel_serialized\": $ks"
 }
 
@@ -383,7 +391,8 @@ prio_tests="$(dirname "$(readlink -f "$0")")/guest-tests-prio.sh"
 
 [ -e /sys/kernel/sched_ext/state ] || { echo "FAIL setup: kernel $kver has no sched_ext"; echo "guest: 0 passed, 1 failed"; exit 1; }
 log "$(nproc) CPUs; running: ${tests[*]}"
-for t in "${tests[@]}"; do "test_$t"; done
+# Each test's duration, for keeping CI inside its time (tools/test.sh sums them).
+for t in "${tests[@]}"; do t0=$SECONDS; "test_$t"; log "$t took $((SECONDS - t0)) s"; done
 { echo "{\"kernel\": \"$kver\", \"cpus\": $(nproc), \"tests\": {"; (IFS=,; echo "${json_items[*]}"); echo "}}"; } >"$out/$kver.json"
 echo "guest $kver: $passed passed, $failed failed"
 [ $failed = 0 ]

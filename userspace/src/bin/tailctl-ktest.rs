@@ -132,6 +132,13 @@ enum Cmd {
         /// baseline neighbour for the rogue's throughput comparison.
         #[arg(long)]
         benign: bool,
+        /// Register without a threshold, so the kernel never caps a request:
+        /// the twin a rogue must be compared with. A rogue's garbage leaves
+        /// the kernel no request to cap, which gets it exactly what any
+        /// service may ask for by registering without thresholds; a capped
+        /// twin runs one worker fewer by its own choice.
+        #[arg(long)]
+        no_cap: bool,
     },
     Hog {
         #[arg(long, default_value_t = 10)]
@@ -835,8 +842,9 @@ fn serve(cli: &Cli, secs: u64, require_kernel: bool) -> Result<()> {
     Ok(())
 }
 
-fn rogue(cli: &Cli, secs: u64, benign: bool) -> Result<()> {
-    let pool = start_pool(cli, Some(&threshold_table(1)), true)?;
+fn rogue(cli: &Cli, secs: u64, benign: bool, no_cap: bool) -> Result<()> {
+    let table = threshold_table(1);
+    let pool = start_pool(cli, (!no_cap).then_some(&table), true)?;
     if !pool.is_kernel_assisted() {
         bail!("scx_tailctl did not accept the registration");
     }
@@ -889,7 +897,7 @@ fn rogue(cli: &Cli, secs: u64, benign: bool) -> Result<()> {
     println!(
         "{}",
         serde_json::to_string(
-            &json!({ "benign": benign, "garbage_writes": writes, "requests_submitted": requests })
+            &json!({ "benign": benign, "capped": !no_cap, "garbage_writes": writes, "requests_submitted": requests })
         )?
     );
     // The pool's own bookkeeping is garbage now; don't wait for it to drain.
@@ -1588,7 +1596,11 @@ fn main() -> Result<()> {
             secs,
             require_kernel,
         } => serve(&cli, secs, require_kernel),
-        Cmd::Rogue { secs, benign } => rogue(&cli, secs, benign),
+        Cmd::Rogue {
+            secs,
+            benign,
+            no_cap,
+        } => rogue(&cli, secs, benign, no_cap),
         Cmd::Hog { secs, threads } => hog(secs, threads.unwrap_or_else(nr_cpus)),
         Cmd::Greedy {
             secs,
