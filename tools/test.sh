@@ -68,9 +68,10 @@ if [ "${SKIP_VM:-0}" != 1 ]; then
     fi
     rm -rf "$fresh"
   fi
-  for k in $kernels; do
-    step "scheduler tests on kernel series $k"
-    out=.cache/vm/results/$k
+  # One kernel series: boot, run the tests, resume in a new boot if the
+  # guest died. Its output goes to $out/run.log; its counts to $out/counts.
+  run_kernel() {
+    local k=$1 out=.cache/vm/results/$1 attempt todo all gp gf missing
     rm -rf "$out"; mkdir -p "$out"
     # Under multi-threaded qemu TCG the guest kernel oopses now and then
     # (int3 in pick_task_idle / __schedule) while sched_ext flips its static
@@ -89,13 +90,49 @@ if [ "${SKIP_VM:-0}" != 1 ]; then
       # shellcheck disable=SC2086
       timeout 2400 target/debug/tailctl vm run -k "$k" -c 4 --tcg-threads "${TCG_THREADS:-single}" \
         --console "$out/console-$attempt.log" --rwdir .cache/vm/results -- \
-        tools/vm/guest-tests.sh target/debug/scx_tailctl "$out" $todo 2>&1 | tee "$log"
+        tools/vm/guest-tests.sh target/debug/scx_tailctl "$out" $todo 2>&1
     done
     gp=$(grep -c '^PASS' "$out/progress" 2>/dev/null); gf=$(grep -c '^FAIL' "$out/progress" 2>/dev/null)
     missing=$(for t in $all; do grep -qE "^(PASS|FAIL) $t\$" "$out/progress" 2>/dev/null || echo "$t"; done)
-    ok "${gp:-0}"
-    [ "${gf:-0}" = 0 ] || bad "$gf" "scheduler tests on $k: $(grep '^FAIL' "$out/progress" | tr '\n' ' ')"
-    [ -z "$missing" ] || bad 1 "scheduler tests on $k never reported: $(echo $missing)"
+    echo "${gp:-0} ${gf:-0}" >"$out/counts"
+    [ "${gf:-0}" = 0 ] || echo "FAILED: scheduler tests on $k: $(grep '^FAIL' "$out/progress" | tr '\n' ' ')"
+    [ -z "$missing" ] || { echo "FAILED: scheduler tests on $k never reported: $(echo $missing)"; echo 1 >"$out/missing"; }
+  }
+  # The kernel series boot side by side: each guest is one single-threaded
+  # TCG process, so two of them use the two cores of a CI machine and the
+  # guest part takes as long as the slower series, not the sum (every guest
+  # test measures ratios inside its own guest, so the neighbour VM slows both
+  # sides of a pair alike). PARALLEL_KERNELS=0 runs them one after another.
+  pids=()
+  for k in $kernels; do
+    mkdir -p ".cache/vm/results/$k"
+    if [ "${PARALLEL_KERNELS:-1}" = 1 ]; then
+      echo "(kernel series $k boots in the background; its log: .cache/vm/results/$k.log)"
+      run_kernel "$k" >".cache/vm/results/$k.log" 2>&1 &
+      pids+=($!)
+    else
+      step "scheduler tests on kernel series $k"
+      run_kernel "$k" 2>&1 | tee ".cache/vm/results/$k.log"
+    fi
+  done
+  # Progress while they run: each result line as it lands (tail --pid ends
+  # with its kernel's run).
+  if [ ${#pids[@]} -gt 0 ]; then
+    i=0
+    for k in $kernels; do
+      tail -n +1 -F --pid="${pids[$i]}" ".cache/vm/results/$k.log" 2>/dev/null \
+        | grep --line-buffered -E '^(PASS|FAIL)' | sed -u "s/^/[$k] /" &
+      i=$((i + 1))
+    done
+    wait
+  fi
+  for k in $kernels; do
+    step "scheduler tests on kernel series $k (log)"
+    [ ${#pids[@]} -gt 0 ] && grep -vE '^qemu-system' ".cache/vm/results/$k.log"
+    read -r gp gf <".cache/vm/results/$k/counts" 2>/dev/null || { gp=0; gf=0; }
+    ok "$gp"
+    [ "$gf" = 0 ] || bad "$gf" "scheduler tests on $k: $(grep '^FAIL' ".cache/vm/results/$k/progress" | tr '\n' ' ')"
+    [ ! -e ".cache/vm/results/$k/missing" ] || bad 1 "scheduler tests on $k never reported some tests"
   done
 fi
 

@@ -12,6 +12,15 @@
 # Then prints, in a few lines: requests, misses at the target with and
 # without kernel assistance, the serializations the kernel made, and the CPU
 # the neighbour got beside each; the plot and tables stay in OUT_DIR.
+# Then the two things only the kernel can do, each measured beside its
+# user-space counterpart in the same run (tailctl-ktest, as the guest tests
+# `serialize` and `account` use it):
+#   5. how fast a large request is brought down to one core once its work
+#      crosses the threshold: the kernel's cap against the runtime's lazy
+#      serialization (workers stop taking its work at their next steal);
+#   6. how much CPU a request really used, beside a CPU hog on its core: the
+#      kernel's charge against the runtime's wall-clock estimate, which is
+#      what user-space tail-control would compare with its thresholds.
 set -uo pipefail
 bin=$1; out=$2
 exp=$out/experiment
@@ -77,5 +86,44 @@ line("tail-control + kernel (scx_tailctl)", "tail-control + kernel", "tail-contr
 if sys.argv[2]:
     print(f"  scx_tailctl's own counters: {sys.argv[2]} serializations")
 EOF
+
+echo
+echo "[demo] what only the kernel can do (tailctl-ktest beside a loaded scx_tailctl):"
+"$bin/scx_tailctl" >"$out/mechanisms-sched.log" 2>&1 &
+sp=$!
+for _ in $(seq 1 1500); do [ "$(cat /sys/kernel/sched_ext/state)" = enabled ] && break; kill -0 $sp 2>/dev/null || break; sleep 0.2; done
+if [ "$(cat /sys/kernel/sched_ext/state)" = enabled ]; then
+  "$bin/tailctl-ktest" -w "$(nproc)" serialize --threshold-ms 200 --small-every-ms 40 --compare --rounds 3 \
+    >"$out/serialize.json" 2>"$out/serialize.err"
+  taskset -c 0 stress-ng -c 2 -t 120 --temp-path /tmp >/dev/null 2>&1 &
+  hog=$!
+  sleep 1
+  taskset -c 0 "$bin/tailctl-ktest" -w 1 account --ms 300 --count 4 >"$out/account.json" 2>"$out/account.err"
+  kill $hog 2>/dev/null; wait $hog 2>/dev/null
+  "$py" - "$out/serialize.json" "$out/account.json" <<'EOF'
+import json, sys
+try:
+    c = json.load(open(sys.argv[1]))
+    k, u = c["kernel"]["median_latency_ms"], c["user"]["median_latency_ms"]
+    print(f"  a large request down to one core after its threshold (median of {c['rounds']}): "
+          f"kernel {k:.1f} ms, user space alone {u:.1f} ms ({u / k:.0f}x faster); "
+          f"cap violations {c['kernel']['cap_violations']}")
+except Exception as e:
+    print(f"  serialization comparison: no result ({e}); see serialize.err")
+try:
+    rows = json.load(open(sys.argv[2]))["requests"]
+    kmax = max(abs(r["kernel_error_pct"]) for r in rows)
+    wall = sum(r["wallclock_error_pct"] for r in rows) / len(rows)
+    print(f"  a request's CPU time beside a CPU hog on its core ({len(rows)} requests): "
+          f"kernel's charge within {kmax:.1f}% of the truth, the runtime's wall clock off by {wall:+.0f}%")
+except Exception as e:
+    print(f"  accounting comparison: no result ({e}); see account.err")
+EOF
+else
+  echo "  scx_tailctl did not load: $(tail -n 3 "$out/mechanisms-sched.log")"
+fi
+kill -INT $sp 2>/dev/null; wait $sp 2>/dev/null
+
 echo
 echo "[demo] tables: $exp/table.md   plot: $exp/plot.svg   log: $out/experiment.log"
+
