@@ -355,9 +355,10 @@ struct tailctl_stats {
 	u64 prio_switches;
 	u64 prio_guard_dispatches;
 	/*
-	 * Runs (ops.running) of a task while a higher level's queue had a task,
-	 * guard dispatches and per-CPU kthreads excepted: what promptness rules
-	 * out, left only to races. And promptness violations: runs that ended
+	 * Runs (ops.running) of a task while a task of a higher level that
+	 * this CPU may run had been queued since before the CPU chose (see
+	 * prio_inversions_raced), guard dispatches and per-CPU kthreads
+	 * excepted: what promptness rules out. And promptness violations: runs that ended
 	 * (ops.stopping) while a higher level had work waiting, with the time
 	 * they ran after that work arrived (guard runs excepted).
 	 */
@@ -379,6 +380,13 @@ struct tailctl_stats {
 	u64 allot_apply_lat_sum_ns;
 	u64 allot_enforced_at_apply;
 	u64 allot_kick_lat_hist[TAILCTL_ALLOT_LAT_BUCKETS];
+	/*
+	 * Runs that would be inversions but whose higher-level work arrived
+	 * after this CPU chose its task (in ops.dispatch or a direct dispatch
+	 * from ops.select_cpu): a race no choice could have avoided, counted
+	 * apart from prio_inversions (which were waiting when the CPU chose).
+	 */
+	u64 prio_inversions_raced;
 };
 
 #endif /* __TAILCTL_INTF_H */

@@ -902,12 +902,10 @@ static __always_inline void charge_vtime(struct task_struct *p, u32 scale)
  *    it at one starved level; the wait-bound timer and the job/throttle
  *    bounds are unchanged (their waiters are released into their level).
  *  - Allotment composes: a job's tokens still cap its threads (job_enqueue
- *    runs before the level insert). NOT YET: released throttle/job waiters
- *    still go to the normal level's queue (TAILCTL_SHARED_DSQ): moving them
- *    to prio_svc_level()'s queue inside the release iterators pushed
- *    ops.dispatch over the verifier's 1M-instruction limit (it is at ~60 s
- *    of verification under TCG already); to be done by releasing outside
- *    the 16-service loop.
+ *    runs before the level insert), and released throttle and job waiters
+ *    rejoin their service's level (prio_svc_level, read once per release
+ *    pass; the release loops are global subprograms, verified once, which
+ *    is what made this fit the verifier's budget).
  *  - Cost for unregistered tasks: while no level but normal was ever used
  *    (prio_seen) and no --priority-cgroup is set, one global read. With
  *    --priority-cgroup: the task's cgroup v2 id (four loads) and one hash
@@ -963,6 +961,8 @@ struct prio_cpu {
 	u32 guard_pick;
 	u32 last_level;
 	u64 run_at;
+	/* When this CPU last chose what to run (ops.dispatch, or a direct dispatch to it). */
+	u64 decided_at;
 };
 
 struct {
@@ -1112,6 +1112,15 @@ __noinline int prio_preempt_lower(u32 level)
 	return 1;
 }
 
+/* A task was put straight on @cpu's local DSQ: that CPU's choice was made now. */
+static __always_inline void prio_decided(s32 cpu)
+{
+	struct prio_cpu *pc = prio_cpu_of(cpu);
+
+	if (pc)
+		pc->decided_at = bpf_ktime_get_ns();
+}
+
 /* Insert @p into level @level's DSQ by vtime (ops.enqueue's last step). */
 static __always_inline void prio_insert(struct task_struct *p, u32 level, u64 vtime, u64 enq_flags)
 {
@@ -1164,6 +1173,8 @@ __noinline int prio_dispatch_levels(s32 cpu)
 
 	if (!prio_active())
 		return scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0);
+	if (pc)
+		pc->decided_at = now;
 	for (l = TAILCTL_PRIO_LEVELS - 1; l >= 0; l--) {
 		u64 dsq = l == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ : TAILCTL_PRIO_DSQ_BASE + l;
 		u64 since = prio_since[l];
@@ -1215,6 +1226,35 @@ static __always_inline bool prio_dispatch(s32 cpu)
 }
 
 /*
+ * Was a task of @level that @cpu may run queued at or before @decided (when
+ * @cpu chose what to run)? Looks at the first 16 tasks of the level's queue
+ * (its stamps come from ops.enqueue; a released throttle waiter has none and
+ * counts as not waiting: the test errs towards "raced"). Global subprogram.
+ */
+__noinline int prio_waited_before(u32 level, s32 cpu, u64 decided)
+{
+	struct task_struct *p;
+	u64 dsq;
+	int n = 0;
+
+	if (level >= TAILCTL_PRIO_LEVELS || cpu < 0)
+		return 0;
+	dsq = level == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ : TAILCTL_PRIO_DSQ_BASE + level;
+	bpf_for_each(scx_dsq, p, dsq, 0) {
+		struct prio_task *pt;
+
+		if (++n > 16)
+			break;
+		if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+			continue;
+		pt = bpf_task_storage_get(&prio_tasks, p, 0, 0);
+		if (pt && pt->enq_at && pt->enq_at <= decided)
+			return 1;
+	}
+	return 0;
+}
+
+/*
  * ops.running of a task at @level on @cpu that waited @waited ns since
  * ops.enqueue (~0: unknown): the CPU's level, level switches, inversions, the
  * level's longest wait. Global subprogram.
@@ -1242,8 +1282,27 @@ __noinline int prio_ran(s32 cpu, u32 level, u32 kthread, u64 waited)
 		pc->last_level = level;
 	}
 	st->prio_runs[level]++;
-	if (!guard && !kthread && prio_top_queued(level) >= 0)
-		st->prio_inversions++;
+	/*
+	 * A higher-level task this CPU may run that was already queued when
+	 * the CPU chose is an inversion; one queued after that is a race no
+	 * choice could avoid (under single-threaded TCG a vCPU may stall for
+	 * milliseconds between choosing and running).
+	 */
+	if (!guard && !kthread && prio_top_queued(level) >= 0) {
+		u32 l;
+		bool waited = false;
+
+		bpf_for(l, level + 1, TAILCTL_PRIO_LEVELS) {
+			if (prio_waited_before(l, cpu, pc->decided_at)) {
+				waited = true;
+				break;
+			}
+		}
+		if (waited)
+			st->prio_inversions++;
+		else
+			st->prio_inversions_raced++;
+	}
 	if (waited != ~0ULL && waited > st->prio_max_wait_ns[level])
 		st->prio_max_wait_ns[level] = waited;
 	return 0;
@@ -1714,7 +1773,7 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
 __noinline int job_release_waiters(u32 svc, u64 now)
 {
 	struct task_struct *p;
-	u64 dsq = TAILCTL_JOB_DSQ_BASE + svc;
+	u64 dsq = TAILCTL_JOB_DSQ_BASE + svc, to;
 	u32 allot;
 
 	if (svc >= TAILCTL_MAX_SERVICES || !scx_bpf_dsq_nr_queued(dsq))
@@ -1722,6 +1781,8 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 	if (__sync_val_compare_and_swap(&job_releasing[svc], 0, 1) != 0)
 		return 0;
 	allot = job_allot(svc);
+	/* Released waiters rejoin their service's priority level (normal: the shared queue). */
+	to = prio_dsq(prio_svc_level(svc));
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct task_ctx *tctx = task_ctx(p);
 		struct tailctl_job_acct *j = NULL;
@@ -1758,7 +1819,7 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 		}
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
-		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, TAILCTL_SHARED_DSQ, 0)) {
+		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0)) {
 			/* Dequeued under us: it comes back through enqueue. */
 			if (tctx) {
 				tctx->job_overdue = false;
@@ -2037,6 +2098,8 @@ s32 BPF_STRUCT_OPS(tailctl_select_cpu, struct task_struct *p, s32 prev_cpu, u64 
 	if (is_idle && !tctx) {
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
 		STAT_INC(direct_dispatches);
+		if (prio_active())
+			prio_decided(cpu);
 	}
 	return cpu;
 }
@@ -2143,13 +2206,15 @@ static u32 releasing[TAILCTL_MAX_SERVICES];
 __noinline int release_waiters(u32 svc, u64 now)
 {
 	struct task_struct *p;
-	u64 dsq = TAILCTL_THROTTLE_DSQ_BASE + svc;
+	u64 dsq = TAILCTL_THROTTLE_DSQ_BASE + svc, to;
 
 	if (svc >= TAILCTL_MAX_SERVICES || !scx_bpf_dsq_nr_queued(dsq))
 		return 0;
 	/* One CPU at a time: two releasing the same waiter would race on its token and wait count. */
 	if (__sync_val_compare_and_swap(&releasing[svc], 0, 1) != 0)
 		return 0;
+	/* Released waiters rejoin their service's priority level (normal: the shared queue). */
+	to = prio_dsq(prio_svc_level(svc));
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct tailctl_request_acct *a = NULL;
 		struct task_ctx *tctx = task_ctx(p);
@@ -2182,7 +2247,7 @@ __noinline int release_waiters(u32 svc, u64 now)
 		 */
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
-		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, TAILCTL_SHARED_DSQ, 0)) {
+		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0)) {
 			/* Dequeued under us: it comes back through enqueue, which sorts it out. */
 			if (tctx)
 				tctx->overdue = false;

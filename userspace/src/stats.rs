@@ -103,9 +103,13 @@ pub struct Metrics {
     )]
     pub prio_guard_dispatches: u64,
     #[stat(
-        desc = "Priority: runs started while a higher level had a task queued (guard runs and per-CPU kthreads excepted; only races)"
+        desc = "Priority: runs started while a higher-level task this CPU may run had waited since before it chose (guard runs and per-CPU kthreads excepted)"
     )]
     pub prio_inversions: u64,
+    #[stat(
+        desc = "Priority: would-be inversions whose higher-level work arrived after the CPU chose its task (races)"
+    )]
+    pub prio_inversions_raced: u64,
     #[stat(
         desc = "Priority: runs that ended while a higher level had work waiting (promptness violations)"
     )]
@@ -216,6 +220,7 @@ impl Metrics {
         self.prio_switches += s.prio_switches;
         self.prio_guard_dispatches += s.prio_guard_dispatches;
         self.prio_inversions += s.prio_inversions;
+        self.prio_inversions_raced += s.prio_inversions_raced;
         self.prio_violations += s.prio_violations;
         self.prio_violation_ns += s.prio_violation_ns;
         self.prio_preempt_kicks += s.prio_preempt_kicks;
@@ -341,6 +346,9 @@ impl Metrics {
                 .prio_guard_dispatches
                 .saturating_sub(prev.prio_guard_dispatches),
             prio_inversions: self.prio_inversions.saturating_sub(prev.prio_inversions),
+            prio_inversions_raced: self
+                .prio_inversions_raced
+                .saturating_sub(prev.prio_inversions_raced),
             prio_violations: self.prio_violations.saturating_sub(prev.prio_violations),
             prio_violation_ns: self
                 .prio_violation_ns
@@ -452,11 +460,12 @@ impl Metrics {
             .collect();
         writeln!(
             w,
-            "[{}] prio: switches {} guard {} inversions {} violations {} ({} us) preempt {} [level:runs/max-wait {}]",
+            "[{}] prio: switches {} guard {} inversions {} (+{} raced) violations {} ({} us) preempt {} [level:runs/max-wait {}]",
             crate::SCHEDULER_NAME,
             self.prio_switches,
             self.prio_guard_dispatches,
             self.prio_inversions,
+            self.prio_inversions_raced,
             self.prio_violations,
             self.prio_violation_ns / 1000,
             self.prio_preempt_kicks,
