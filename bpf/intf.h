@@ -284,7 +284,12 @@ struct tailctl_request_acct {
 	u64 owner;
 	/* Tid of the thread holding the token when alloc is 1 (0: none or unknown); lets the kernel find leaked tokens. */
 	u32 holder;
-	u32 reserved0;
+	/*
+	 * Threads counted in `running` that hold no token: they began before
+	 * the cap (or while there was none). Serialization has settled only
+	 * once this and `arriving` are 0: every runner left holds a token.
+	 */
+	u32 unheld_running;
 };
 
 /*

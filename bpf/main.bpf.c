@@ -58,6 +58,11 @@
  *    arriving (full barriers on both sides), so a racing thread is either seen
  *    (and kicked) or backs out; only threads past the check count in
  *    `running`, so one that backs out never shows as a second runner.
+ *    Runners without a token (they began before the cap) are also counted
+ *    in `unheld_running` until they stop or get a token: serialization has
+ *    settled only once none is left (settled_now), not merely once one
+ *    thread runs (that one may be an uncapped runner whose preemption kick
+ *    has not landed yet while the holder is off its CPU).
  *  - Liveness: a waiter older than max_throttle_wait_ns is released and runs
  *    its slice regardless (it is not bounced again: that would livelock), so a
  *    token that is never handed on cannot stall a thread into the watchdog.
@@ -207,6 +212,8 @@ struct task_ctx {
 	u32 throttled;
 	bool bound;
 	bool counted_running;
+	/* ... without a token (see tailctl_request_acct.unheld_running). */
+	bool counted_unheld;
 	bool bounced;
 	/* Dispatched past its wait bound without a token: runs this once regardless. */
 	bool overdue;
@@ -465,6 +472,7 @@ static __always_inline void unbind(struct task_ctx *tctx)
 	tctx->tag = NO_TAG;
 	tctx->overdue = false;
 	tctx->counted_running = false;
+	tctx->counted_unheld = false;
 	tctx->counted_overdue = false;
 }
 
@@ -503,6 +511,7 @@ static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
 		tctx->tag = NO_TAG;
 		tctx->holds_token = 0;
 		tctx->counted_running = false;
+		tctx->counted_unheld = false;
 		tctx->throttled = 0;
 		tctx->overdue = false;
 	}
@@ -600,6 +609,7 @@ static __always_inline struct tailctl_request_acct *request_acct(u32 idx, u64 ta
 	a->bounces = 0;
 	a->bounced_ns = 0;
 	a->arriving = 0;
+	a->unheld_running = 0;
 	a->overdue_running = 0;
 	a->overdue = 0;
 	a->holder = 0;
@@ -610,12 +620,25 @@ static __always_inline struct tailctl_request_acct *request_acct(u32 idx, u64 ta
 }
 
 /*
- * Threads that may be running the request: counted runners plus those still
- * in begin_request's cap check. Serialization has settled once this is <= 1.
+ * Has serialization settled: does every thread that may be running the
+ * request hold one of its tokens? Threads still in begin_request's cap check
+ * (arriving) and runners counted without a token (unheld_running: they began
+ * before the cap, and their CPU's preemption kick may not have landed yet)
+ * keep it unsettled; a holder that leaves while such a thread still runs is
+ * not "down to one thread".
  */
-static __always_inline u32 maybe_running(struct tailctl_request_acct *a)
+static __always_inline bool settled_now(struct tailctl_request_acct *a)
 {
-	return __sync_fetch_and_add(&a->running, 0) + __sync_fetch_and_add(&a->arriving, 0);
+	return !__sync_fetch_and_add(&a->arriving, 0) && !__sync_fetch_and_add(&a->unheld_running, 0);
+}
+
+/* A runner counted without a token got one: it no longer keeps serialization from settling. */
+static __always_inline void note_held(struct task_ctx *tctx, struct tailctl_request_acct *a)
+{
+	if (tctx->counted_unheld && READ_ONCE(tctx->holds_token)) {
+		tctx->counted_unheld = false;
+		dec_u32(&a->unheld_running);
+	}
 }
 
 /* Serialize the request if its work crossed the threshold at the current load. */
@@ -651,8 +674,9 @@ static __always_inline void check_threshold(struct task_ctx *tctx, struct tailct
 	a->serialized_at_ns = now;
 	/* The thread that saw the crossing keeps running with the one token; the others are preempted now. */
 	claim_token(tctx, a);
+	note_held(tctx, a);
 	kick_request_cpus(tctx->tag, tctx->acct_idx);
-	if (maybe_running(a) <= 1)
+	if (settled_now(a))
 		a->settled_at_ns = now;
 	STAT_INC(serializations);
 	__sync_fetch_and_add(&r->header.kernel_serialized, 1);
@@ -714,6 +738,7 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 	tctx->acct_idx = idx;
 	tctx->charge_from_ns = p->se.sum_exec_runtime;
 	tctx->counted_running = false;
+	tctx->counted_unheld = false;
 	tctx->counted_overdue = false;
 	tctx->bounced = false;
 	tctx->evict = false;
@@ -749,7 +774,7 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 		 */
 		dec_u32(&a->arriving);
 		set_cpu_run(NO_TAG, 0);
-		if (a->serialized_at_ns && !a->settled_at_ns && maybe_running(a) <= 1)
+		if (a->serialized_at_ns && !a->settled_at_ns && settled_now(a))
 			a->settled_at_ns = now;
 		__sync_fetch_and_add(&a->bounces, 1);
 		tctx->bounced = true;
@@ -768,6 +793,11 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 		tctx->counted_overdue = true;
 		__sync_fetch_and_add(&a->overdue_running, 1);
 		__sync_fetch_and_add(&a->overdue, 1);
+	}
+	/* Counted unheld before it leaves `arriving`, so a settle check always sees it. */
+	if (!READ_ONCE(tctx->holds_token) && !tctx->counted_overdue) {
+		tctx->counted_unheld = true;
+		__sync_fetch_and_add(&a->unheld_running, 1);
 	}
 	running = __sync_fetch_and_add(&a->running, 1) + 1;
 	dec_u32(&a->arriving);
@@ -799,8 +829,14 @@ static __always_inline void end_request(struct task_struct *p, struct task_ctx *
 	tctx->counted_running = false;
 	set_cpu_run(NO_TAG, 0);
 	a = acct_of(tctx);
-	if (!a)
+	if (!a) {
+		tctx->counted_unheld = false;
 		return;
+	}
+	if (tctx->counted_unheld) {
+		tctx->counted_unheld = false;
+		dec_u32(&a->unheld_running);
+	}
 	dec_u32(&a->running);
 	running = READ_ONCE(a->running);
 	if (tctx->counted_overdue) {
@@ -809,7 +845,7 @@ static __always_inline void end_request(struct task_struct *p, struct task_ctx *
 	}
 	if (r && slot < TAILCTL_MAX_REQUESTS)
 		r->requests[slot].kernel_running = running;
-	if (a->serialized_at_ns && !a->settled_at_ns && maybe_running(a) <= 1)
+	if (a->serialized_at_ns && !a->settled_at_ns && settled_now(a))
 		a->settled_at_ns = now;
 }
 
@@ -2369,8 +2405,12 @@ void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 	if (tctx->tag != NO_TAG) {
 		struct tailctl_request_acct *a = acct_of(tctx);
 
-		if (a && READ_ONCE(a->alloc) && !claim_token(tctx, a) && !tctx->overdue)
-			bounce(p, tctx);
+		if (a && READ_ONCE(a->alloc)) {
+			if (claim_token(tctx, a))
+				note_held(tctx, a);
+			else if (!tctx->overdue)
+				bounce(p, tctx);
+		}
 	}
 }
 

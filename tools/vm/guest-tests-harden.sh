@@ -86,7 +86,7 @@ churn_verdict() {
   "$PY" - "$1" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1]); q = r["after_quiesce"]
-left = {k: q[k] for k in ("holders", "waiting", "running", "arriving", "overdue_running") if q[k]}
+left = {k: q[k] for k in ("holders", "waiting", "running", "arriving", "overdue_running", "unheld_running") if q[k]}
 if left: print("bad", f"left in the kernel's accounting after quiescing: {left}")
 elif r["max_counter_during"] >= 1 << 20: print("bad", f"a counter wrapped (saw {r['max_counter_during']})")
 elif not q["throttled_total"]: print("bad", "nothing was throttled: the test proves nothing")

@@ -1043,8 +1043,8 @@ struct ChurnKinds {
 
 /// Per-service sums and maxima of the kernel's request counters.
 fn acct_totals(acct: &Acct, svc: u32) -> Result<serde_json::Value> {
-    let (mut holders, mut waiting, mut running, mut arriving, mut overdue_running) =
-        (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut holders, mut waiting, mut running, mut arriving, mut overdue_running, mut unheld) =
+        (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let (mut max, mut throttled, mut capped) = (0u32, 0u64, 0u64);
     for slot in 0..MAX_REQUESTS as u32 {
         let a = acct.get(svc, slot)?;
@@ -1053,6 +1053,7 @@ fn acct_totals(acct: &Acct, svc: u32) -> Result<serde_json::Value> {
         running += a.running as u64;
         arriving += a.arriving as u64;
         overdue_running += a.overdue_running as u64;
+        unheld += a.unheld_running as u64;
         throttled += a.throttled;
         capped += (a.alloc != 0) as u64;
         max = max
@@ -1060,11 +1061,12 @@ fn acct_totals(acct: &Acct, svc: u32) -> Result<serde_json::Value> {
             .max(a.waiting)
             .max(a.running)
             .max(a.arriving)
-            .max(a.overdue_running);
+            .max(a.overdue_running)
+            .max(a.unheld_running);
     }
     Ok(json!({
         "holders": holders, "waiting": waiting, "running": running, "arriving": arriving,
-        "overdue_running": overdue_running, "max_counter": max,
+        "overdue_running": overdue_running, "unheld_running": unheld, "max_counter": max,
         "throttled_total": throttled, "capped_requests": capped,
     }))
 }
