@@ -36,7 +36,7 @@ use crate::shared_state::{
     WORKER_WORKING,
 };
 use crate::shutdown::Shutdown;
-use crate::sleep::Sleep;
+use crate::sleep::{Sleep, Slept, MAX_SLEEP};
 use crate::threshold::ThresholdTable;
 use crate::time::{gettid, now_ns};
 use crate::unwind::AbortIfPanic;
@@ -797,6 +797,8 @@ impl WorkerThread {
         let saved = self.current.get();
         let mut searching = false;
         let mut rounds = 0u32;
+        // Bounded parks in a row that nobody ended (see below).
+        let mut timeouts = 0u32;
         while !done() {
             // A join of a serialized request waits for the request's other
             // thread, which now runs alone: admitting a request here uses a
@@ -833,6 +835,7 @@ impl WorkerThread {
                 }
                 self.run_found(found);
                 rounds = 0;
+                timeouts = 0;
                 continue;
             }
             if !searching {
@@ -856,20 +859,38 @@ impl WorkerThread {
                 continue;
             }
             reg.shared.set_worker_state(self.index, WORKER_PARKED);
-            let slept = reg.sleep.sleep_at(
+            // The park is bounded as a safety net (sleep/README.md,
+            // "Bounded park"); parks that ran out with nothing to do double
+            // the bound, up to 8x, so an idle pool wakes a few times a
+            // second, not 20 times per worker.
+            let limit = MAX_SLEEP * (1 << timeouts.min(3));
+            let slept = reg.sleep.sleep_bounded(
                 self.index,
                 admits,
                 floor,
+                limit,
                 || done() || self.has_work(admits, floor),
                 || self.work_below(floor),
             );
-            if let Err(level) = slept {
-                // Work below our floor that we may not take: pass the
-                // wake-up on to a sleeper that may (see `Sleep::sleep_at`).
-                reg.sleep.wake_for(self.index + 1, level);
-            }
             reg.shared.set_worker_state(self.index, WORKER_STEALING);
-            rounds = 0;
+            match slept {
+                Err(level) => {
+                    // Work below our floor that we may not take: pass the
+                    // wake-up on to a sleeper that may (see `Sleep::sleep_at`).
+                    reg.sleep.wake_for(self.index + 1, level);
+                    rounds = 0;
+                }
+                Ok(Slept::TimedOut) => {
+                    // Nobody woke us: search once, and park again if that
+                    // finds nothing, rather than spinning all rounds again.
+                    timeouts = timeouts.saturating_add(1);
+                    rounds = reg.spin_rounds.saturating_sub(1);
+                }
+                Ok(Slept::No | Slept::Woken) => {
+                    timeouts = 0;
+                    rounds = 0;
+                }
+            }
         }
         if searching {
             self.stop_searching();
