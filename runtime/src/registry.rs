@@ -500,11 +500,17 @@ impl WorkerThread {
     }
 
     /// The request this worker runs the root of ends: charges the time spent
-    /// on it and moves to no request (see `run_request`).
-    pub(crate) fn leave_request(&self) {
+    /// on it and moves to no request (see `run_request`). Returns the time
+    /// now (the switch's clock reading when bookkeeping is on, so that the
+    /// request's latency costs no second one).
+    pub(crate) fn leave_request(&self) -> u64 {
         if self.current.get() != NO_REQUEST {
             self.switch_to(NO_REQUEST);
+            if self.registry.bookkeeping {
+                return self.start.get();
+            }
         }
+        now_ns()
     }
 
     /// Executes a job, switching request around it if its tag differs.
@@ -531,9 +537,13 @@ impl WorkerThread {
             // SAFETY: as above.
             let release = unsafe { job.execute() };
             // Charge the job's time before its latch lets the waiter go on
-            // (see `job`, "Accounting before release").
-            self.switch_to(prev);
-            self.start_is_now.set(self.registry.bookkeeping);
+            // (see `job`, "Accounting before release"). A request's root
+            // has left its request already (`leave_request`, before it
+            // completed it): there is nothing to charge or publish then.
+            if self.current.get() != prev {
+                self.switch_to(prev);
+                self.start_is_now.set(self.registry.bookkeeping);
+            }
             release
         };
         // SAFETY: the job's latch is alive: its owner (a `join` frame, or
