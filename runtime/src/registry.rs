@@ -927,7 +927,7 @@ impl WorkerThread {
             }
             rounds += 1;
             if rounds < reg.spin_rounds {
-                if rounds < reg.spin_rounds / 2 {
+                if rounds < reg.spin_rounds / 8 {
                     for _ in 0..16 {
                         std::hint::spin_loop();
                     }

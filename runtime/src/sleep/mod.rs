@@ -105,8 +105,7 @@ impl Sleep {
             // every other worker is searching or asleep now, each one that
             // pushed has since started searching (an RMW after its push) and
             // finds its own task first, so a plain fence does.
-            let others_idle = (searching(c) - 1 + sleeping(c)) as usize + 1 >= self.workers.len();
-            if others_idle {
+            if self.others_idle(c) {
                 fence(SeqCst);
             } else {
                 self.barriers.heavy();
@@ -161,18 +160,32 @@ impl Sleep {
         lower: impl Fn() -> Option<u8>,
     ) -> Result<Slept, u8> {
         let w = &self.workers[i];
-        let mut blocked = lock(&w.blocked);
-        // Step 1.
-        *blocked = true;
-        w.top_level.store(top_level, SeqCst);
-        w.floor.store(u32::from(floor), SeqCst);
-        w.hint.store(true, SeqCst);
-        // Step 2: searching -> sleeping in one RMW.
-        self.counters
-            .fetch_add(SLEEPING_ONE.wrapping_sub(SEARCHING_ONE), SeqCst);
+        let c = {
+            let mut blocked = lock(&w.blocked);
+            // Step 1.
+            *blocked = true;
+            w.top_level.store(top_level, SeqCst);
+            w.floor.store(u32::from(floor), SeqCst);
+            w.hint.store(true, SeqCst);
+            // Step 2: searching -> sleeping in one RMW.
+            self.counters
+                .fetch_add(SLEEPING_ONE.wrapping_sub(SEARCHING_ONE), SeqCst)
+        };
+        // The lock is not held across the barrier and the re-check (README,
+        // "Going to sleep"): a waker that comes meanwhile clears `blocked`
+        // and fixes the counters, and step 4 sees it under the lock. Held,
+        // it made a submitter block on this mutex for the whole `membarrier`
+        // call (the p99 of a tiny request's round trip doubled).
+        //
         // The heavy side of the internal-work edge (README, "Asymmetric
-        // fences"); a `SeqCst` fence for every other edge.
-        self.barriers.heavy();
+        // fences"), unless no other worker is working (then a pusher has
+        // searched since its push, see `stop_searching_at`); a `SeqCst`
+        // fence for every other edge.
+        if self.others_idle(c) {
+            fence(SeqCst);
+        } else {
+            self.barriers.heavy();
+        }
         // Step 3.
         let pass_on = if has_work() {
             Some(Ok(Slept::No))
@@ -181,11 +194,15 @@ impl Sleep {
         } else {
             None
         };
+        let mut blocked = lock(&w.blocked);
         if let Some(r) = pass_on {
-            *blocked = false;
-            w.hint.store(false, SeqCst);
-            self.counters
-                .fetch_add(SEARCHING_ONE.wrapping_sub(SLEEPING_ONE), SeqCst);
+            // Undo steps 1-2, unless a waker already did.
+            if *blocked {
+                *blocked = false;
+                w.hint.store(false, SeqCst);
+                self.counters
+                    .fetch_add(SEARCHING_ONE.wrapping_sub(SLEEPING_ONE), SeqCst);
+            }
             return r;
         }
         // Step 4: the waker clears `blocked` and fixes the counters. The
@@ -205,6 +222,14 @@ impl Sleep {
             }
         }
         Ok(Slept::Woken)
+    }
+
+    /// Whether, by `c` (the counters before an RMW of a searching worker),
+    /// every other worker is searching or asleep: none runs a job, so none
+    /// can push a task whose push has not been ordered before that RMW by
+    /// the pusher's own later RMW (README, "Asymmetric fences").
+    fn others_idle(&self, c: u64) -> bool {
+        (searching(c) as usize).saturating_sub(1) + sleeping(c) as usize + 1 >= self.workers.len()
     }
 
     /// Whether a sleeper other than `me` could take work of `level`.
