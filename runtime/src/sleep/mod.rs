@@ -339,7 +339,9 @@ impl Sleep {
     #[inline]
     fn internal_work_fenced(&self, start: usize, level: u8, pointless: impl FnOnce() -> bool) {
         let c = self.counters.load(Relaxed);
-        if sleeping(c) > 0 && searching(c) == 0 && !pointless() {
+        // `sleeping(c) > 0 && searching(c) == 0`, i.e. `c` in
+        // `1..=u32::MAX`, in one compare (this runs on every `join`).
+        if c.wrapping_sub(1) < u64::from(u32::MAX) && !pointless() {
             self.wake_one(start, false, level);
         }
     }
