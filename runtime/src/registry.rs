@@ -262,17 +262,19 @@ impl WorkerThread {
         self.current.get()
     }
 
-    /// The time for the pileup check before a steal round, and for the
-    /// switch to the job the search finds. A thief that just switched back
-    /// from a job of another request (`execute`) has read the clock a moment
-    /// ago, with nothing in between but the job's latch and the search's own
-    /// steps (no user code, no waiting): that reading serves the pileup
-    /// check (a few hundred nanoseconds stale against thresholds of
-    /// milliseconds) and starts the next job's accounting (its request is
-    /// charged the search that found it; the previous request's time still
-    /// ends when its job did). A thief taking many small tasks read the
-    /// clock three times per steal; now once (`clock_gettime` is about 30 ns
-    /// here: a sixth of such a thief's time went to it).
+    /// The time for the pileup check before a steal round. A thief that
+    /// just switched back from a job of another request (`execute`) has read
+    /// the clock a moment ago, with nothing in between but the job's latch
+    /// and the search's own steps (no user code, no waiting): that reading
+    /// serves the pileup check, a few microseconds stale at most against
+    /// thresholds of milliseconds. A thief taking many small tasks read the
+    /// clock three times per steal; now twice (`clock_gettime` is about
+    /// 30 ns here: a sixth of such a thief's time went to it). The switch to
+    /// the next job still reads the clock: starting its accounting at the
+    /// old reading would charge a request time from before it arrived (the
+    /// latch release in between may wake a thread, and a request submitted
+    /// meanwhile can be the next job), which
+    /// `work_is_accounted_before_a_stolen_task_releases_its_owner` catches.
     pub(crate) fn fresh_now(&self) -> u64 {
         if self.start_is_now.get() {
             self.start.get()
@@ -471,20 +473,10 @@ impl WorkerThread {
     /// Moves the worker to request `tag`, flushing the time spent on the
     /// previous one (the paper's per-switch bookkeeping).
     fn switch_to(&self, tag: u64) {
-        self.switch_to_at(tag, false);
-    }
-
-    /// `switch_to`, taking `start` as the time if `start_is_now` (see
-    /// `fresh_now`).
-    fn switch_to_at(&self, tag: u64, start_is_now: bool) {
         let reg = &*self.registry;
         let prev = self.current.get();
         let now = if reg.bookkeeping {
-            let now = if start_is_now {
-                self.start.get()
-            } else {
-                now_ns()
-            };
+            let now = now_ns();
             if prev != NO_REQUEST {
                 reg.shared
                     .request(tag_slot(prev))
@@ -524,7 +516,7 @@ impl WorkerThread {
         let guard = AbortIfPanic;
         let prev = self.current.get();
         // The job is user code of any length (see `fresh_now`).
-        let start_is_now = self.start_is_now.replace(false);
+        self.start_is_now.set(false);
         let release = if job.tag == prev {
             // SAFETY: every JobRef in our queues is executed exactly once
             // (popped or stolen once from a deque/queue); its data is alive
@@ -533,7 +525,7 @@ impl WorkerThread {
             // job itself; anything else unwinding out aborts (the guard).
             unsafe { job.execute() }
         } else {
-            self.switch_to_at(job.tag, start_is_now);
+            self.switch_to(job.tag);
             // SAFETY: as above.
             let release = unsafe { job.execute() };
             // Charge the job's time before its latch lets the waiter go on
