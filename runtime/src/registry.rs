@@ -919,6 +919,9 @@ impl WorkerThread {
             }
             rounds += 1;
             if rounds < reg.spin_rounds {
+                // A few rounds of pure spinning, then yields: spinning
+                // workers that never yield keep a thread waiting for a
+                // request's result off the cores (sleep/README.md, "States").
                 if rounds < reg.spin_rounds / 8 {
                     for _ in 0..16 {
                         std::hint::spin_loop();
