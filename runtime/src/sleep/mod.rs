@@ -9,9 +9,13 @@ use crate::sync::{
 
 /// Longest a parked worker sleeps before it looks for work by itself: a
 /// safety net only, no wake-up is known to be lost (README, "Bounded park").
+/// Parks that run out with nobody waking the worker double it, up to 8x.
 pub(crate) const MAX_SLEEP: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// How a call to [`Sleep::sleep_at`] ended.
+use crossbeam_utils::CachePadded;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+
+/// How a call to [`Sleep::sleep_bounded`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Slept {
     /// The re-check found work: the worker did not block.
@@ -21,8 +25,6 @@ pub(crate) enum Slept {
     /// Its bounded park ran out with nobody waking it.
     TimedOut,
 }
-use crossbeam_utils::CachePadded;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
 const SLEEPING_ONE: u64 = 1;
 const SEARCHING_ONE: u64 = 1 << 32;
