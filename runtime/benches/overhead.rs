@@ -15,8 +15,24 @@
 //!   rayon's `par_iter().with_min_len(1024).for_each`;
 //! * `idle-cpu/2t`: CPU used by an idle 2-worker pool over a few seconds
 //!   (getrusage), as % of one core, ours and rayon's;
+//! * `scope/2t`: a `scope` with 1000 small `spawn`s (10 per sample, in one
+//!   request) vs `rayon::scope` in `install`;
+//! * `par_iter/2t`: `slice.par_iter().map(..).sum()` over 10^6 `u64`s
+//!   (10 per sample, in one request) vs rayon's same adapter chain;
+//! * `submit/2t`: throughput of tiny requests submitted by two outside
+//!   threads at once (contention on the queue and the wake-ups, on a
+//!   2-core machine: four threads on two cores), each submitting 1000 and
+//!   then waiting for their results, in µs per request; rayon: `spawn`
+//!   with the result sent back on a channel;
 //! * `rtt/2t`: submit→result of a tiny request, p50 and p99, vs
-//!   `ThreadPool::install` called from the same outside thread.
+//!   `ThreadPool::install` called from the same outside thread, in blocks of
+//!   round trips on one pool, alternating pools, with a pause before each
+//!   block (so that each side never runs while the other's workers spin).
+//!
+//! Every timed row is paired: one trial of each side per round, rounds
+//! interleaved (the order rotates), with a pause before each trial so that the
+//! previous side's workers are asleep. Run as `-- --only NAME` to run only
+//! the rows whose name contains NAME.
 
 use rayon::prelude::*;
 use std::hint::black_box;
@@ -303,17 +319,27 @@ fn bench_idle(rows: &mut Vec<Row>, secs: f64) {
     });
 }
 
-fn bench_rtt(rows: &mut Vec<Row>, n: usize) {
+fn bench_rtt(rows: &mut Vec<Row>, blocks: usize, per_block: usize) {
     let pool = ours(2, true);
     let ray = rayon_pool(2);
+    let n = blocks * per_block;
     let (mut a, mut b) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for _ in 0..n {
-        let t = Instant::now();
-        black_box(pool.submit(|| black_box(1u64)).wait().unwrap());
-        a.push(t.elapsed().as_secs_f64() * 1e6);
-        let t = Instant::now();
-        black_box(ray.install(|| black_box(1u64)));
-        b.push(t.elapsed().as_secs_f64() * 1e6);
+    for block in 0..blocks * 2 {
+        settle();
+        // Alternate which side goes first in each pair of blocks.
+        if (block % 2 == 0) == (block / 2 % 2 == 0) {
+            for _ in 0..per_block {
+                let t = Instant::now();
+                black_box(pool.submit(|| black_box(1u64)).wait().unwrap());
+                a.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        } else {
+            for _ in 0..per_block {
+                let t = Instant::now();
+                black_box(ray.install(|| black_box(1u64)));
+                b.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        }
     }
     for (name, p) in [("rtt/2t p50", 0.5), ("rtt/2t p99", 0.99)] {
         rows.push(Row {
@@ -327,17 +353,194 @@ fn bench_rtt(rows: &mut Vec<Row>, n: usize) {
     }
 }
 
+/// Work of one small spawn or request: a few dozen cycles.
+#[inline(never)]
+fn small_work(i: u64) -> u64 {
+    let mut x = black_box(i);
+    for _ in 0..16 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+    }
+    x
+}
+
+fn bench_scope(rows: &mut Vec<Row>, trials: usize) {
+    let spawns = 1000u64;
+    let reps = 10;
+    let tc = ours(2, true);
+    let ray = rayon_pool(2);
+    let sink = AtomicU64::new(0);
+    let sink = &sink;
+    let mut run_tc = || {
+        tc.submit(move || {
+            for _ in 0..reps {
+                let acc = AtomicU64::new(0);
+                tailctl_rt::scope(|s| {
+                    for i in 0..spawns {
+                        let acc = &acc;
+                        s.spawn(move |_| {
+                            acc.fetch_add(small_work(i), Ordering::Relaxed);
+                        });
+                    }
+                });
+                black_box(acc.into_inner());
+            }
+        })
+        .wait()
+        .unwrap()
+    };
+    let mut run_ray = || {
+        ray.install(|| {
+            for _ in 0..reps {
+                let acc = AtomicU64::new(0);
+                rayon::scope(|s| {
+                    for i in 0..spawns {
+                        let acc = &acc;
+                        s.spawn(move |_| {
+                            acc.fetch_add(small_work(i), Ordering::Relaxed);
+                        });
+                    }
+                });
+                sink.fetch_add(black_box(acc.into_inner()), Ordering::Relaxed);
+            }
+        })
+    };
+    let m = interleaved(trials, &mut [&mut run_tc, &mut run_ray]);
+    let per = 1.0 / reps as f64;
+    rows.push(Row::timed(
+        "scope1e3/2t tc".into(),
+        m[0].scaled(per),
+        m[1].scaled(per),
+    ));
+}
+
+fn bench_par_iter(rows: &mut Vec<Row>, trials: usize) {
+    let n = 1_000_000u64;
+    let reps = 10;
+    let data: &'static [u64] = Box::leak((0..n).collect::<Vec<_>>().into_boxed_slice());
+    let expect: u64 = data.iter().map(|x| x.wrapping_mul(*x) % 7).sum();
+    let tc = ours(2, true);
+    let ray = rayon_pool(2);
+    let mut run_tc = || {
+        tc.submit(move || {
+            // Fully qualified: rayon's prelude has the same method names.
+            use tailctl_rt::iter::{IntoParallelRefIterator, ParallelIterator};
+            for _ in 0..reps {
+                let it = IntoParallelRefIterator::par_iter(black_box(data));
+                let s: u64 = ParallelIterator::sum(ParallelIterator::map(it, |x: &u64| {
+                    x.wrapping_mul(*x) % 7
+                }));
+                assert_eq!(s, expect);
+            }
+        })
+        .wait()
+        .unwrap()
+    };
+    let mut run_ray = || {
+        ray.install(|| {
+            for _ in 0..reps {
+                let s: u64 = black_box(data)
+                    .par_iter()
+                    .map(|x| x.wrapping_mul(*x) % 7)
+                    .sum();
+                assert_eq!(s, expect);
+            }
+        })
+    };
+    let m = interleaved(trials, &mut [&mut run_tc, &mut run_ray]);
+    let per = 1.0 / reps as f64;
+    rows.push(Row::timed(
+        "par_iter1e6/2t tc".into(),
+        m[0].scaled(per),
+        m[1].scaled(per),
+    ));
+}
+
+fn bench_submit(rows: &mut Vec<Row>, trials: usize) {
+    let submitters = 2;
+    let per = 1000;
+    let tc = ours(2, true);
+    let ray = rayon_pool(2);
+    let mut run_tc = || {
+        std::thread::scope(|s| {
+            for t in 0..submitters {
+                let tc = &tc;
+                s.spawn(move || {
+                    let hs: Vec<_> = (0..per)
+                        .map(|i| tc.submit(move || small_work(i * 7 + t)))
+                        .collect();
+                    for h in hs {
+                        black_box(h.wait().unwrap());
+                    }
+                });
+            }
+        })
+    };
+    let mut run_ray = || {
+        std::thread::scope(|s| {
+            for t in 0..submitters {
+                let ray = &ray;
+                s.spawn(move || {
+                    let (tx, rx) = std::sync::mpsc::channel();
+                    for i in 0..per {
+                        let tx = tx.clone();
+                        ray.spawn(move || tx.send(small_work(i * 7 + t)).unwrap());
+                    }
+                    for _ in 0..per {
+                        black_box(rx.recv().unwrap());
+                    }
+                });
+            }
+        })
+    };
+    let m = interleaved(trials, &mut [&mut run_tc, &mut run_ray]);
+    // µs per request (the sample is ms for submitters * per requests).
+    let k = 1e3 / (submitters * per) as f64;
+    let mut row = Row::timed("submit/2t tc".into(), m[0].scaled(k), m[1].scaled(k));
+    row.unit = "us/req";
+    rows.push(row);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let json = args.iter().any(|a| a == "--json");
     let quick = args.iter().any(|a| a == "--quick");
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1).cloned());
+    let run = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
     let trials = if quick { 5 } else { 21 };
     let mut rows = Vec::new();
-    bench_fib(&mut rows, 1, trials);
-    bench_fib(&mut rows, 2, trials);
-    bench_pfor(&mut rows, trials * 3);
-    bench_idle(&mut rows, if quick { 1.0 } else { 3.0 });
-    bench_rtt(&mut rows, if quick { 2_000 } else { 20_000 });
+    if run("fib30/1t") {
+        bench_fib(&mut rows, 1, trials);
+    }
+    if run("fib30/2t") {
+        bench_fib(&mut rows, 2, trials);
+    }
+    if run("pfor") {
+        bench_pfor(&mut rows, trials * 3);
+    }
+    if run("par_iter") {
+        bench_par_iter(&mut rows, trials * 3);
+    }
+    if run("scope") {
+        bench_scope(&mut rows, trials * 3);
+    }
+    if run("submit") {
+        bench_submit(&mut rows, trials * 3);
+    }
+    if run("idle") {
+        bench_idle(&mut rows, if quick { 1.0 } else { 3.0 });
+    }
+    if run("rtt") {
+        if quick {
+            bench_rtt(&mut rows, 4, 500);
+        } else {
+            bench_rtt(&mut rows, 40, 500);
+        }
+    }
     if json {
         let items: Vec<String> = rows
             .iter()
@@ -373,7 +576,7 @@ fn main() {
             );
         }
         println!(
-            "(ours/rayon: medians of {trials} interleaved trials; min-ratio: fastest trial of each; cpu-ratio: median process CPU time)"
+            "(ours/rayon: medians of {trials} interleaved trials (x3 for pfor, par_iter, scope, submit); min-ratio: fastest trial of each; cpu-ratio: median process CPU time; rtt: percentiles of all round trips, blocks of 500 alternating)"
         );
     }
 }

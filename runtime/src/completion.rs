@@ -7,8 +7,15 @@
 //! the lock, then notifies the condition variable and wakes the waker outside
 //! it. A poller stores its waker under the same lock, so a completion either
 //! happens before the poll (the poll sees `Ready`) or after it (the completer
-//! finds and wakes the waker): no lost wake-up. An atomic `done` flag lets
-//! `is_finished` avoid the lock. Model-checked with loom (see the tests).
+//! finds and wakes the waker): no lost wake-up. A blocked `wait` is counted
+//! under the lock too, and the completer notifies the condition variable only
+//! if the count is non-zero: std's `notify_all` is a `futex` system call even
+//! with nobody waiting, which was most of a worker's time on a stream of
+//! tiny requests whose handles are waited for later. A waiter counts itself
+//! and blocks under the lock (the wait releases it atomically), so the
+//! completer either sees the count or the waiter sees `Ready`. An atomic
+//! `done` flag lets `is_finished` avoid the lock. Model-checked with loom
+//! (see the tests).
 
 use crate::sync::{lock, wait, AtomicBool, Condvar, Mutex};
 use crate::unwind::call_catching;
@@ -21,8 +28,14 @@ enum Slot<T> {
     Taken,
 }
 
+struct Inner<T> {
+    slot: Slot<T>,
+    /// Threads blocked in `wait` (on `cond`).
+    waiters: u32,
+}
+
 pub(crate) struct Completion<T> {
-    slot: Mutex<Slot<T>>,
+    slot: Mutex<Inner<T>>,
     cond: Condvar,
     done: AtomicBool,
 }
@@ -30,7 +43,10 @@ pub(crate) struct Completion<T> {
 impl<T> Completion<T> {
     pub(crate) fn new() -> Self {
         Completion {
-            slot: Mutex::new(Slot::Pending(None)),
+            slot: Mutex::new(Inner {
+                slot: Slot::Pending(None),
+                waiters: 0,
+            }),
             cond: Condvar::new(),
             done: AtomicBool::new(false),
         }
@@ -40,16 +56,18 @@ impl<T> Completion<T> {
     /// waker's `wake` panicked (the panic is swallowed).
     #[must_use = "a swallowed waker panic should be counted"]
     pub(crate) fn complete(&self, value: T) -> bool {
-        let waker = {
+        let (waker, waiters) = {
             let mut g = lock(&self.slot);
-            let old = std::mem::replace(&mut *g, Slot::Ready(value));
+            let old = std::mem::replace(&mut g.slot, Slot::Ready(value));
             self.done.store(true, Ordering::Release);
             match old {
-                Slot::Pending(w) => w,
+                Slot::Pending(w) => (w, g.waiters),
                 _ => panic!("request completed twice"),
             }
         };
-        self.cond.notify_all();
+        if waiters > 0 {
+            self.cond.notify_all();
+        }
         match waker {
             Some(w) => call_catching(|| w.wake()),
             None => false,
@@ -64,12 +82,14 @@ impl<T> Completion<T> {
     pub(crate) fn wait(&self) -> T {
         let mut g = lock(&self.slot);
         loop {
-            match std::mem::replace(&mut *g, Slot::Taken) {
+            match std::mem::replace(&mut g.slot, Slot::Taken) {
                 Slot::Ready(v) => return v,
                 Slot::Taken => panic!("request result already taken"),
                 pending => {
-                    *g = pending;
+                    g.slot = pending;
+                    g.waiters += 1;
                     g = wait(&self.cond, g);
+                    g.waiters -= 1;
                 }
             }
         }
@@ -78,11 +98,11 @@ impl<T> Completion<T> {
     /// Takes the value if set, else registers the waker.
     pub(crate) fn poll(&self, cx: &mut Context<'_>) -> Poll<T> {
         let mut g = lock(&self.slot);
-        match std::mem::replace(&mut *g, Slot::Taken) {
+        match std::mem::replace(&mut g.slot, Slot::Taken) {
             Slot::Ready(v) => Poll::Ready(v),
             Slot::Taken => panic!("request result already taken"),
             Slot::Pending(_) => {
-                *g = Slot::Pending(Some(cx.waker().clone()));
+                g.slot = Slot::Pending(Some(cx.waker().clone()));
                 Poll::Pending
             }
         }

@@ -34,7 +34,6 @@
 
 use crate::registry::WorkerThread;
 use crate::shared_state::{tag_generation, NO_REQUEST};
-use crate::time::now_ns;
 
 /// Which work a worker looks for first when it runs out of local work.
 ///
@@ -135,7 +134,7 @@ pub(crate) fn check_pileup(wt: &WorkerThread) {
         return; // never serialize at this load
     };
     let threshold = threshold.as_nanos().min(u64::MAX as u128) as u64;
-    let now = now_ns();
+    let now = wt.fresh_now();
     let mut acc = wt.scratch.borrow_mut();
     acc.clear();
     for i in 0..reg.num_workers() {

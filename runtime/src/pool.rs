@@ -1205,8 +1205,8 @@ where
     // the request waited for (see `job`), so `work_ns` is final, and nobody
     // adds to the slot after it is freed. What follows (the result's drop,
     // the panic handler, say) runs on no request.
-    wt.leave_request();
-    let latency = Duration::from_nanos(now_ns().saturating_sub(arrival));
+    let now = wt.leave_request();
+    let latency = Duration::from_nanos(now.saturating_sub(arrival));
     let missed_target = reg.target_latency.is_some_and(|t| latency > t);
     let mut stats = RequestStats {
         id: shared.id,

@@ -36,7 +36,7 @@ use crate::shared_state::{
     WORKER_WORKING,
 };
 use crate::shutdown::Shutdown;
-use crate::sleep::Sleep;
+use crate::sleep::{Sleep, Slept, MAX_SLEEP};
 use crate::threshold::ThresholdTable;
 use crate::time::{gettid, now_ns};
 use crate::unwind::AbortIfPanic;
@@ -213,6 +213,10 @@ pub(crate) struct WorkerThread {
     current: Cell<u64>,
     /// When the worker started on `current` (bookkeeping on only).
     start: Cell<u64>,
+    /// Whether `start` is the clock as of now (see `fresh_now`): set when
+    /// `execute` switched back after a job, cleared when the worker runs a
+    /// job or waits (spins, yields, sleeps).
+    start_is_now: Cell<bool>,
     /// Scratch map of the pileup check (tag, elapsed), reused to avoid allocation.
     pub(crate) scratch: RefCell<Vec<(u64, u64)>>,
     /// Priority level of the job being executed (0 when idle).
@@ -256,6 +260,27 @@ impl WorkerThread {
     #[inline]
     pub(crate) fn current_tag(&self) -> u64 {
         self.current.get()
+    }
+
+    /// The time for the pileup check before a steal round. A thief that
+    /// just switched back from a job of another request (`execute`) has read
+    /// the clock a moment ago, with nothing in between but the job's latch
+    /// and the search's own steps (no user code, no waiting): that reading
+    /// serves the pileup check, a few microseconds stale at most against
+    /// thresholds of milliseconds. A thief taking many small tasks read the
+    /// clock three times per steal; now twice (`clock_gettime` is about
+    /// 30 ns here: a sixth of such a thief's time went to it). The switch to
+    /// the next job still reads the clock: starting its accounting at the
+    /// old reading would charge a request time from before it arrived (the
+    /// latch release in between may wake a thread, and a request submitted
+    /// meanwhile can be the next job), which
+    /// `work_is_accounted_before_a_stolen_task_releases_its_owner` catches.
+    pub(crate) fn fresh_now(&self) -> u64 {
+        if self.start_is_now.get() {
+            self.start.get()
+        } else {
+            now_ns()
+        }
     }
 
     /// The deque of the current level.
@@ -467,11 +492,17 @@ impl WorkerThread {
     }
 
     /// The request this worker runs the root of ends: charges the time spent
-    /// on it and moves to no request (see `run_request`).
-    pub(crate) fn leave_request(&self) {
+    /// on it and moves to no request (see `run_request`). Returns the time
+    /// now (the switch's clock reading when bookkeeping is on, so that the
+    /// request's latency costs no second one).
+    pub(crate) fn leave_request(&self) -> u64 {
         if self.current.get() != NO_REQUEST {
             self.switch_to(NO_REQUEST);
+            if self.registry.bookkeeping {
+                return self.start.get();
+            }
         }
+        now_ns()
     }
 
     /// Executes a job, switching request around it if its tag differs.
@@ -484,6 +515,8 @@ impl WorkerThread {
     pub(crate) fn execute(&self, job: JobRef) {
         let guard = AbortIfPanic;
         let prev = self.current.get();
+        // The job is user code of any length (see `fresh_now`).
+        self.start_is_now.set(false);
         let release = if job.tag == prev {
             // SAFETY: every JobRef in our queues is executed exactly once
             // (popped or stolen once from a deque/queue); its data is alive
@@ -496,8 +529,13 @@ impl WorkerThread {
             // SAFETY: as above.
             let release = unsafe { job.execute() };
             // Charge the job's time before its latch lets the waiter go on
-            // (see `job`, "Accounting before release").
-            self.switch_to(prev);
+            // (see `job`, "Accounting before release"). A request's root
+            // has left its request already (`leave_request`, before it
+            // completed it): there is nothing to charge or publish then.
+            if self.current.get() != prev {
+                self.switch_to(prev);
+                self.start_is_now.set(self.registry.bookkeeping);
+            }
             release
         };
         // SAFETY: the job's latch is alive: its owner (a `join` frame, or
@@ -797,7 +835,38 @@ impl WorkerThread {
         let saved = self.current.get();
         let mut searching = false;
         let mut rounds = 0u32;
+        // Bounded parks in a row that nobody ended (see below).
+        let mut timeouts = 0u32;
         while !done() {
+            // The fast path: a task of our own deque (scope spawns, the
+            // tasks of a join a thief left), when no higher priority level
+            // has work. It is what `find_work` would return first, handled
+            // as the generic path below handles `Found::Local` (no search
+            // counters, no stealable count), minus the search's set-up:
+            // a `scope` with many small spawns spent a third more
+            // instructions per spawn here than rayon's loop did.
+            if floor == 0 && reg.prio.bits.load() & above(0) == 0 {
+                if let Some(job) = self.deque().pop() {
+                    if searching {
+                        self.stop_searching();
+                        searching = false;
+                    }
+                    if slot.state() != WORKER_WORKING {
+                        reg.shared.set_worker_state(self.index, WORKER_WORKING);
+                    }
+                    if self.last_level.get() != 0 {
+                        self.last_level.set(0);
+                        reg.prio
+                            .counters
+                            .level_switches
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    self.execute(job);
+                    rounds = 0;
+                    timeouts = 0;
+                    continue;
+                }
+            }
             // A join of a serialized request waits for the request's other
             // thread, which now runs alone: admitting a request here uses a
             // core that would idle, at the cost of delaying the large request
@@ -833,8 +902,12 @@ impl WorkerThread {
                 }
                 self.run_found(found);
                 rounds = 0;
+                timeouts = 0;
                 continue;
             }
+            // Spinning, yielding and sleeping take time: the next pileup
+            // check reads the clock.
+            self.start_is_now.set(false);
             if !searching {
                 searching = true;
                 reg.sleep.start_searching();
@@ -846,7 +919,10 @@ impl WorkerThread {
             }
             rounds += 1;
             if rounds < reg.spin_rounds {
-                if rounds < reg.spin_rounds / 2 {
+                // A few rounds of pure spinning, then yields: spinning
+                // workers that never yield keep a thread waiting for a
+                // request's result off the cores (sleep/README.md, "States").
+                if rounds < reg.spin_rounds / 8 {
                     for _ in 0..16 {
                         std::hint::spin_loop();
                     }
@@ -856,20 +932,38 @@ impl WorkerThread {
                 continue;
             }
             reg.shared.set_worker_state(self.index, WORKER_PARKED);
-            let slept = reg.sleep.sleep_at(
+            // The park is bounded as a safety net (sleep/README.md,
+            // "Bounded park"); parks that ran out with nothing to do double
+            // the bound, up to 8x, so an idle pool wakes a few times a
+            // second, not 20 times per worker.
+            let limit = MAX_SLEEP * (1 << timeouts.min(3));
+            let slept = reg.sleep.sleep_bounded(
                 self.index,
                 admits,
                 floor,
+                limit,
                 || done() || self.has_work(admits, floor),
                 || self.work_below(floor),
             );
-            if let Err(level) = slept {
-                // Work below our floor that we may not take: pass the
-                // wake-up on to a sleeper that may (see `Sleep::sleep_at`).
-                reg.sleep.wake_for(self.index + 1, level);
-            }
             reg.shared.set_worker_state(self.index, WORKER_STEALING);
-            rounds = 0;
+            match slept {
+                Err(level) => {
+                    // Work below our floor that we may not take: pass the
+                    // wake-up on to a sleeper that may (see `Sleep::sleep_at`).
+                    reg.sleep.wake_for(self.index + 1, level);
+                    rounds = 0;
+                }
+                Ok(Slept::TimedOut) => {
+                    // Nobody woke us: search once, and park again if that
+                    // finds nothing, rather than spinning all rounds again.
+                    timeouts = timeouts.saturating_add(1);
+                    rounds = reg.spin_rounds.saturating_sub(1);
+                }
+                Ok(Slept::No | Slept::Woken) => {
+                    timeouts = 0;
+                    rounds = 0;
+                }
+            }
         }
         if searching {
             self.stop_searching();
@@ -928,6 +1022,7 @@ pub(crate) fn main_loop(worker: Worker<JobRef>, index: usize, registry: Arc<Regi
         rng: Cell::new(0x853c_49e6_748f_ea9b ^ ((index as u64 + 1) << 17)),
         current: Cell::new(NO_REQUEST),
         start: Cell::new(0),
+        start_is_now: Cell::new(false),
         scratch: RefCell::new(Vec::with_capacity(registry.num_workers())),
         level: Cell::new(0),
         last_level: Cell::new(0),

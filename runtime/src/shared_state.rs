@@ -156,6 +156,10 @@ pub const MAX_REQUESTS: usize = 1024;
 #[cfg(loom)]
 pub const MAX_REQUESTS: usize = 2;
 
+/// `SharedState::free_hint` before any scan failed: positive, far from 0
+/// either way.
+const FREE_UNKNOWN: u64 = 1 << 40;
+
 /// `Header::magic` of an initialised region ("TCRT").
 ///
 /// ```
@@ -744,6 +748,14 @@ pub struct SharedState {
     region: NonNull<SharedRegion>,
     owned: bool,
     alloc_hint: AtomicU32,
+    /// Whether a free slot may exist, as a count read as `i64`: a scan that
+    /// found none sets it to 0, each free adds one, each claim takes one.
+    /// With it at 0 or below, `alloc_request` skips the scan: over capacity
+    /// (requests then go untracked) a scan of every slot per submission cost
+    /// a quarter of the submitting thread's time. A hint only: a count off
+    /// by one, or a slot freed during a failing scan, costs one scan too many
+    /// or leaves one slot unused until the next free.
+    free_hint: AtomicU64,
     /// One sequence counter per worker slot, for the seqlock on the slot's
     /// (`current`, `start_ns`) pair ("Worker slots" above). Runtime-private:
     /// the kernel only reads `current`, alone.
@@ -787,6 +799,7 @@ impl SharedState {
             region: alloc_region(),
             owned: true,
             alloc_hint: AtomicU32::new(0),
+            free_hint: AtomicU64::new(FREE_UNKNOWN),
             seqs: new_seqs(),
             _keep_alive: None,
         };
@@ -819,6 +832,7 @@ impl SharedState {
             region,
             owned: false,
             alloc_hint: AtomicU32::new(0),
+            free_hint: AtomicU64::new(FREE_UNKNOWN),
             seqs: new_seqs(),
             _keep_alive: None,
         };
@@ -1004,6 +1018,9 @@ impl SharedState {
         h.active.fetch_add(1, Ordering::SeqCst);
         let id = h.next_id.fetch_add(1, Ordering::Relaxed);
         let cap = (h.request_capacity().min(MAX_REQUESTS as u32)) as usize;
+        if self.free_hint.load(Ordering::Relaxed) as i64 <= 0 {
+            return (id, None);
+        }
         let start = self.alloc_hint.fetch_add(1, Ordering::Relaxed) as usize;
         for k in 0..cap {
             let i = (start + k) % cap;
@@ -1020,9 +1037,11 @@ impl SharedState {
                 // A swap: a late mark's compare-and-swap may race with it
                 // ("Slot reuse"; why a swap, see `free_request`).
                 q.steals_at_serialize.swap(u32::MAX, Ordering::SeqCst);
+                self.free_hint.fetch_sub(1, Ordering::Relaxed);
                 return (id, Some(make_tag(i as u32, q.generation())));
             }
         }
+        self.free_hint.swap(0, Ordering::Relaxed);
         (id, None)
     }
 
@@ -1054,6 +1073,11 @@ impl SharedState {
         // anyway.
         q.gen_flags.swap(next, Ordering::SeqCst);
         q.state.store(REQ_FREE, Ordering::Release);
+        if self.free_hint.fetch_add(1, Ordering::Relaxed) as i64 <= 0 {
+            // The table was full: the next scan starts at this slot.
+            self.alloc_hint
+                .store(tag_slot(tag) as u32, Ordering::Relaxed);
+        }
         self.complete_untracked();
     }
 

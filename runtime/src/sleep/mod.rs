@@ -3,13 +3,28 @@
 //! The protocol (and why it cannot lose a wake-up) is explained in
 //! `sleep/README.md` next to this file; the comments here point at its steps.
 
-use crate::sync::{fence, lock, wait_timeout, AtomicBool, AtomicU32, AtomicU64, Condvar, Mutex};
+use crate::sync::{
+    fence, lock, wait_timeout, AtomicBool, AtomicU32, AtomicU64, Barriers, Condvar, Mutex,
+};
 
 /// Longest a parked worker sleeps before it looks for work by itself: a
 /// safety net only, no wake-up is known to be lost (README, "Bounded park").
-const MAX_SLEEP: std::time::Duration = std::time::Duration::from_millis(50);
+/// Parks that run out with nobody waking the worker double it, up to 8x.
+pub(crate) const MAX_SLEEP: std::time::Duration = std::time::Duration::from_millis(50);
+
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+
+/// How a call to [`Sleep::sleep_bounded`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Slept {
+    /// The re-check found work: the worker did not block.
+    No,
+    /// A waker woke it.
+    Woken,
+    /// Its bounded park ran out with nobody waking it.
+    TimedOut,
+}
 
 const SLEEPING_ONE: u64 = 1;
 const SEARCHING_ONE: u64 = 1 << 32;
@@ -38,11 +53,14 @@ struct WorkerSleep {
 pub(crate) struct Sleep {
     counters: CachePadded<AtomicU64>,
     workers: Box<[CachePadded<WorkerSleep>]>,
+    /// The fences of the internal-work edge (README, "Asymmetric fences").
+    barriers: Barriers,
 }
 
 impl Sleep {
     pub(crate) fn new(n: usize) -> Self {
         Sleep {
+            barriers: Barriers::new(),
             counters: CachePadded::new(AtomicU64::new(0)),
             workers: (0..n)
                 .map(|_| {
@@ -84,7 +102,16 @@ impl Sleep {
     ) {
         let c = self.counters.fetch_sub(SEARCHING_ONE, SeqCst);
         if searching(c) == 1 && sleeping(c) > 0 {
-            fence(SeqCst);
+            // A pusher with only a compiler fence pairs with the heavy side
+            // (README, "Asymmetric fences"). Pushers are working workers: if
+            // every other worker is searching or asleep now, each one that
+            // pushed has since started searching (an RMW after its push) and
+            // finds its own task first, so a plain fence does.
+            if self.others_idle(c) {
+                fence(SeqCst);
+            } else {
+                self.barriers.heavy();
+            }
             if let Some(level) = work_visible() {
                 self.wake_one(start, false, level);
             }
@@ -97,7 +124,7 @@ impl Sleep {
     #[cfg(loom)]
     pub(crate) fn sleep(&self, i: usize, top_level: bool, has_work: impl Fn() -> bool) -> bool {
         match self.sleep_at(i, top_level, 0, has_work, || None) {
-            Ok(slept) => slept,
+            Ok(slept) => slept != Slept::No,
             Err(_) => unreachable!("floor 0 never passes a wake-up on"),
         }
     }
@@ -110,6 +137,8 @@ impl Sleep {
     /// `lower()` shows work below `floor` and another sleeper could take it,
     /// it does not sleep and returns `Err(level)`; the caller then wakes a
     /// sleeper for that level with [`Self::wake_for`] (outside this lock).
+    /// (The workers call [`Self::sleep_bounded`], with their own bound.)
+    #[cfg(loom)]
     pub(crate) fn sleep_at(
         &self,
         i: usize,
@@ -117,31 +146,65 @@ impl Sleep {
         floor: u8,
         has_work: impl Fn() -> bool,
         lower: impl Fn() -> Option<u8>,
-    ) -> Result<bool, u8> {
+    ) -> Result<Slept, u8> {
+        self.sleep_bounded(i, top_level, floor, MAX_SLEEP, has_work, lower)
+    }
+
+    /// [`Self::sleep_at`] with a park of at most `limit` (README, "Bounded
+    /// park").
+    pub(crate) fn sleep_bounded(
+        &self,
+        i: usize,
+        top_level: bool,
+        floor: u8,
+        limit: std::time::Duration,
+        has_work: impl Fn() -> bool,
+        lower: impl Fn() -> Option<u8>,
+    ) -> Result<Slept, u8> {
         let w = &self.workers[i];
-        let mut blocked = lock(&w.blocked);
-        // Step 1.
-        *blocked = true;
-        w.top_level.store(top_level, SeqCst);
-        w.floor.store(u32::from(floor), SeqCst);
-        w.hint.store(true, SeqCst);
-        // Step 2: searching -> sleeping in one RMW.
-        self.counters
-            .fetch_add(SLEEPING_ONE.wrapping_sub(SEARCHING_ONE), SeqCst);
-        fence(SeqCst);
+        let c = {
+            let mut blocked = lock(&w.blocked);
+            // Step 1.
+            *blocked = true;
+            w.top_level.store(top_level, SeqCst);
+            w.floor.store(u32::from(floor), SeqCst);
+            w.hint.store(true, SeqCst);
+            // Step 2: searching -> sleeping in one RMW.
+            self.counters
+                .fetch_add(SLEEPING_ONE.wrapping_sub(SEARCHING_ONE), SeqCst)
+        };
+        // The lock is not held across the barrier and the re-check (README,
+        // "Going to sleep"): a waker that comes meanwhile clears `blocked`
+        // and fixes the counters, and step 4 sees it under the lock. Held,
+        // it made a submitter block on this mutex for the whole `membarrier`
+        // call (the p99 of a tiny request's round trip doubled).
+        //
+        // The heavy side of the internal-work edge (README, "Asymmetric
+        // fences"), unless no other worker is working (then a pusher has
+        // searched since its push, see `stop_searching_at`); a `SeqCst`
+        // fence for every other edge.
+        if self.others_idle(c) {
+            fence(SeqCst);
+        } else {
+            self.barriers.heavy();
+        }
         // Step 3.
         let pass_on = if has_work() {
-            Some(Ok(false))
+            Some(Ok(Slept::No))
         } else if floor > 0 {
             lower().filter(|&l| self.eligible_sleeper(i, l)).map(Err)
         } else {
             None
         };
+        let mut blocked = lock(&w.blocked);
         if let Some(r) = pass_on {
-            *blocked = false;
-            w.hint.store(false, SeqCst);
-            self.counters
-                .fetch_add(SEARCHING_ONE.wrapping_sub(SLEEPING_ONE), SeqCst);
+            // Undo steps 1-2, unless a waker already did.
+            if *blocked {
+                *blocked = false;
+                w.hint.store(false, SeqCst);
+                self.counters
+                    .fetch_add(SEARCHING_ONE.wrapping_sub(SLEEPING_ONE), SeqCst);
+            }
             return r;
         }
         // Step 4: the waker clears `blocked` and fixes the counters. The
@@ -150,16 +213,25 @@ impl Sleep {
         // MAX_SLEEP and looks for work again, so a request can be delayed but
         // never stranded.
         while *blocked {
-            let (g, timed_out) = wait_timeout(&w.cond, blocked, MAX_SLEEP);
+            let (g, timed_out) = wait_timeout(&w.cond, blocked, limit);
             blocked = g;
             if timed_out && *blocked {
                 *blocked = false;
                 w.hint.store(false, SeqCst);
                 self.counters
                     .fetch_add(SEARCHING_ONE.wrapping_sub(SLEEPING_ONE), SeqCst);
+                return Ok(Slept::TimedOut);
             }
         }
-        Ok(true)
+        Ok(Slept::Woken)
+    }
+
+    /// Whether, by `c` (the counters before an RMW of a searching worker),
+    /// every other worker is searching or asleep: none runs a job, so none
+    /// can push a task whose push has not been ordered before that RMW by
+    /// the pusher's own later RMW (README, "Asymmetric fences").
+    fn others_idle(&self, c: u64) -> bool {
+        (searching(c) as usize).saturating_sub(1) + sleeping(c) as usize + 1 >= self.workers.len()
     }
 
     /// Whether a sleeper other than `me` could take work of `level`.
@@ -243,9 +315,14 @@ impl Sleep {
     /// re-check misses the push (store buffering): the task then sits in the
     /// deque with a sleeper next to it, which is how
     /// `join_owner_wakes_after_thief_finishes` hung.
+    ///
+    /// This is the hot side of the edge (every `join`): its fence is the
+    /// light one of [`Barriers`], paired with the heavy one of the sleeper
+    /// and the last searcher (README, "Asymmetric fences").
     #[inline]
     pub(crate) fn new_internal_work(&self, start: usize, pointless: impl FnOnce() -> bool) {
-        self.new_internal_work_at(start, 0, pointless);
+        self.barriers.light();
+        self.internal_work_fenced(start, 0, pointless);
     }
 
     /// [`Self::new_internal_work`] for a task of priority `level`: wakes
@@ -258,8 +335,15 @@ impl Sleep {
         pointless: impl FnOnce() -> bool,
     ) {
         fence(SeqCst);
+        self.internal_work_fenced(start, level, pointless);
+    }
+
+    #[inline]
+    fn internal_work_fenced(&self, start: usize, level: u8, pointless: impl FnOnce() -> bool) {
         let c = self.counters.load(Relaxed);
-        if sleeping(c) > 0 && searching(c) == 0 && !pointless() {
+        // `sleeping(c) > 0 && searching(c) == 0`, i.e. `c` in
+        // `1..=u32::MAX`, in one compare (this runs on every `join`).
+        if c.wrapping_sub(1) < u64::from(u32::MAX) && !pointless() {
             self.wake_one(start, false, level);
         }
     }
