@@ -290,6 +290,14 @@ struct tailctl_request_acct {
 	 * once this and `arriving` are 0: every runner left holds a token.
 	 */
 	u32 unheld_running;
+	/*
+	 * Bumped at every reset. A region may name the same tag again (a
+	 * service writes what it likes there), so tag + owner alone cannot tell
+	 * a thread whether the counts it took are still in this entry: a
+	 * thread's token, wait count and runner counts belong to the epoch it
+	 * took them in, and are gone with a reset.
+	 */
+	u64 epoch;
 };
 
 /*

@@ -823,6 +823,7 @@ fn serve(cli: &Cli, secs: u64, require_kernel: bool) -> Result<()> {
             }
         }
     }
+    let sched = own_sched_figures();
     let uid = nix::unistd::Uid::current().as_raw();
     // What the scheduler charged to our workers: 0 unless it treats them as ours.
     let kernel_work_ns: u64 = (0..pool.workers())
@@ -837,9 +838,44 @@ fn serve(cli: &Cli, secs: u64, require_kernel: bool) -> Result<()> {
             "requests": done,
             "failed": failed,
             "rps": done as f64 / t0.elapsed().as_secs_f64(),
+            "sched": sched,
         }))?
     );
     Ok(())
+}
+
+/// This process's scheduling figures so far, from the kernel's own
+/// bookkeeping (class-independent, so the same under any scheduler):
+/// context switches and CPU time (getrusage), and the time its threads
+/// spent runnable but waiting for a CPU with the number of runs
+/// (`/proc/self/task/*/schedstat`: run time, run delay, timeslices).
+fn own_sched_figures() -> serde_json::Value {
+    // SAFETY: getrusage writes one rusage into the zeroed struct we own.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    let (mut delay_ns, mut slices) = (0u64, 0u64);
+    if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
+        for t in dir.flatten() {
+            if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
+                let f: Vec<u64> = s.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+                if f.len() == 3 {
+                    delay_ns += f[1];
+                    slices += f[2];
+                }
+            }
+        }
+    }
+    json!({
+        "voluntary_switches": ru.ru_nvcsw,
+        "involuntary_switches": ru.ru_nivcsw,
+        "cpu_ms": tv(ru.ru_utime) + tv(ru.ru_stime),
+        "run_delay_ms": delay_ns as f64 / 1e6,
+        "runs": slices,
+    })
 }
 
 fn rogue(cli: &Cli, secs: u64, benign: bool, no_cap: bool) -> Result<()> {
