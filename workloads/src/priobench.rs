@@ -40,27 +40,30 @@ pub fn listen(addr: &str) -> Result<TcpListener> {
     Ok(l)
 }
 
-/// The levels switch (`on`/`off`) and pool policy of a priority
-/// configuration `prio-sf`, `prio-af`, `noprio-sf` or `noprio-af`; `None` for
-/// any other name.
+/// The levels switch (`on`/`off`), pool policy and priority mode of a
+/// priority configuration: `prio-sf`, `prio-af` (Prompt I-Cilk's levels),
+/// `noprio-sf`, `noprio-af` (every request at the default level),
+/// `adaptive-sf`, `adaptive-af` (the levels under the adaptive
+/// quantum-based scheduler, quantum `quantum_us`); `None` for any other
+/// name.
 ///
 /// ```
 /// use tailctl_workloads::priobench::priority_config;
-/// assert_eq!(priority_config("noprio-af"), Some(("off", "af".to_string())));
-/// assert_eq!(priority_config("alone"), None);
+/// assert_eq!(priority_config("noprio-af", 1000), Some(("off", "af".to_string(), "prompt".to_string())));
+/// assert_eq!(
+///     priority_config("adaptive-sf", 500),
+///     Some(("on", "sf".to_string(), "adaptive:500us".to_string()))
+/// );
+/// assert_eq!(priority_config("alone", 1000), None);
 /// ```
-pub fn priority_config(name: &str) -> Option<(&'static str, String)> {
-    match name {
-        "prio-sf" | "prio-af" | "noprio-sf" | "noprio-af" => Some((
-            if name.starts_with("prio") {
-                "on"
-            } else {
-                "off"
-            },
-            name[name.len() - 2..].to_string(),
-        )),
-        _ => None,
-    }
+pub fn priority_config(name: &str, quantum_us: u64) -> Option<(&'static str, String, String)> {
+    let (on, mode) = match name {
+        "prio-sf" | "prio-af" => ("on", "prompt".to_string()),
+        "noprio-sf" | "noprio-af" => ("off", "prompt".to_string()),
+        "adaptive-sf" | "adaptive-af" => ("on", format!("adaptive:{quantum_us}us")),
+        _ => return None,
+    };
+    Some((on, name[name.len() - 2..].to_string(), mode))
 }
 
 /// The `load` flags both applications have, for a load child against `addr`

@@ -37,6 +37,12 @@ struct ServerArgs {
     /// Pool policy: sf or af.
     #[arg(long, default_value = "sf")]
     policy: String,
+    /// Priority mode: prompt (Prompt I-Cilk) or adaptive:<n>us (the adaptive quantum-based scheduler).
+    #[arg(long, default_value = "prompt")]
+    priority_mode: String,
+    /// Quantum of the adaptive configurations (adaptive-sf, adaptive-af), µs.
+    #[arg(long, default_value_t = 1000)]
+    quantum_us: u64,
 }
 
 #[derive(clap::Args, Clone, Debug)]
@@ -99,7 +105,7 @@ enum Cmd {
         /// Output directory.
         #[arg(long)]
         out: PathBuf,
-        /// Configurations: prio-sf, prio-af, noprio-sf, noprio-af.
+        /// Configurations: prio-sf, prio-af, noprio-sf, noprio-af, adaptive-sf, adaptive-af.
         #[arg(long, default_value = "prio-sf,noprio-sf,noprio-af")]
         configs: String,
         #[command(flatten)]
@@ -126,6 +132,7 @@ fn server_opts(s: &ServerArgs) -> Result<ServerOptions> {
         workers: s.workers,
         priorities,
         policy: s.policy.clone(),
+        priority_mode: s.priority_mode.clone(),
         sizes: Sizes::default(),
     })
 }
@@ -219,11 +226,12 @@ type Row = priobench::Row<ServerOptions, LoadReport>;
 /// The server flags of configuration `name` (see `--configs`).
 fn config_server(name: &str, s: &ServerArgs) -> Result<ServerArgs> {
     let mut s = s.clone();
-    let Some((priorities, policy)) = priobench::priority_config(name) else {
+    let Some((priorities, policy, mode)) = priobench::priority_config(name, s.quantum_us) else {
         bail!("unknown configuration {name:?}");
     };
     s.priorities = priorities.into();
     s.policy = policy;
+    s.priority_mode = mode;
     Ok(s)
 }
 
@@ -236,6 +244,7 @@ fn bench(out: &Path, configs: &str, s: &ServerArgs, l: &LoadArgs, json: bool) ->
             format!("--workers={}", sa.workers),
             format!("--priorities={}", sa.priorities),
             format!("--policy={}", sa.policy),
+            format!("--priority-mode={}", sa.priority_mode),
         ];
         let report: LoadReport = priobench::run_config(exe, name, &server, |addr| {
             let mut a = priobench::load_argv(addr, &csv, l.rps, l.requests, l.warmup, l.seed);
@@ -282,18 +291,20 @@ fn render_table(rows: &[Row]) -> String {
             );
         }
     }
-    t += "\n| config | worker CPU | level switches | muggings | promptness violations (total ms) |\n|---|---:|---:|---:|---:|\n";
+    t += "\n| config | worker CPU | search CPU (runtime) | level switches | muggings | promptness violations (total ms) | reallocations |\n|---|---:|---:|---:|---:|---:|---:|\n";
     for r in rows {
         let v = &r.report.server;
         let num = |k: &str| v.get(k).and_then(|x| x.as_f64()).unwrap_or(0.0);
         t += &format!(
-            "| {} | {:.0} ms | {} | {} | {} ({:.1}) |\n",
+            "| {} | {:.0} ms | {:.0} ms | {} | {} | {} ({:.1}) | {} |\n",
             r.config,
             num("workers_cpu_ms"),
+            num("search_cpu_ms"),
             num("level_switches"),
             num("muggings"),
             num("promptness_violations"),
-            num("promptness_violation_ms")
+            num("promptness_violation_ms"),
+            num("reallocations")
         );
     }
     t
@@ -331,7 +342,7 @@ fn plot(rows: &[Row], path: &Path) -> Result<()> {
         0.5..ymax,
         "p99 latency (ms, log scale)",
     )?;
-    let colors = [BLUE, RED, GREEN, MAGENTA];
+    let colors = [BLUE, RED, GREEN, MAGENTA, CYAN, BLACK];
     let w = 0.8 / rows.len().max(1) as f64;
     for (ci, r) in rows.iter().enumerate() {
         let c = colors[ci % colors.len()];
