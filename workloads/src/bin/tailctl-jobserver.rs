@@ -108,6 +108,11 @@ enum Cmd {
         /// Configurations: prio-sf, prio-af, noprio-sf, noprio-af, adaptive-sf, adaptive-af.
         #[arg(long, default_value = "prio-sf,noprio-sf,noprio-af")]
         configs: String,
+        /// Rounds: every configuration once per round, interleaved; the
+        /// table and `rows` of report.json are the medians over the rounds
+        /// (`runs` has every run).
+        #[arg(long, default_value_t = 1)]
+        rounds: usize,
         #[command(flatten)]
         s: ServerArgs,
         #[command(flatten)]
@@ -213,10 +218,11 @@ fn main() -> Result<()> {
         Cmd::Bench {
             out,
             configs,
+            rounds,
             s,
             l,
             json,
-        } => bench(&out, &configs, &s, &l, json),
+        } => bench(&out, &configs, rounds, &s, &l, json),
     }
 }
 
@@ -235,8 +241,15 @@ fn config_server(name: &str, s: &ServerArgs) -> Result<ServerArgs> {
     Ok(s)
 }
 
-fn bench(out: &Path, configs: &str, s: &ServerArgs, l: &LoadArgs, json: bool) -> Result<()> {
-    let rows = priobench::each_config(out, configs, |exe, name, csv| {
+fn bench(
+    out: &Path,
+    configs: &str,
+    rounds: usize,
+    s: &ServerArgs,
+    l: &LoadArgs,
+    json: bool,
+) -> Result<()> {
+    let runs = priobench::each_config(out, configs, rounds, |exe, name, csv| {
         let sa = config_server(name, s)?;
         let server = [
             "server".to_string(),
@@ -260,8 +273,11 @@ fn bench(out: &Path, configs: &str, s: &ServerArgs, l: &LoadArgs, json: bool) ->
             report,
         })
     })?;
+    let all = serde_json::to_value(&runs)?;
+    let rows = priobench::median_rows(runs)?;
     let table = render_table(&rows);
-    let report = serde_json::json!({ "rows": rows, "host_cpus": priobench::host_cpus() });
+    let report = serde_json::json!({ "rows": rows, "rounds": rounds, "runs": all,
+        "host_cpus": priobench::host_cpus() });
     priobench::write_outputs(out, &table, &report, |p| plot(&rows, p), json)
 }
 

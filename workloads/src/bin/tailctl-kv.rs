@@ -117,6 +117,11 @@ enum Cmd {
         /// alone (no compaction).
         #[arg(long, default_value = "alone,prio-sf,noprio-sf,noprio-af")]
         configs: String,
+        /// Rounds: every configuration once per round, interleaved; the
+        /// table and `rows` of report.json are the medians over the rounds
+        /// (`runs` has every run).
+        #[arg(long, default_value_t = 1)]
+        rounds: usize,
         #[command(flatten)]
         s: ServerArgs,
         #[command(flatten)]
@@ -194,10 +199,11 @@ fn main() -> Result<()> {
         Cmd::Bench {
             out,
             configs,
+            rounds,
             s,
             l,
             json,
-        } => bench(&out, &configs, &s, &l, json),
+        } => bench(&out, &configs, rounds, &s, &l, json),
     }
 }
 
@@ -248,8 +254,15 @@ fn server_argv(s: &ServerArgs) -> Vec<String> {
     ]
 }
 
-fn bench(out: &Path, configs: &str, s: &ServerArgs, l: &LoadArgs, json: bool) -> Result<()> {
-    let rows = priobench::each_config(out, configs, |exe, name, csv| {
+fn bench(
+    out: &Path,
+    configs: &str,
+    rounds: usize,
+    s: &ServerArgs,
+    l: &LoadArgs,
+    json: bool,
+) -> Result<()> {
+    let runs = priobench::each_config(out, configs, rounds, |exe, name, csv| {
         let sa = config_server(name, s)?;
         let report: LoadReport = priobench::run_config(exe, name, &server_argv(&sa), |addr| {
             let mut a = priobench::load_argv(addr, &csv, l.rps, l.requests, l.warmup, l.seed);
@@ -269,8 +282,10 @@ fn bench(out: &Path, configs: &str, s: &ServerArgs, l: &LoadArgs, json: bool) ->
             report,
         })
     })?;
+    let all = serde_json::to_value(&runs)?;
+    let rows = priobench::median_rows(runs)?;
     let table = render_table(&rows, l);
-    let report = serde_json::json!({ "rows": rows, "load": {
+    let report = serde_json::json!({ "rows": rows, "rounds": rounds, "runs": all, "load": {
         "rps": l.rps, "requests": l.requests, "set_fraction": l.set_fraction,
         "warmup": l.warmup, "seed": l.seed }, "host_cpus": priobench::host_cpus() });
     priobench::write_outputs(out, &table, &report, |p| plot(&rows, p), json)
