@@ -7,7 +7,7 @@
 //! and plot, and what a configuration means; everything about processes and
 //! files lives here once, so both benches write the same files the same way:
 //! `table.md`, `report.json`, `plot.svg`, `command.txt` and per-request
-//! records in `<config>.csv` (git-ignored).
+//! records in `raw/<config>.csv` (git-ignored).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -91,15 +91,17 @@ pub fn load_argv(
 /// Runs `run(exe, name, csv)` for each configuration in the comma-separated
 /// `configs`, `rounds` times, interleaved (every configuration once per
 /// round, in the given order, so that a change of the host's load hits them
-/// alike), after creating `out`; `csv` is `out/<name>.csv` in the first round,
-/// `out/<name>-r<k>.csv` in round `k` ≥ 2. Returns the runs in order.
+/// alike), after creating `out/raw`; `csv` (per-request records, git-ignored)
+/// is `out/raw/<name>.csv` in the first round, `out/raw/<name>-r<k>.csv` in
+/// round `k` ≥ 2. Returns the runs in order.
 pub fn each_config<T>(
     out: &Path,
     configs: &str,
     rounds: usize,
     mut run: impl FnMut(&Path, &str, PathBuf) -> Result<T>,
 ) -> Result<Vec<T>> {
-    std::fs::create_dir_all(out)?;
+    let raw = out.join("raw");
+    std::fs::create_dir_all(&raw)?;
     let exe = std::env::current_exe()?;
     let mut rows = Vec::new();
     for round in 1..=rounds.max(1) {
@@ -109,7 +111,7 @@ pub fn each_config<T>(
             } else {
                 format!("{name}-r{round}.csv")
             };
-            rows.push(run(&exe, name, out.join(csv))?);
+            rows.push(run(&exe, name, raw.join(csv))?);
         }
     }
     Ok(rows)

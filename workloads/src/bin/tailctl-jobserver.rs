@@ -4,7 +4,7 @@
 //! without priority levels.
 //!
 //! Design: as `tailctl-kv`; the processes and files of `bench` and `replot`
-//! are `tailctl_workloads::priobench`'s (per-job records in `<config>.csv`,
+//! are `tailctl_workloads::priobench`'s (per-job records in `raw/<config>.csv`,
 //! git-ignored).
 
 use std::path::{Path, PathBuf};

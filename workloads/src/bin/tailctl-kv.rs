@@ -7,7 +7,7 @@
 //! child per configuration (it prints `LISTENING <addr>` once bound), runs
 //! a `load` child against it with `--json`, stops the server, and writes
 //! `table.md`, `report.json`, `plot.svg` and `command.txt` into `--out`
-//! (raw per-request records go to `<config>.csv`, git-ignored). The
+//! (raw per-request records go to `raw/<config>.csv`, git-ignored). The
 //! processes and files are `tailctl_workloads::priobench`'s, shared with
 //! `tailctl-jobserver`; this file keeps the flags, the table and the plot.
 
