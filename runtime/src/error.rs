@@ -55,6 +55,9 @@ pub enum BuildError {
     },
     /// The target latency is zero (every request would miss it).
     ZeroTargetLatency,
+    /// The adaptive priority mode's quantum is zero
+    /// ([`PriorityMode::Adaptive`](crate::PriorityMode::Adaptive)).
+    ZeroQuantum,
     /// The OS refused to start a worker thread (the workers already started
     /// were stopped and joined).
     ThreadSpawn {
@@ -87,6 +90,7 @@ impl std::fmt::Display for BuildError {
                 write!(f, "a threshold table needs policy tc, not {policy}")
             }
             BuildError::ZeroTargetLatency => f.write_str("the target latency must not be zero"),
+            BuildError::ZeroQuantum => f.write_str("the adaptive quantum must not be zero"),
             BuildError::ThreadSpawn { index, source } => {
                 write!(f, "cannot start worker thread {index}: {source}")
             }

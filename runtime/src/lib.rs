@@ -76,7 +76,7 @@ pub use iter::prelude;
 pub use join::{join, parallel_for, parallel_for_chunks};
 pub use policy::Policy;
 pub use pool::{Pool, PoolBuilder, PoolStats, RequestError, RequestHandle, RequestStats};
-pub use priority::Priority;
+pub use priority::{Priority, PriorityMode};
 pub use registry::yield_to_higher;
 pub use scope::{scope, Scope};
 pub use scope_fifo::{scope_fifo, ScopeFifo};

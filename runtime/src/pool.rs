@@ -32,7 +32,7 @@ use crate::control::{AbortUnwind, Control, PanicHandler, PoolExt};
 use crate::error::{BuildError, RequestPanic};
 use crate::job::{HeapJob, Release};
 use crate::policy::Policy;
-use crate::priority::Priority;
+use crate::priority::{Priority, PriorityMode};
 use crate::registry::{main_loop, Config, Registry, WorkerThread};
 use crate::shared_state::{
     tag_generation, tag_slot, SharedState, MAX_WORKERS, NO_REQUEST, REQ_RUNNING,
@@ -204,6 +204,14 @@ pub struct PoolStats {
     /// Their total length: for each, the time since the higher level's work
     /// bit was set (an upper bound per worker, ns).
     pub promptness_violation_ns: u64,
+    /// Thread CPU time the workers spent looking for work (from a search
+    /// that found nothing until work was found: stealing attempts,
+    /// spinning, going to sleep and waking; ns). Zero unless
+    /// [`PoolBuilder::measure_search_cpu`] was set.
+    pub search_cpu_ns: u64,
+    /// Quanta at which the adaptive scheduler reassigned the workers
+    /// ([`PriorityMode::Adaptive`]; zero in prompt mode).
+    pub reallocations: u64,
 }
 
 /// Builds a [`Pool`].
@@ -233,6 +241,8 @@ pub struct PoolBuilder {
     spin_rounds: u32,
     shared: Option<SharedState>,
     panic_handler: HandlerSlot,
+    priority_mode: PriorityMode,
+    search_cpu: bool,
 }
 
 /// The builder's panic handler (a closure has no `Debug`).
@@ -258,6 +268,8 @@ impl Default for PoolBuilder {
             spin_rounds: 64,
             shared: None,
             panic_handler: HandlerSlot::default(),
+            priority_mode: PriorityMode::Prompt,
+            search_cpu: false,
         }
     }
 }
@@ -272,6 +284,38 @@ impl PoolBuilder {
     /// ```
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// How workers choose the priority level they take work from: Prompt
+    /// I-Cilk's rule (the default) or the adaptive quantum-based scheduler
+    /// it is compared against (see [`PriorityMode`]). A zero quantum is
+    /// rejected by `build`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tailctl_rt::{Pool, PriorityMode};
+    /// let mode = PriorityMode::Adaptive { quantum: Duration::from_millis(1) };
+    /// let pool = Pool::builder().workers(2).priority_mode(mode).build().unwrap();
+    /// assert_eq!(pool.priority_mode(), mode);
+    /// assert_eq!(Pool::builder().workers(1).build().unwrap().priority_mode(), PriorityMode::Prompt);
+    /// ```
+    pub fn priority_mode(mut self, mode: PriorityMode) -> Self {
+        self.priority_mode = mode;
+        self
+    }
+
+    /// Measures the thread CPU time workers spend looking for work
+    /// ([`PoolStats::search_cpu_ns`]); off by default (it reads the thread
+    /// CPU clock, a system call, twice per search that found nothing).
+    ///
+    /// ```
+    /// let pool = tailctl_rt::Pool::builder().workers(2).measure_search_cpu(true).build().unwrap();
+    /// pool.submit(|| tailctl_rt::join(|| 1, || 2)).wait().unwrap();
+    /// drop(pool.stats().search_cpu_ns); // some ns, whatever the machine
+    /// ```
+    pub fn measure_search_cpu(mut self, on: bool) -> Self {
+        self.search_cpu = on;
+        self
     }
 
     /// Number of worker threads (1 to [`MAX_WORKERS`]).
@@ -467,6 +511,13 @@ impl PoolBuilder {
         if self.target_latency == Some(Duration::ZERO) {
             return Err(BuildError::ZeroTargetLatency);
         }
+        if self.priority_mode
+            == (PriorityMode::Adaptive {
+                quantum: Duration::ZERO,
+            })
+        {
+            return Err(BuildError::ZeroQuantum);
+        }
         let shared = match self.shared {
             Some(s) if s.header().worker_count() as usize != n => {
                 return Err(BuildError::SharedStateMismatch {
@@ -490,6 +541,8 @@ impl PoolBuilder {
                 spin_rounds: self.spin_rounds,
                 shared,
                 ext: Arc::new(PoolExt::new(self.panic_handler.0)),
+                priority_mode: self.priority_mode,
+                search_cpu: self.search_cpu,
             },
         );
         let mut threads = Vec::with_capacity(n);
@@ -940,6 +993,28 @@ impl Pool {
         stats_of(&self.registry)
     }
 
+    /// The pool's [`PriorityMode`].
+    pub fn priority_mode(&self) -> PriorityMode {
+        self.registry.prio.mode()
+    }
+
+    /// Adaptive mode: how many workers the allocator assigned to each level
+    /// for the current quantum (index = level, 64 entries); empty in prompt
+    /// mode.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tailctl_rt::{Pool, PriorityMode};
+    /// let pool = Pool::builder().workers(2).build().unwrap();
+    /// assert!(pool.allotment().is_empty());
+    /// let mode = PriorityMode::Adaptive { quantum: Duration::from_millis(1) };
+    /// let pool = Pool::builder().workers(2).priority_mode(mode).build().unwrap();
+    /// assert!(pool.allotment().iter().sum::<usize>() <= 2);
+    /// ```
+    pub fn allotment(&self) -> Vec<usize> {
+        self.registry.prio.allotment()
+    }
+
     /// The bookkeeping table (what the kernel half will map).
     ///
     /// ```
@@ -1053,6 +1128,12 @@ pub(crate) fn stats_of(reg: &Registry) -> PoolStats {
         muggings: p.muggings.load(Ordering::Relaxed),
         promptness_violations: p.violations.load(Ordering::Relaxed),
         promptness_violation_ns: p.violation_ns.load(Ordering::Relaxed),
+        search_cpu_ns: reg.prio.search_cpu_ns.load(Ordering::Relaxed),
+        reallocations: reg
+            .prio
+            .adaptive
+            .as_ref()
+            .map_or(0, |a| a.reallocations.load(Ordering::Relaxed)),
     }
 }
 

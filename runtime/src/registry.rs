@@ -30,7 +30,7 @@
 use crate::control::PoolExt;
 use crate::job::JobRef;
 use crate::policy::{check_pileup, Policy};
-use crate::priority::{above, highest, OwnDeque, PriorityState, Taken, LEVELS};
+use crate::priority::{above, highest, OwnDeque, PriorityMode, PriorityState, Taken, LEVELS};
 use crate::shared_state::{
     tag_generation, tag_slot, SharedState, NO_REQUEST, WORKER_PARKED, WORKER_STEALING,
     WORKER_WORKING,
@@ -69,6 +69,8 @@ pub(crate) struct Config {
     pub(crate) spin_rounds: u32,
     pub(crate) shared: SharedState,
     pub(crate) ext: Arc<PoolExt>,
+    pub(crate) priority_mode: PriorityMode,
+    pub(crate) search_cpu: bool,
 }
 
 pub(crate) struct Registry {
@@ -114,7 +116,7 @@ impl Registry {
             counters: Counters::default(),
             submit_rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
             ext: cfg.ext,
-            prio: PriorityState::new(),
+            prio: PriorityState::new(n, cfg.priority_mode, cfg.search_cpu),
         };
         (Arc::new(reg), workers)
     }
@@ -375,20 +377,22 @@ impl WorkerThread {
     #[inline(never)]
     fn move_up(&self, from: u8) {
         let reg = &*self.registry;
-        let bits = reg.prio.bits.load();
-        if bits & above(from) != 0 {
-            // A promptness violation: this worker ran `from` work while
-            // higher work waited, since the higher bit was set (at most one
-            // checkpoint interval; README, "Counters").
-            let set = reg.prio.set_at(highest(bits));
-            let c = &reg.prio.counters;
-            c.violations.fetch_add(1, Ordering::Relaxed);
-            c.violation_ns
-                .fetch_add(now_ns().saturating_sub(set), Ordering::Relaxed);
+        // The priority mode's level choice (adaptive: only the assigned level).
+        let bits = reg.prio.bits.load() & self.level_mask();
+        if bits & above(from) == 0 {
+            return;
         }
+        // A promptness violation: this worker ran `from` work while
+        // higher work waited, since the higher bit was set (at most one
+        // checkpoint interval; README, "Counters").
+        let set = reg.prio.set_at(highest(bits));
+        let c = &reg.prio.counters;
+        c.violations.fetch_add(1, Ordering::Relaxed);
+        c.violation_ns
+            .fetch_add(now_ns().saturating_sub(set), Ordering::Relaxed);
         self.abandon(from);
         // Thieves of `from` may now take its tasks: run the higher work.
-        while let Some(found) = self.find_above(from, true) {
+        while let Some(found) = self.find_above(from, true, self.level_mask()) {
             if let Some(found) = self.accept(found) {
                 self.run_found(found);
             }
@@ -425,12 +429,12 @@ impl WorkerThread {
         }
     }
 
-    /// Work of the highest level above `floor` that has some (requests
-    /// included if `admit`).
-    fn find_above(&self, floor: u8, admit: bool) -> Option<Found> {
+    /// Work of the highest level above `floor` in `mask` that has some
+    /// (requests included if `admit`).
+    fn find_above(&self, floor: u8, admit: bool, mask: u64) -> Option<Found> {
         let reg = &*self.registry;
         loop {
-            let bits = reg.prio.bits.load() & above(floor);
+            let bits = reg.prio.bits.load() & above(floor) & mask;
             if bits == 0 {
                 return None;
             }
@@ -444,7 +448,7 @@ impl WorkerThread {
             }
             // Every level we saw was empty (their bits are retired now);
             // look again only if a new bit appeared meanwhile.
-            if reg.prio.bits.load() & above(floor) & !bits == 0 {
+            if reg.prio.bits.load() & above(floor) & mask & !bits == 0 {
                 return None;
             }
         }
@@ -587,6 +591,7 @@ impl WorkerThread {
     fn run_found(&self, found: Found) {
         let reg = &*self.registry;
         let level = found.level();
+        let prev_run = reg.prio.run_begin(self.index, level);
         if level != self.last_level.get() {
             self.last_level.set(level);
             reg.prio
@@ -621,6 +626,7 @@ impl WorkerThread {
                 self.execute(job);
             }
         }
+        reg.prio.run_end(self.index, prev_run);
     }
 
     fn pop_bounced(&self) -> Option<JobRef> {
@@ -685,15 +691,21 @@ impl WorkerThread {
     /// at level `floor` ≥ 1 takes nothing below it.
     fn find_work(&self, top_level: bool, floor: u8) -> Option<Found> {
         let reg = &*self.registry;
-        if reg.prio.bits.load() & above(floor) != 0 {
+        // The levels the priority mode lets this worker take new work from
+        // (its own deque and bounce queue are always its own).
+        let mask = self.level_mask();
+        if reg.prio.bits.load() & above(floor) & mask != 0 {
             // Higher levels' requests are admitted even in a join wait.
-            if let Some(f) = self.find_above(floor, true) {
+            if let Some(f) = self.find_above(floor, true, mask) {
                 return Some(f);
             }
         }
         if floor > 0 {
             if let Some(j) = self.deque().pop() {
                 return Some(Found::Level(j, floor, false));
+            }
+            if mask & (1 << floor) == 0 {
+                return None;
             }
             return self.take_at(floor, top_level);
         }
@@ -702,6 +714,9 @@ impl WorkerThread {
         }
         if let Some(j) = self.pop_bounced() {
             return Some(Found::Local(j));
+        }
+        if mask & 1 == 0 {
+            return None;
         }
         let reg = &*self.registry;
         match reg.policy {
@@ -752,6 +767,14 @@ impl WorkerThread {
         };
         let q = deques.saturating_add(backlog).min(u32::MAX as usize) as u32;
         reg.shared.header().set_stealable(q);
+    }
+
+    /// The priority mode's choice of levels (see `PriorityState::level_mask`).
+    #[inline]
+    fn level_mask(&self) -> u64 {
+        self.registry
+            .prio
+            .level_mask(self.index, || self.work_below(1).is_some())
     }
 
     /// Whether another worker's deque holds a task this worker may steal.
@@ -890,6 +913,7 @@ impl WorkerThread {
             if let Some(found) = found {
                 if searching {
                     self.stop_searching();
+                    reg.prio.search_end(self.index);
                     searching = false;
                 }
                 // The kernel charges a thread to its request only while the
@@ -910,6 +934,7 @@ impl WorkerThread {
             self.start_is_now.set(false);
             if !searching {
                 searching = true;
+                reg.prio.search_begin(self.index);
                 reg.sleep.start_searching();
                 reg.shared.set_worker_state(self.index, WORKER_STEALING);
                 // Waiting is not work on the request (paper: curr_request = NULL).
@@ -967,6 +992,7 @@ impl WorkerThread {
         }
         if searching {
             self.stop_searching();
+            reg.prio.search_end(self.index);
         }
         if slot.state() != WORKER_WORKING {
             reg.shared.set_worker_state(self.index, WORKER_WORKING);

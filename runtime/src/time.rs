@@ -28,3 +28,18 @@ pub(crate) fn gettid() -> u32 {
         unsafe { libc::gettid() as u32 }
     }
 }
+
+/// CPU time of the calling thread in nanoseconds (CLOCK_THREAD_CPUTIME_ID;
+/// a system call, unlike `now_ns`).
+pub(crate) fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock always exists
+    // for the calling thread.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}

@@ -431,6 +431,9 @@ pub struct ServerOptions {
     pub priorities: bool,
     /// The pool's policy (`sf`, `af`).
     pub policy: String,
+    /// The pool's priority mode (`prompt`, `adaptive:<n>us`).
+    #[serde(default = "crate::kv::prompt")]
+    pub priority_mode: String,
     /// Job sizes.
     pub sizes: Sizes,
 }
@@ -441,11 +444,11 @@ pub struct ServerOptions {
 /// use tailctl_workloads::jobserver::{serve, ServerOptions, Sizes};
 /// let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
 /// let opts = ServerOptions { app: "jobs".into(), workers: 2, priorities: true,
-///     policy: "sf".into(), sizes: Sizes::default() };
+///     policy: "sf".into(), priority_mode: "prompt".into(), sizes: Sizes::default() };
 /// serve(l, &opts).unwrap();
 /// ```
 pub fn serve(listener: TcpListener, opts: &ServerOptions) -> Result<()> {
-    let pool = crate::priowire::pool(opts.workers, &opts.policy, "jobs-w")?;
+    let pool = crate::priowire::pool(opts.workers, &opts.policy, &opts.priority_mode, "jobs-w")?;
     let handle = pool.handle();
     let mail = Arc::new(if opts.app == "email" {
         Mailboxes::default()
@@ -469,12 +472,15 @@ fn connection(
         match f.as_slice() {
             ["STATS", ..] => {
                 // Jobs wait in joins, where their worker runs other jobs'
-                // tasks: user time cannot be told apart per job, so only
-                // the workers' total CPU time is reported.
+                // tasks: user time cannot be told apart per job, so the
+                // time spent looking for work is the runtime's own
+                // measurement (`search_cpu_ms`).
                 let workers = crate::kv::threads_cpu_ns("jobs-w") as f64 / 1e6;
                 let s = pool.stats().unwrap_or_default();
                 let j = serde_json::json!({
                     "workers_cpu_ms": workers,
+                    "search_cpu_ms": s.search_cpu_ns as f64 / 1e6,
+                    "reallocations": s.reallocations,
                     "steals": s.steals,
                     "level_switches": s.level_switches,
                     "muggings": s.muggings,

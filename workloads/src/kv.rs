@@ -256,6 +256,9 @@ pub struct ServerOptions {
     pub priorities: bool,
     /// The pool's policy (`sf`, `af`).
     pub policy: String,
+    /// The pool's priority mode (`prompt`, `adaptive:<n>us`).
+    #[serde(default = "crate::kv::prompt")]
+    pub priority_mode: String,
     /// Keys in the store.
     pub keys: u64,
     /// Bytes per value.
@@ -279,6 +282,10 @@ pub struct ServerReport {
     pub user_cpu_ms: f64,
     /// `workers_cpu_ms - user_cpu_ms`: looking for work and scheduling (ms).
     pub search_cpu_ms: f64,
+    /// The CPU time the runtime measured in the workers' searches (from a
+    /// search that found nothing until work is found; `PoolStats::search_cpu_ns`, ms).
+    #[serde(default)]
+    pub runtime_search_cpu_ms: f64,
     /// The pool's counters.
     pub pool: serde_json::Value,
 }
@@ -317,7 +324,9 @@ impl Shared {
             workers_cpu_ms: workers,
             user_cpu_ms: user,
             search_cpu_ms: (workers - user).max(0.0),
+            runtime_search_cpu_ms: stats.search_cpu_ns as f64 / 1e6,
             pool: serde_json::json!({
+                "reallocations": stats.reallocations,
                 "submitted": stats.submitted,
                 "completed": stats.completed,
                 "steals": stats.steals,
@@ -336,12 +345,12 @@ impl Shared {
 /// ```no_run
 /// use tailctl_workloads::kv::{serve, ServerOptions};
 /// let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-/// let opts = ServerOptions { workers: 2, priorities: true, policy: "sf".into(), keys: 1000,
-///     value_bytes: 64, compaction: true, passes: 1 };
+/// let opts = ServerOptions { workers: 2, priorities: true, policy: "sf".into(),
+///     priority_mode: "prompt".into(), keys: 1000, value_bytes: 64, compaction: true, passes: 1 };
 /// serve(l, &opts).unwrap();
 /// ```
 pub fn serve(listener: TcpListener, opts: &ServerOptions) -> Result<()> {
-    let pool = crate::priowire::pool(opts.workers, &opts.policy, "kv-w")?;
+    let pool = crate::priowire::pool(opts.workers, &opts.policy, &opts.priority_mode, "kv-w")?;
     let shared = Arc::new(Shared {
         store: Store::new(opts.keys, opts.value_bytes),
         pool: pool.handle(),
@@ -603,4 +612,9 @@ pub fn load(addr: &str, opts: &LoadOptions) -> Result<(LoadReport, Vec<Record>)>
         },
         records,
     ))
+}
+
+/// The default priority mode of a report written before modes existed.
+pub(crate) fn prompt() -> String {
+    "prompt".into()
 }

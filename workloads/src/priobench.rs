@@ -7,7 +7,7 @@
 //! and plot, and what a configuration means; everything about processes and
 //! files lives here once, so both benches write the same files the same way:
 //! `table.md`, `report.json`, `plot.svg`, `command.txt` and per-request
-//! records in `<config>.csv` (git-ignored).
+//! records in `raw/<config>.csv` (git-ignored).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -40,27 +40,30 @@ pub fn listen(addr: &str) -> Result<TcpListener> {
     Ok(l)
 }
 
-/// The levels switch (`on`/`off`) and pool policy of a priority
-/// configuration `prio-sf`, `prio-af`, `noprio-sf` or `noprio-af`; `None` for
-/// any other name.
+/// The levels switch (`on`/`off`), pool policy and priority mode of a
+/// priority configuration: `prio-sf`, `prio-af` (Prompt I-Cilk's levels),
+/// `noprio-sf`, `noprio-af` (every request at the default level),
+/// `adaptive-sf`, `adaptive-af` (the levels under the adaptive
+/// quantum-based scheduler, quantum `quantum_us`); `None` for any other
+/// name.
 ///
 /// ```
 /// use tailctl_workloads::priobench::priority_config;
-/// assert_eq!(priority_config("noprio-af"), Some(("off", "af".to_string())));
-/// assert_eq!(priority_config("alone"), None);
+/// assert_eq!(priority_config("noprio-af", 1000), Some(("off", "af".to_string(), "prompt".to_string())));
+/// assert_eq!(
+///     priority_config("adaptive-sf", 500),
+///     Some(("on", "sf".to_string(), "adaptive:500us".to_string()))
+/// );
+/// assert_eq!(priority_config("alone", 1000), None);
 /// ```
-pub fn priority_config(name: &str) -> Option<(&'static str, String)> {
-    match name {
-        "prio-sf" | "prio-af" | "noprio-sf" | "noprio-af" => Some((
-            if name.starts_with("prio") {
-                "on"
-            } else {
-                "off"
-            },
-            name[name.len() - 2..].to_string(),
-        )),
-        _ => None,
-    }
+pub fn priority_config(name: &str, quantum_us: u64) -> Option<(&'static str, String, String)> {
+    let (on, mode) = match name {
+        "prio-sf" | "prio-af" => ("on", "prompt".to_string()),
+        "noprio-sf" | "noprio-af" => ("off", "prompt".to_string()),
+        "adaptive-sf" | "adaptive-af" => ("on", format!("adaptive:{quantum_us}us")),
+        _ => return None,
+    };
+    Some((on, name[name.len() - 2..].to_string(), mode))
 }
 
 /// The `load` flags both applications have, for a load child against `addr`
@@ -86,19 +89,108 @@ pub fn load_argv(
 }
 
 /// Runs `run(exe, name, csv)` for each configuration in the comma-separated
-/// `configs`, after creating `out`; `csv` is `out/<name>.csv`.
+/// `configs`, `rounds` times, interleaved (every configuration once per
+/// round, in the given order, so that a change of the host's load hits them
+/// alike), after creating `out/raw`; `csv` (per-request records, git-ignored)
+/// is `out/raw/<name>.csv` in the first round, `out/raw/<name>-r<k>.csv` in
+/// round `k` ≥ 2. Returns the runs in order.
 pub fn each_config<T>(
     out: &Path,
     configs: &str,
+    rounds: usize,
     mut run: impl FnMut(&Path, &str, PathBuf) -> Result<T>,
 ) -> Result<Vec<T>> {
-    std::fs::create_dir_all(out)?;
+    let raw = out.join("raw");
+    std::fs::create_dir_all(&raw)?;
     let exe = std::env::current_exe()?;
     let mut rows = Vec::new();
-    for name in configs.split(',').map(str::trim).filter(|c| !c.is_empty()) {
-        rows.push(run(&exe, name, out.join(format!("{name}.csv")))?);
+    for round in 1..=rounds.max(1) {
+        for name in configs.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+            let csv = if round == 1 {
+                format!("{name}.csv")
+            } else {
+                format!("{name}-r{round}.csv")
+            };
+            rows.push(run(&exe, name, raw.join(csv))?);
+        }
     }
     Ok(rows)
+}
+
+/// The median of each configuration's runs (`runs` as [`each_config`]
+/// returns them), in the order the configurations first appear: every
+/// number in the row is the median of that number over the rounds (the
+/// lower median for an even count, so integers stay integers); anything
+/// else is the first run's. With one round, the runs themselves.
+///
+/// ```
+/// use tailctl_workloads::priobench::{median_rows, Row};
+/// let run = |c: &str, v: f64| Row { config: c.into(), server: 0u32, report: vec![v, 2.0 * v] };
+/// let m = median_rows(vec![run("a", 3.0), run("b", 1.0), run("a", 1.0), run("a", 2.0)]).unwrap();
+/// assert_eq!(m.len(), 2);
+/// assert_eq!((m[0].config.as_str(), m[0].report.clone()), ("a", vec![2.0, 4.0]));
+/// assert_eq!(m[1].report, vec![1.0, 2.0]);
+/// ```
+pub fn median_rows<S, R>(runs: Vec<Row<S, R>>) -> Result<Vec<Row<S, R>>>
+where
+    S: Serialize + DeserializeOwned,
+    R: Serialize + DeserializeOwned,
+{
+    let mut groups: Vec<(String, Vec<serde_json::Value>)> = Vec::new();
+    for r in &runs {
+        let v = serde_json::to_value(r)?;
+        match groups.iter_mut().find(|(c, _)| *c == r.config) {
+            Some((_, g)) => g.push(v),
+            None => groups.push((r.config.clone(), vec![v])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(_, g)| Ok(serde_json::from_value(median_value(&g))?))
+        .collect()
+}
+
+fn median_value(vs: &[serde_json::Value]) -> serde_json::Value {
+    use serde_json::Value;
+    match &vs[0] {
+        Value::Number(_) if vs.iter().all(Value::is_number) => {
+            let mut s: Vec<&Value> = vs.iter().collect();
+            s.sort_by(|a, b| {
+                let (a, b) = (a.as_f64().unwrap_or(0.0), b.as_f64().unwrap_or(0.0));
+                a.total_cmp(&b)
+            });
+            s[(s.len() - 1) / 2].clone()
+        }
+        Value::Object(first) => Value::Object(
+            first
+                .keys()
+                .map(|k| {
+                    let col: Vec<Value> = vs.iter().filter_map(|v| v.get(k).cloned()).collect();
+                    let m = if col.len() == vs.len() {
+                        median_value(&col)
+                    } else {
+                        first[k].clone()
+                    };
+                    (k.clone(), m)
+                })
+                .collect(),
+        ),
+        Value::Array(first)
+            if vs
+                .iter()
+                .all(|v| v.as_array().is_some_and(|a| a.len() == first.len())) =>
+        {
+            Value::Array(
+                (0..first.len())
+                    .map(|i| {
+                        let col: Vec<Value> = vs.iter().map(|v| v[i].clone()).collect();
+                        median_value(&col)
+                    })
+                    .collect(),
+            )
+        }
+        other => other.clone(),
+    }
 }
 
 /// Starts `exe` with `server_argv`, waits for its `LISTENING` line, runs `exe`

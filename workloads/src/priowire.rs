@@ -17,16 +17,20 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use tailctl_rt::{Policy, Pool};
+use tailctl_rt::{Policy, Pool, PriorityMode};
 
 /// The pool a server runs its requests on: `workers` threads named
 /// `thread_name` (the prefix its CPU time is summed by), scheduling `policy`
-/// (`sf`, `af`).
-pub fn pool(workers: usize, policy: &str, thread_name: &str) -> Result<Pool> {
+/// (`sf`, `af`), priority mode `mode` (`prompt`, `adaptive:<n>us`), with
+/// the CPU time its workers spend looking for work measured.
+pub fn pool(workers: usize, policy: &str, mode: &str, thread_name: &str) -> Result<Pool> {
     let policy: Policy = policy.parse().map_err(anyhow::Error::msg)?;
+    let mode: PriorityMode = mode.parse().map_err(anyhow::Error::msg)?;
     Ok(Pool::builder()
         .workers(workers)
         .policy(policy)
+        .priority_mode(mode)
+        .measure_search_cpu(true)
         .thread_name(thread_name)
         .build()?)
 }

@@ -8,12 +8,25 @@ use tailctl_workloads::{jobserver as jobs, kv};
 
 #[test]
 fn kv_with_priorities_answers_everything_beside_compaction() {
+    kv_answers_everything("prompt");
+}
+
+/// The same under the adaptive quantum-based scheduler: nothing stranded,
+/// and the allocator ran.
+#[test]
+fn kv_under_adaptive_answers_everything_beside_compaction() {
+    let pool = kv_answers_everything("adaptive:500us");
+    assert!(pool["reallocations"].as_u64().unwrap() >= 1, "{pool}");
+}
+
+fn kv_answers_everything(mode: &str) -> serde_json::Value {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
     let opts = kv::ServerOptions {
         workers: 2,
         priorities: true,
         policy: "sf".into(),
+        priority_mode: mode.into(),
         keys: 2_000,
         value_bytes: 64,
         compaction: true,
@@ -41,10 +54,23 @@ fn kv_with_priorities_answers_everything_beside_compaction() {
         pool["submitted_prioritized"].as_u64().unwrap() >= 400,
         "{pool}"
     );
+    // The runtime measured the workers' searches.
+    assert!(server.runtime_search_cpu_ms > 0.0, "{server:?}");
+    pool.clone()
 }
 
 #[test]
 fn job_server_runs_every_kind_at_its_level() {
+    job_server_answers_every_kind("prompt");
+}
+
+#[test]
+fn job_server_under_adaptive_answers_every_kind() {
+    let server = job_server_answers_every_kind("adaptive:500us");
+    assert!(server["reallocations"].as_u64().unwrap() >= 1, "{server}");
+}
+
+fn job_server_answers_every_kind(mode: &str) -> serde_json::Value {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
     let opts = jobs::ServerOptions {
@@ -52,6 +78,7 @@ fn job_server_runs_every_kind_at_its_level() {
         workers: 2,
         priorities: true,
         policy: "af".into(),
+        priority_mode: mode.into(),
         sizes: jobs::Sizes {
             mm: 24,
             fib: 16,
@@ -73,6 +100,8 @@ fn job_server_runs_every_kind_at_its_level() {
     let answered: usize = report.kinds.iter().map(|(_, s)| s.n - s.lost).sum();
     assert_eq!(answered, 80, "{report:?}");
     assert!(report.server["level_switches"].as_u64().unwrap() >= 1);
+    assert!(report.server["search_cpu_ms"].as_f64().is_some());
+    report.server
 }
 
 #[test]
@@ -84,6 +113,7 @@ fn email_server_answers_every_kind() {
         workers: 2,
         priorities: true,
         policy: "sf".into(),
+        priority_mode: "prompt".into(),
         sizes: jobs::Sizes::default(),
     };
     std::thread::spawn(move || jobs::serve(l, &opts));

@@ -17,6 +17,17 @@
 //!
 //! Nothing here is on the path of a pool that only uses level 0 except one
 //! relaxed load of the bitfield per checkpoint and per search.
+//!
+//! Which levels a worker may take work from is the *priority mode*'s
+//! choice ([`PriorityMode`]): Prompt I-Cilk's (the default, in this file:
+//! every level at or above the frame's floor, highest first) or the
+//! adaptive quantum-based scheduler it is compared against (`adaptive.rs`:
+//! the one level a central allocator assigned the worker for the current
+//! quantum). The registry asks [`PriorityState::level_mask`] at the point
+//! where it picks a level; everything else (pools, bitfield, sleeping) is
+//! shared.
+
+mod adaptive;
 
 use crate::job::JobRef;
 use crate::sync::{lock, AtomicBool, AtomicU64, Mutex};
@@ -26,6 +37,101 @@ use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How workers choose the priority level they take work from
+/// (`PoolBuilder::priority_mode`).
+///
+/// ```
+/// use std::time::Duration;
+/// use tailctl_rt::priority::PriorityMode;
+/// assert_eq!(PriorityMode::default(), PriorityMode::Prompt);
+/// let m: PriorityMode = "adaptive:500us".parse().unwrap();
+/// assert_eq!(m, PriorityMode::Adaptive { quantum: Duration::from_micros(500) });
+/// assert_eq!("prompt".parse::<PriorityMode>().unwrap(), PriorityMode::Prompt);
+/// assert!("adaptive:0us".parse::<PriorityMode>().is_err());
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PriorityMode {
+    /// Prompt I-Cilk (`priority/README.md`): a worker takes the highest
+    /// level with work, at every search and checkpoint; no quantum.
+    #[default]
+    Prompt,
+    /// The adaptive quantum-based scheduler of the paper's comparison
+    /// (`priority/adaptive.rs`): every `quantum` an allocator assigns each
+    /// worker to at most one level from the levels' measured use of their
+    /// workers (A-Steal, highest level first); a worker takes new work only
+    /// from its level.
+    Adaptive {
+        /// How often the workers are reassigned (must not be zero).
+        quantum: Duration,
+    },
+}
+
+impl std::str::FromStr for PriorityMode {
+    type Err = String;
+
+    /// `prompt`, or `adaptive:<n>us` / `adaptive:<n>ms`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "prompt" {
+            return Ok(PriorityMode::Prompt);
+        }
+        let bad = || format!("bad priority mode {s:?} (prompt, adaptive:<n>us, adaptive:<n>ms)");
+        let q = s.strip_prefix("adaptive:").ok_or_else(bad)?;
+        let quantum = if let Some(us) = q.strip_suffix("us") {
+            Duration::from_micros(us.parse().map_err(|_| bad())?)
+        } else if let Some(ms) = q.strip_suffix("ms") {
+            Duration::from_millis(ms.parse().map_err(|_| bad())?)
+        } else {
+            return Err(bad());
+        };
+        if quantum.is_zero() {
+            return Err(bad());
+        }
+        Ok(PriorityMode::Adaptive { quantum })
+    }
+}
+
+impl std::fmt::Display for PriorityMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PriorityMode::Prompt => f.write_str("prompt"),
+            PriorityMode::Adaptive { quantum } => write!(f, "adaptive:{}us", quantum.as_micros()),
+        }
+    }
+}
+
+/// The priority level the calling worker is assigned to by the adaptive
+/// scheduler ([`PriorityMode::Adaptive`]) for the current quantum, as it
+/// last picked work; `None` outside a pool, in prompt mode, or while the
+/// worker is assigned to no level. A job that calls it learns the
+/// assignment under which it was picked (the worker refreshes it only when
+/// it looks for work or reaches a checkpoint).
+///
+/// ```
+/// use std::time::Duration;
+/// use tailctl_rt::priority::{assigned_level, PriorityMode};
+/// use tailctl_rt::{Pool, Priority};
+/// assert_eq!(assigned_level(), None);
+/// let pool = Pool::builder()
+///     .workers(1)
+///     .priority_mode(PriorityMode::Adaptive { quantum: Duration::from_millis(1) })
+///     .build()
+///     .unwrap();
+/// let p = Priority::new(4).unwrap();
+/// assert_eq!(pool.submit_with_priority(p, assigned_level).wait().unwrap(), Some(p));
+/// ```
+pub fn assigned_level() -> Option<Priority> {
+    let wt = crate::registry::WorkerThread::current();
+    if wt.is_null() {
+        return None;
+    }
+    // SAFETY: non-null pointers from `current` are live workers of this
+    // thread (the pointer is cleared before the worker is dropped).
+    let wt = unsafe { &*wt };
+    let a = wt.registry().prio.adaptive.as_ref()?.acting(wt.index());
+    Priority::new(a)
+}
 
 /// Number of priority levels (one bit each in a `u64`).
 ///
@@ -298,15 +404,110 @@ pub(crate) struct PriorityState {
     /// When each level's bit last went from clear to set (ns, `time::now_ns`).
     set_at: Box<[AtomicU64]>,
     pub(crate) counters: PrioCounters,
+    /// The adaptive scheduler (`None`: prompt mode).
+    pub(crate) adaptive: Option<adaptive::Adaptive>,
+    /// Per worker, the thread CPU time at which its current search began
+    /// (`None`: search CPU time not measured; see `search_begin`).
+    search_cpu_since: Option<Box<[std::sync::atomic::AtomicU64]>>,
+    pub(crate) search_cpu_ns: std::sync::atomic::AtomicU64,
 }
 
 impl PriorityState {
-    pub(crate) fn new() -> Self {
+    /// The state of a pool of `workers` in `mode`; `search_cpu`: measure the
+    /// thread CPU time workers spend looking for work.
+    pub(crate) fn new(workers: usize, mode: PriorityMode, search_cpu: bool) -> Self {
         PriorityState {
             bits: CachePadded::new(WorkBits::new()),
             levels: (0..LEVELS).map(|_| LevelPool::new()).collect(),
             set_at: (0..LEVELS).map(|_| AtomicU64::new(0)).collect(),
             counters: PrioCounters::default(),
+            adaptive: match mode {
+                PriorityMode::Prompt => None,
+                PriorityMode::Adaptive { quantum } => {
+                    Some(adaptive::Adaptive::new(workers, quantum))
+                }
+            },
+            search_cpu_since: search_cpu.then(|| {
+                (0..workers)
+                    .map(|_| std::sync::atomic::AtomicU64::new(0))
+                    .collect()
+            }),
+            search_cpu_ns: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// The mode's level choice: the levels worker `w` may take new work
+    /// from (prompt: all; adaptive: its assigned level, or none). `level0`:
+    /// whether level 0 has queued or stealable work (the allocator's hint).
+    #[inline]
+    pub(crate) fn level_mask(&self, w: usize, level0: impl Fn() -> bool) -> u64 {
+        match &self.adaptive {
+            None => !0,
+            Some(ad) => ad.mask(w, crate::time::now_ns(), |l| {
+                if l == 0 {
+                    level0()
+                } else {
+                    !self.levels[l as usize].looks_empty()
+                }
+            }),
+        }
+    }
+
+    /// Worker `w` found nothing and starts looking for work (waiting in the
+    /// search loop, spinning or asleep) until [`Self::search_end`].
+    pub(crate) fn search_begin(&self, w: usize) {
+        if let Some(since) = &self.search_cpu_since {
+            since[w].store(crate::time::thread_cpu_ns(), Relaxed);
+        }
+        if let Some(ad) = &self.adaptive {
+            ad.search_begin(w, crate::time::now_ns());
+        }
+    }
+
+    /// Worker `w` found work, or leaves its wait.
+    pub(crate) fn search_end(&self, w: usize) {
+        if let Some(since) = &self.search_cpu_since {
+            let d = crate::time::thread_cpu_ns().saturating_sub(since[w].load(Relaxed));
+            self.search_cpu_ns.fetch_add(d, Relaxed);
+        }
+        if let Some(ad) = &self.adaptive {
+            ad.search_end(w, crate::time::now_ns());
+        }
+    }
+
+    /// Worker `w` runs a job of `level` it picked (adaptive: the level is
+    /// active); pass the result to [`Self::run_end`].
+    #[inline]
+    pub(crate) fn run_begin(&self, w: usize, level: u8) -> u8 {
+        match &self.adaptive {
+            None => 0,
+            Some(ad) => ad.run_begin(w, level),
+        }
+    }
+
+    /// The job of [`Self::run_begin`] ended.
+    #[inline]
+    pub(crate) fn run_end(&self, w: usize, prev: u8) {
+        if let Some(ad) = &self.adaptive {
+            ad.run_end(w, prev);
+        }
+    }
+
+    /// Adaptive mode: the workers assigned to each level (index = level);
+    /// empty in prompt mode.
+    pub(crate) fn allotment(&self) -> Vec<usize> {
+        self.adaptive
+            .as_ref()
+            .map_or_else(Vec::new, |ad| ad.allotment())
+    }
+
+    /// Adaptive mode: its quantum.
+    pub(crate) fn mode(&self) -> PriorityMode {
+        match &self.adaptive {
+            None => PriorityMode::Prompt,
+            Some(ad) => PriorityMode::Adaptive {
+                quantum: ad.quantum(),
+            },
         }
     }
 

@@ -4,7 +4,7 @@
 //! without priority levels.
 //!
 //! Design: as `tailctl-kv`; the processes and files of `bench` and `replot`
-//! are `tailctl_workloads::priobench`'s (per-job records in `<config>.csv`,
+//! are `tailctl_workloads::priobench`'s (per-job records in `raw/<config>.csv`,
 //! git-ignored).
 
 use std::path::{Path, PathBuf};
@@ -37,6 +37,12 @@ struct ServerArgs {
     /// Pool policy: sf or af.
     #[arg(long, default_value = "sf")]
     policy: String,
+    /// Priority mode: prompt (Prompt I-Cilk) or adaptive:<n>us (the adaptive quantum-based scheduler).
+    #[arg(long, default_value = "prompt")]
+    priority_mode: String,
+    /// Quantum of the adaptive configurations (adaptive-sf, adaptive-af), µs.
+    #[arg(long, default_value_t = 1000)]
+    quantum_us: u64,
 }
 
 #[derive(clap::Args, Clone, Debug)]
@@ -99,9 +105,14 @@ enum Cmd {
         /// Output directory.
         #[arg(long)]
         out: PathBuf,
-        /// Configurations: prio-sf, prio-af, noprio-sf, noprio-af.
+        /// Configurations: prio-sf, prio-af, noprio-sf, noprio-af, adaptive-sf, adaptive-af.
         #[arg(long, default_value = "prio-sf,noprio-sf,noprio-af")]
         configs: String,
+        /// Rounds: every configuration once per round, interleaved; the
+        /// table and `rows` of report.json are the medians over the rounds
+        /// (`runs` has every run).
+        #[arg(long, default_value_t = 1)]
+        rounds: usize,
         #[command(flatten)]
         s: ServerArgs,
         #[command(flatten)]
@@ -126,6 +137,7 @@ fn server_opts(s: &ServerArgs) -> Result<ServerOptions> {
         workers: s.workers,
         priorities,
         policy: s.policy.clone(),
+        priority_mode: s.priority_mode.clone(),
         sizes: Sizes::default(),
     })
 }
@@ -206,10 +218,11 @@ fn main() -> Result<()> {
         Cmd::Bench {
             out,
             configs,
+            rounds,
             s,
             l,
             json,
-        } => bench(&out, &configs, &s, &l, json),
+        } => bench(&out, &configs, rounds, &s, &l, json),
     }
 }
 
@@ -219,16 +232,24 @@ type Row = priobench::Row<ServerOptions, LoadReport>;
 /// The server flags of configuration `name` (see `--configs`).
 fn config_server(name: &str, s: &ServerArgs) -> Result<ServerArgs> {
     let mut s = s.clone();
-    let Some((priorities, policy)) = priobench::priority_config(name) else {
+    let Some((priorities, policy, mode)) = priobench::priority_config(name, s.quantum_us) else {
         bail!("unknown configuration {name:?}");
     };
     s.priorities = priorities.into();
     s.policy = policy;
+    s.priority_mode = mode;
     Ok(s)
 }
 
-fn bench(out: &Path, configs: &str, s: &ServerArgs, l: &LoadArgs, json: bool) -> Result<()> {
-    let rows = priobench::each_config(out, configs, |exe, name, csv| {
+fn bench(
+    out: &Path,
+    configs: &str,
+    rounds: usize,
+    s: &ServerArgs,
+    l: &LoadArgs,
+    json: bool,
+) -> Result<()> {
+    let runs = priobench::each_config(out, configs, rounds, |exe, name, csv| {
         let sa = config_server(name, s)?;
         let server = [
             "server".to_string(),
@@ -236,6 +257,7 @@ fn bench(out: &Path, configs: &str, s: &ServerArgs, l: &LoadArgs, json: bool) ->
             format!("--workers={}", sa.workers),
             format!("--priorities={}", sa.priorities),
             format!("--policy={}", sa.policy),
+            format!("--priority-mode={}", sa.priority_mode),
         ];
         let report: LoadReport = priobench::run_config(exe, name, &server, |addr| {
             let mut a = priobench::load_argv(addr, &csv, l.rps, l.requests, l.warmup, l.seed);
@@ -251,8 +273,11 @@ fn bench(out: &Path, configs: &str, s: &ServerArgs, l: &LoadArgs, json: bool) ->
             report,
         })
     })?;
+    let all = serde_json::to_value(&runs)?;
+    let rows = priobench::median_rows(runs)?;
     let table = render_table(&rows);
-    let report = serde_json::json!({ "rows": rows, "host_cpus": priobench::host_cpus() });
+    let report = serde_json::json!({ "rows": rows, "rounds": rounds, "runs": all,
+        "host_cpus": priobench::host_cpus() });
     priobench::write_outputs(out, &table, &report, |p| plot(&rows, p), json)
 }
 
@@ -282,18 +307,20 @@ fn render_table(rows: &[Row]) -> String {
             );
         }
     }
-    t += "\n| config | worker CPU | level switches | muggings | promptness violations (total ms) |\n|---|---:|---:|---:|---:|\n";
+    t += "\n| config | worker CPU | search CPU (runtime) | level switches | muggings | promptness violations (total ms) | reallocations |\n|---|---:|---:|---:|---:|---:|---:|\n";
     for r in rows {
         let v = &r.report.server;
         let num = |k: &str| v.get(k).and_then(|x| x.as_f64()).unwrap_or(0.0);
         t += &format!(
-            "| {} | {:.0} ms | {} | {} | {} ({:.1}) |\n",
+            "| {} | {:.0} ms | {:.0} ms | {} | {} | {} ({:.1}) | {} |\n",
             r.config,
             num("workers_cpu_ms"),
+            num("search_cpu_ms"),
             num("level_switches"),
             num("muggings"),
             num("promptness_violations"),
-            num("promptness_violation_ms")
+            num("promptness_violation_ms"),
+            num("reallocations")
         );
     }
     t
@@ -331,7 +358,7 @@ fn plot(rows: &[Row], path: &Path) -> Result<()> {
         0.5..ymax,
         "p99 latency (ms, log scale)",
     )?;
-    let colors = [BLUE, RED, GREEN, MAGENTA];
+    let colors = [BLUE, RED, GREEN, MAGENTA, CYAN, BLACK];
     let w = 0.8 / rows.len().max(1) as f64;
     for (ci, r) in rows.iter().enumerate() {
         let c = colors[ci % colors.len()];

@@ -7,7 +7,7 @@
 //! child per configuration (it prints `LISTENING <addr>` once bound), runs
 //! a `load` child against it with `--json`, stops the server, and writes
 //! `table.md`, `report.json`, `plot.svg` and `command.txt` into `--out`
-//! (raw per-request records go to `<config>.csv`, git-ignored). The
+//! (raw per-request records go to `raw/<config>.csv`, git-ignored). The
 //! processes and files are `tailctl_workloads::priobench`'s, shared with
 //! `tailctl-jobserver`; this file keeps the flags, the table and the plot.
 
@@ -36,6 +36,12 @@ struct ServerArgs {
     /// Pool policy: sf or af.
     #[arg(long, default_value = "sf")]
     policy: String,
+    /// Priority mode: prompt (Prompt I-Cilk) or adaptive:<n>us (the adaptive quantum-based scheduler).
+    #[arg(long, default_value = "prompt")]
+    priority_mode: String,
+    /// Quantum of the adaptive configurations (adaptive-sf, adaptive-af), µs.
+    #[arg(long, default_value_t = 1000)]
+    quantum_us: u64,
     /// Keys in the store.
     #[arg(long, default_value_t = 100_000)]
     keys: u64,
@@ -107,9 +113,15 @@ enum Cmd {
         /// Output directory.
         #[arg(long)]
         out: PathBuf,
-        /// Configurations: prio-sf, prio-af, noprio-sf, noprio-af, alone (no compaction).
+        /// Configurations: prio-sf, prio-af, noprio-sf, noprio-af, adaptive-sf, adaptive-af,
+        /// alone (no compaction).
         #[arg(long, default_value = "alone,prio-sf,noprio-sf,noprio-af")]
         configs: String,
+        /// Rounds: every configuration once per round, interleaved; the
+        /// table and `rows` of report.json are the medians over the rounds
+        /// (`runs` has every run).
+        #[arg(long, default_value_t = 1)]
+        rounds: usize,
         #[command(flatten)]
         s: ServerArgs,
         #[command(flatten)]
@@ -130,6 +142,7 @@ fn server_opts(s: &ServerArgs) -> Result<ServerOptions> {
         workers: s.workers,
         priorities: on(&s.priorities, "priorities")?,
         policy: s.policy.clone(),
+        priority_mode: s.priority_mode.clone(),
         keys: s.keys,
         value_bytes: s.value_bytes,
         compaction: on(&s.compaction, "compaction")?,
@@ -186,10 +199,11 @@ fn main() -> Result<()> {
         Cmd::Bench {
             out,
             configs,
+            rounds,
             s,
             l,
             json,
-        } => bench(&out, &configs, &s, &l, json),
+        } => bench(&out, &configs, rounds, &s, &l, json),
     }
 }
 
@@ -213,10 +227,13 @@ fn config_server(name: &str, s: &ServerArgs) -> Result<ServerArgs> {
     if name == "alone" {
         s.compaction = "off".into();
         s.priorities = "off".into();
-    } else if let Some((priorities, policy)) = priobench::priority_config(name) {
+        s.priority_mode = "prompt".into();
+    } else if let Some((priorities, policy, mode)) = priobench::priority_config(name, s.quantum_us)
+    {
         s.compaction = "on".into();
         s.priorities = priorities.into();
         s.policy = policy;
+        s.priority_mode = mode;
     } else {
         bail!("unknown configuration {name:?}");
     }
@@ -229,6 +246,7 @@ fn server_argv(s: &ServerArgs) -> Vec<String> {
         format!("--workers={}", s.workers),
         format!("--priorities={}", s.priorities),
         format!("--policy={}", s.policy),
+        format!("--priority-mode={}", s.priority_mode),
         format!("--keys={}", s.keys),
         format!("--value-bytes={}", s.value_bytes),
         format!("--compaction={}", s.compaction),
@@ -236,8 +254,15 @@ fn server_argv(s: &ServerArgs) -> Vec<String> {
     ]
 }
 
-fn bench(out: &Path, configs: &str, s: &ServerArgs, l: &LoadArgs, json: bool) -> Result<()> {
-    let rows = priobench::each_config(out, configs, |exe, name, csv| {
+fn bench(
+    out: &Path,
+    configs: &str,
+    rounds: usize,
+    s: &ServerArgs,
+    l: &LoadArgs,
+    json: bool,
+) -> Result<()> {
+    let runs = priobench::each_config(out, configs, rounds, |exe, name, csv| {
         let sa = config_server(name, s)?;
         let report: LoadReport = priobench::run_config(exe, name, &server_argv(&sa), |addr| {
             let mut a = priobench::load_argv(addr, &csv, l.rps, l.requests, l.warmup, l.seed);
@@ -257,8 +282,10 @@ fn bench(out: &Path, configs: &str, s: &ServerArgs, l: &LoadArgs, json: bool) ->
             report,
         })
     })?;
+    let all = serde_json::to_value(&runs)?;
+    let rows = priobench::median_rows(runs)?;
     let table = render_table(&rows, l);
-    let report = serde_json::json!({ "rows": rows, "load": {
+    let report = serde_json::json!({ "rows": rows, "rounds": rounds, "runs": all, "load": {
         "rps": l.rps, "requests": l.requests, "set_fraction": l.set_fraction,
         "warmup": l.warmup, "seed": l.seed }, "host_cpus": priobench::host_cpus() });
     priobench::write_outputs(out, &table, &report, |p| plot(&rows, p), json)
@@ -269,15 +296,15 @@ fn render_table(rows: &[Row], l: &LoadArgs) -> String {
         "GET/SET (high level with priorities) at {} rps, {} requests ({} warm-up left out), {:.0}% SET; compaction (low level) runs continuously.\n\n",
         l.rps, l.requests, l.warmup, l.set_fraction * 100.0
     );
-    t += "| config | GET/SET p50 | p95 | p99 | p99.9 | within 10 ms | queue p99 | compactions | compaction p50 / p95 | worker CPU | search CPU | violations (total ms) | muggings |\n";
-    t += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    t += "| config | GET/SET p50 | p95 | p99 | p99.9 | within 10 ms | queue p99 | compactions | compaction p50 / p95 | worker CPU | search CPU (workers − user) | search CPU (runtime) | violations (total ms) | muggings | reallocations |\n";
+    t += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     for r in rows {
         let a = &r.report.all;
         let sv = r.report.server.clone().unwrap_or_default();
         let pool = &sv.pool;
         let num = |k: &str| pool.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
         t += &format!(
-            "| {} | {:.3} ms | {:.3} ms | {:.3} ms | {:.3} ms | {:.2}% | {:.3} ms | {} | {:.1} / {:.1} ms | {:.0} ms | {:.0} ms | {} ({:.1}) | {} |\n",
+            "| {} | {:.3} ms | {:.3} ms | {:.3} ms | {:.3} ms | {:.2}% | {:.3} ms | {} | {:.1} / {:.1} ms | {:.0} ms | {:.0} ms | {:.0} ms | {} ({:.1}) | {} | {} |\n",
             r.config,
             a.p50_ms,
             a.p95_ms,
@@ -290,9 +317,11 @@ fn render_table(rows: &[Row], l: &LoadArgs) -> String {
             sv.compaction_ms[1],
             sv.workers_cpu_ms,
             sv.search_cpu_ms,
+            sv.runtime_search_cpu_ms,
             num("promptness_violations"),
             num("promptness_violation_ms"),
             num("muggings"),
+            num("reallocations"),
         );
     }
     t
