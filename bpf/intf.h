@@ -64,6 +64,11 @@ enum tailctl_consts {
 	/* tailctl_header.mode */
 	TAILCTL_MODE_USER = 0,
 	TAILCTL_MODE_KERNEL = 1,
+	/*
+	 * tailctl_service.pid of a cgroup job (--job PATH) in slot s: this plus
+	 * s. Above PID_MAX_LIMIT (2^22), so never a process's pid.
+	 */
+	TAILCTL_CGROUP_JOB_PID = 0x80000000,
 };
 
 /*

@@ -206,6 +206,8 @@ struct task_ctx {
 	u32 holds_token;
 	u32 throttled;
 	bool bound;
+	/* Bound as a thread of a cgroup job (--job), not as a registered worker: no worker slot, no region. */
+	bool cg;
 	bool counted_running;
 	bool bounced;
 	/* Dispatched past its wait bound without a token: runs this once regardless. */
@@ -461,12 +463,82 @@ static __always_inline void unbind(struct task_ctx *tctx)
 	put_token(tctx);
 	leave_wait(tctx);
 	tctx->bound = false;
+	tctx->cg = false;
 	tctx->svc = -1;
 	tctx->tag = NO_TAG;
 	tctx->overdue = false;
 	tctx->counted_running = false;
 	tctx->counted_overdue = false;
 }
+
+/* @p's cgroup v2 id (its kernfs node id, what stat() shows as the directory's inode). */
+static __always_inline u64 task_cgroup_id(struct task_struct *p)
+{
+	return BPF_CORE_READ(p, cgroups, dfl_cgrp, kn, id);
+}
+
+/* ---- cgroup jobs (issue 12): unmodified processes as a job -------------- */
+
+/*
+ * `scx_tailctl --job /sys/fs/cgroup/PATH` makes every task of that cgroup v2
+ * (exactly that cgroup, matched by the task's dfl_cgrp id; not its
+ * descendants) a thread of one job, which occupies a service slot the daemon
+ * reserves for it before attaching: services.pid is TAILCTL_CGROUP_JOB_PID +
+ * slot (never a process's pid, so the slot can be told from a registered
+ * service's), epoch 0, no region and no thresholds. Such a task is bound like
+ * a registered worker, without a worker slot (tctx->cg): the region-based
+ * parts (requests, serialization, the worker's state) see no region and do
+ * nothing, while the job parts (tokens, the job queue, lending, per-job CPU
+ * time in job_acct, runnable threads) apply unchanged, so the controller
+ * allots it like any job: its desire comes from its runnable threads and its
+ * CPU time, all of which counts as work. Membership is looked up whenever
+ * the task is bound (resolve_task) and checked again where a binding is
+ * (still_bound): a task moved out of the cgroup gives back what it held.
+ */
+
+/* Number of --job cgroups (set by user space before load): 0 skips the look-up. */
+const volatile u32 nr_job_cgroups;
+
+/* cgroup v2 id -> service slot of its job, written by user space before attach. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TAILCTL_MAX_SERVICES);
+	__type(key, u64);
+	__type(value, u32);
+} job_cgroups SEC(".maps");
+
+/*
+ * The service slot of the cgroup job of cgroup @cgid, or -1 (no such job, or
+ * its slot does not hold a cgroup job). Global subprogram: verified once.
+ */
+__noinline int cgroup_job_slot(u64 cgid)
+{
+	struct tailctl_service *s;
+	u32 *slot, key;
+
+	if (!cgid)
+		return -1;
+	slot = bpf_map_lookup_elem(&job_cgroups, &cgid);
+	if (!slot)
+		return -1;
+	key = *slot;
+	if (key >= TAILCTL_MAX_SERVICES)
+		return -1;
+	s = bpf_map_lookup_elem(&services, &key);
+	if (!s || READ_ONCE(s->pid) != TAILCTL_CGROUP_JOB_PID + key)
+		return -1;
+	return key;
+}
+
+/* The cgroup job slot @p belongs to now, or -1. */
+static __always_inline s32 task_cgroup_job(struct task_struct *p)
+{
+	if (!nr_job_cgroups || (p->flags & PF_KTHREAD))
+		return -1;
+	return cgroup_job_slot(task_cgroup_id(p));
+}
+
+/* ---- end of cgroup jobs --------------------------------------------------- */
 
 /*
  * (Re)bind @p to its service slot if the daemon registered its tid. Looked up
@@ -479,6 +551,10 @@ static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
 	u32 tid = p->pid, zero = 0, *nr;
 	u64 owner;
 
+	bool cg = false;
+	u32 svc, worker;
+	s32 cgsvc;
+
 	nr = bpf_map_lookup_elem(&registered, &zero);
 	if (!nr || !*nr)
 		return NULL;
@@ -486,16 +562,27 @@ static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
 	owner = ref && ref->service < TAILCTL_MAX_SERVICES ? service_owner(ref->service) : 0;
 	if (!ref || ref->service >= TAILCTL_MAX_SERVICES || ref->worker >= TAILCTL_MAX_WORKERS || !owner ||
 	    !tid_binding_matches(p, ref)) {
-		tctx = task_ctx(p);
-		if (tctx && tctx->svc >= 0)
-			unbind(tctx);
-		return NULL;
+		/* Not a registered worker: a thread of a cgroup job, if its cgroup is one. */
+		cgsvc = task_cgroup_job(p);
+		owner = cgsvc >= 0 && cgsvc < TAILCTL_MAX_SERVICES ? service_owner(cgsvc) : 0;
+		if (!owner) {
+			tctx = task_ctx(p);
+			if (tctx && tctx->svc >= 0)
+				unbind(tctx);
+			return NULL;
+		}
+		cg = true;
+		svc = cgsvc;
+		worker = 0;
+	} else {
+		svc = ref->service;
+		worker = ref->worker;
 	}
 	tctx = bpf_task_storage_get(&task_ctxs, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!tctx)
 		return NULL;
-	if (!tctx->bound || tctx->svc != (s32)ref->service || tctx->worker != ref->worker ||
-	    tctx->owner != owner) {
+	if (!tctx->bound || tctx->svc != (s32)svc || tctx->worker != worker ||
+	    tctx->owner != owner || tctx->cg != cg) {
 		/* What it held belongs to its old binding: give it back before rebinding. */
 		if (tctx->bound)
 			unbind(tctx);
@@ -506,9 +593,10 @@ static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
 		tctx->throttled = 0;
 		tctx->overdue = false;
 	}
-	tctx->svc = ref->service;
-	tctx->worker = ref->worker;
+	tctx->svc = svc;
+	tctx->worker = worker;
 	tctx->owner = owner;
+	tctx->cg = cg;
 	tctx->tid = tid;
 	return tctx;
 }
@@ -521,6 +609,8 @@ static __always_inline bool still_bound(struct task_struct *p, struct task_ctx *
 
 	if (tctx->svc < 0)
 		return false;
+	if (tctx->cg)
+		return task_cgroup_job(p) == tctx->svc && service_owner(tctx->svc) == tctx->owner;
 	ref = bpf_map_lookup_elem(&worker_tids, &tid);
 	return ref && ref->service == (u32)tctx->svc && ref->worker == tctx->worker &&
 	       service_owner(ref->service) == tctx->owner && tid_binding_matches(p, ref);
@@ -988,12 +1078,6 @@ static __always_inline u64 prio_dsq(u32 level)
 static __always_inline bool prio_active(void)
 {
 	return nr_prio_cgroups || READ_ONCE(prio_seen);
-}
-
-/* @p's cgroup v2 id (its kernfs node id, what stat() shows as the directory's inode). */
-static __always_inline u64 task_cgroup_id(struct task_struct *p)
-{
-	return BPF_CORE_READ(p, cgroups, dfl_cgrp, kn, id);
 }
 
 /*
@@ -1561,6 +1645,11 @@ static __always_inline void job_charge(struct task_struct *p, struct task_ctx *t
 	__sync_fetch_and_add(&j->cpu_ns, delta);
 	if (tctx->job_borrowing)
 		__sync_fetch_and_add(&j->borrowed_ns, delta);
+	/* A cgroup job has no workers that steal: all its time is work. */
+	if (tctx->cg) {
+		__sync_fetch_and_add(&j->work_ns, delta);
+		return;
+	}
 	/* The worker's state is a hint from the region: it only splits the job's own time. */
 	r = service_region(tctx->svc);
 	if (r && w < TAILCTL_MAX_WORKERS && READ_ONCE(r->workers[w].state) == TAILCTL_WORKER_WORKING)
@@ -2273,6 +2362,8 @@ void BPF_STRUCT_OPS(tailctl_running, struct task_struct *p)
 	r = service_region(tctx->svc);
 	if (r)
 		begin_request(p, tctx, r, bpf_ktime_get_ns());
+	else
+		tctx->evict = false; /* begin_request's reset, for a task with no region (a cgroup job's) */
 	job_running(p, tctx);
 }
 

@@ -173,6 +173,7 @@ impl RegistrationServer {
         services: &libbpf_rs::MapMut<'_>,
         worker_tids: &libbpf_rs::MapMut<'_>,
         registered: &libbpf_rs::MapMut<'_>,
+        reserved: &[u32],
     ) -> Result<Self> {
         let maps = RegistryMaps {
             regions: MapHandle::try_from(regions)?,
@@ -204,14 +205,20 @@ impl RegistrationServer {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(access.mode))
             .with_context(|| format!("setting the mode of {}", path.display()))?;
         listener.set_nonblocking(true)?;
+        // Cgroup jobs' slots (--job): never handed to a service, counted as registered.
+        let mut book = Book::default();
+        for &slot in reserved {
+            book.reserve(slot);
+        }
         let registry = Arc::new(Registry {
             maps,
-            book: Mutex::new(Book::default()),
+            book: Mutex::new(book),
             limits,
             shutdown: AtomicBool::new(false),
             refusals: RateLimit::default(),
             events: Mutex::new(None),
         });
+        registry.publish_count(&registry.book.lock().unwrap());
         let r = registry.clone();
         let thread = std::thread::Builder::new()
             .name("tailctl-registry".into())
@@ -689,6 +696,48 @@ fn install(
         )
         .map_err(|e| format!("installing the region map: {e}"))?;
     bind_checked(maps, peer, slot, 0, threads)
+}
+
+/// `services.pid` of a cgroup job in slot s: this + s (never a process's pid).
+pub const CGROUP_JOB_PID: u32 = crate::bpf_intf::tailctl_consts_TAILCTL_CGROUP_JOB_PID;
+
+/// Give each cgroup job (`--job`: cgroup id and path) a service slot, from the
+/// last one down, before the scheduler attaches: its `services` entry
+/// (pid CGROUP_JOB_PID + slot, epoch 0: the kernel's `owner` is the pid),
+/// its `job_cgroups` entry (cgroup id -> slot), and the registered count.
+/// Returns the slots, for the registration server to keep.
+pub fn install_cgroup_jobs(
+    services: &libbpf_rs::MapMut<'_>,
+    job_cgroups: &libbpf_rs::MapMut<'_>,
+    registered: &libbpf_rs::MapMut<'_>,
+    jobs: &[(u64, PathBuf)],
+) -> Result<Vec<u32>> {
+    let mut slots = Vec::with_capacity(jobs.len());
+    for (i, (id, path)) in jobs.iter().enumerate() {
+        let slot = MAX_SERVICES as u32 - 1 - i as u32;
+        // SAFETY: tailctl_service is plain old data; all-zero is a valid value.
+        let mut svc: tailctl_service = unsafe { std::mem::zeroed() };
+        svc.pid = CGROUP_JOB_PID + slot;
+        svc.priority = u32::from(PRIORITY_NORMAL);
+        services
+            .update(&slot.to_ne_bytes(), as_bytes(&svc), MapFlags::ANY)
+            .with_context(|| format!("writing the service entry of --job {}", path.display()))?;
+        job_cgroups
+            .update(&id.to_ne_bytes(), &slot.to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| format!("--job {}", path.display()))?;
+        info!(
+            "cgroup job {} (cgroup id {id}): slot {slot}, pid {}",
+            path.display(),
+            svc.pid
+        );
+        slots.push(slot);
+    }
+    registered.update(
+        &0u32.to_ne_bytes(),
+        &(slots.len() as u32).to_ne_bytes(),
+        MapFlags::ANY,
+    )?;
+    Ok(slots)
 }
 
 fn uninstall(maps: &RegistryMaps, slot: u32, threads: &[Thread]) {
