@@ -26,6 +26,15 @@
 #                rises and the busy one's falls; the quanta from the growth
 #                to the decision are counted from the ktest's and the
 #                daemon's CLOCK_MONOTONIC stamps and reported.
+#   allotcgroup: a cgroup job (--job): an unmodified CPU-bound process with
+#                2 x CPUs threads (tailctl-ktest hog) in a cgroup named with
+#                --job, beside a registered wide service, under --allot equi:
+#                the cgroup job is allotted CPUs/2 and runs at most about that
+#                within it (the kernel's job_acct CPU time of its slot); the
+#                service gets a real part of its CPUs/2; every hog thread
+#                progresses (per-thread CPU time from /proc), the longest wait
+#                for a job token is reported with the watchdog margin, the
+#                scheduler stays loaded, `tailctl maps` lists the job.
 # Verifying the scheduler takes minutes under TCG: consecutive tests that
 # want the same --allot policy share one scheduler (allot_sched/allot_end);
 # its exit status is still checked, by whichever test stops it.
@@ -43,7 +52,7 @@ allot_sched() {
 }
 # The policy an allot test starts with.
 allot_first_policy() {
-  case $1 in allotequi) echo off ;; allotexit | allotstarve) echo equi ;; allotdeq) echo deq ;; *) echo none ;; esac
+  case $1 in allotcgroup) echo cgroup ;; allotequi) echo off ;; allotexit | allotstarve) echo equi ;; allotdeq) echo deq ;; *) echo none ;; esac
 }
 # allot_end TEST: stop the scheduler unless the next test starts with the same policy.
 allot_end() {
@@ -334,4 +343,75 @@ print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
 )
   case "$verdict" in ok*) pass allotdeq "${verdict#ok }" "\"detail\": $(cat "$out/allotdeq.json")";; *) fail allotdeq "${verdict#bad }";; esac
+}
+
+# Per-thread CPU ticks (utime + stime) of process $1, as "tid:ticks" words.
+allot_thread_ticks() {
+  local f; for f in /proc/"$1"/task/*/stat; do
+    awk -v t="$(basename "$(dirname "$f")")" '{ sub(/^.*\) /, ""); print t ":" ($12 + $13) }' "$f" 2>/dev/null
+  done | tr '\n' ' '
+}
+
+test_allotcgroup() {
+  local n half cg=/sys/fs/cgroup/tailctl-cgjob; n=$(nproc); half=$((n / 2))
+  [ "$(stat -f -c %T /sys/fs/cgroup 2>/dev/null)" = cgroup2fs ] || { fail allotcgroup "no cgroup v2 at /sys/fs/cgroup"; return; }
+  mkdir -p "$cg" || { fail allotcgroup "cannot create $cg"; return; }
+  if [ -n "$sched_pid" ]; then allot_cur=""; stop_sched || { fail allotcgroup "previous scheduler exit non-zero: $(sched_why)"; return; }; fi
+  allot_cur=cgroup
+  start_sched --allot equi --job "$cg" || { fail allotcgroup "scheduler did not load with --job: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; rmdir "$cg"; return; }
+  # The hog enters the cgroup before it starts its threads: every thread is a job thread.
+  (echo $BASHPID >"$cg/cgroup.procs" && exec "$ktest" hog --threads $((n * 2)) --secs 60) >"$out/allot-cghog.json" 2>>"$out/allot.err" & local hp=$!
+  allot_service $((n * 2)) 60 >"$out/allot-cgsvc.json" 2>>"$out/allot.err" & local sp=$!
+  sleep 4
+  local t1 t2 maps
+  t1=$(allot_thread_ticks $hp)
+  allot_jobs_json "$out/c1" && sleep 6 && allot_jobs_json "$out/c2" || { kill -9 $hp $sp; wait $hp $sp 2>/dev/null; stop_sched; rmdir "$cg"; fail allotcgroup "map dumps failed: $(tail -c 300 "$out/allot.err")"; return; }
+  t2=$(allot_thread_ticks $hp)
+  maps=$("$wl/tailctl" maps 2>>"$out/allot.err" | sed -n '/^SERVICES/,/^$/p' | head -n 20)
+  kill -9 $hp $sp; wait $hp $sp 2>/dev/null
+  local st; st=$(allot_stats); local jobs; jobs=$(allot_cores "$out/c1" "$out/c2")
+  sched_alive || { fail allotcgroup "scheduler ejected: $(sched_why)"; rmdir "$cg"; return; }
+  allot_end allotcgroup || { fail allotcgroup "scheduler exit non-zero: $(sched_why)"; rmdir "$cg"; return; }
+  rmdir "$cg" 2>/dev/null
+  echo "$maps" >"$out/allotcgroup-maps.txt"
+  echo "{\"jobs\": $jobs, \"stats\": $st}" >"$out/allotcgroup.json"
+  local verdict
+  verdict=$($PY - "$jobs" "$st" "$half" "$sp" "$t1" "$t2" "$maps" <<'PY'
+import json, sys
+jobs, st, half, sp = json.loads(sys.argv[1]), json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+tick = lambda s: dict((int(a), int(b)) for a, b in (w.split(":") for w in s.split()))
+t1, t2, maps = tick(sys.argv[5]), tick(sys.argv[6]), sys.argv[7]
+cg = [j for p, j in jobs.items() if int(p) >= 0x80000000]
+svc = jobs.get(sp)
+why = []
+if not cg or not svc:
+    print("bad", "a job was not seen in job_acct:", jobs); sys.exit()
+cg = cg[0]
+if cg["allot"] != half or svc["allot"] != half:
+    why.append(f"allotments cgroup {cg['allot']} / service {svc['allot']}, expected {half}/{half}")
+# As allotequi: 10% + 0.1 core of overrun (a tick per slice under TCG).
+if cg["own"] > half * 1.1 + 0.1:
+    why.append(f"the cgroup job ran {cg['own']} cores within an allotment of {half}")
+if cg["cores"] < half * 0.4:
+    why.append(f"the cgroup job got {cg['cores']} cores of its {half}: its tasks are not charged to it")
+if svc["cores"] < half * 0.4:
+    why.append(f"the service got {svc['cores']} cores of its {half}")
+# Every hog thread (the main one sleeps) progressed while capped.
+spin = {t: t2[t] - t1.get(t, 0) for t in t2}
+workers = sorted(spin.values())[1:] if len(spin) > 1 else []
+if not workers or workers[0] == 0:
+    why.append(f"a hog thread made no progress in the window: ticks {sorted(spin.values())}")
+if st["watchdog_margin_ms"] < 25000:
+    why.append(f"a job thread waited {st.get('allot_max_wait_ns', 0) / 1e6:.0f} ms")
+if "cgroup-job" not in maps:
+    why.append("tailctl maps does not list the cgroup job")
+msg = (f"cgroup job (allot {cg['allot']}): {cg['own']} own + {cg['borrowed']} borrowed cores, "
+       f"service (allot {svc['allot']}): {svc['cores']} cores; hog threads' ticks in the window "
+       f"min {workers[0] if workers else None} max {workers[-1] if workers else None}; "
+       f"longest job-token wait {st.get('allot_max_wait_ns', 0) / 1e6:.1f} ms (watchdog margin {st['watchdog_margin_ms']} ms), "
+       f"{st.get('allot_waits')} waits, {st.get('allot_overdue')} overdue, {st.get('allot_borrows')} borrows")
+print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
+PY
+)
+  case "$verdict" in ok*) pass allotcgroup "${verdict#ok }" "\"detail\": $(cat "$out/allotcgroup.json")";; *) fail allotcgroup "${verdict#bad }";; esac
 }
