@@ -2277,7 +2277,8 @@ __noinline int release_waiters(u32 svc, u64 now)
 				tctx->overdue = false;
 			continue;
 		}
-		if (capped && !overdue) {
+		/* `a` and `tctx` again: the verifier does not tie them to `capped`. */
+		if (capped && !overdue && a && tctx) {
 			claim_token(tctx, a);
 			/* It already ran and went to sleep: a sleeper must not sit on the token. */
 			if (!(p->scx.flags & SCX_TASK_QUEUED))

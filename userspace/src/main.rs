@@ -257,7 +257,11 @@ fn job_cgroups(paths: &[std::path::PathBuf]) -> Result<Vec<(u64, std::path::Path
                 .with_context(|| format!("--job {}", p.display()))?
                 .filter_map(|e| e.ok())
                 .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .filter(|e| e.file_name().to_str().is_some_and(|n| wildcard_match(name, n)))
+                .filter(|e| {
+                    e.file_name()
+                        .to_str()
+                        .is_some_and(|n| wildcard_match(name, n))
+                })
                 .map(|e| e.path())
                 .collect();
             if v.is_empty() {
@@ -465,10 +469,12 @@ impl<'a> Scheduler<'a> {
                 request_timeout: Duration::from_millis(opts.request_timeout_ms),
                 max_user_priority: opts.max_user_priority,
             },
-            &skel.maps.regions,
-            &skel.maps.services,
-            &skel.maps.worker_tids,
-            &skel.maps.registered,
+            services::ServerMaps {
+                regions: &skel.maps.regions,
+                services: &skel.maps.services,
+                worker_tids: &skel.maps.worker_tids,
+                registered: &skel.maps.registered,
+            },
             &reserved,
         )?);
         if let (Some(_), Some(r)) = (&controller, &registration) {

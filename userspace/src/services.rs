@@ -156,6 +156,14 @@ pub struct SocketAccess {
     pub gid: Option<u32>,
 }
 
+/// The scheduler's maps registration writes (the server keeps its own handles).
+pub struct ServerMaps<'a, 'b> {
+    pub regions: &'a libbpf_rs::MapMut<'b>,
+    pub services: &'a libbpf_rs::MapMut<'b>,
+    pub worker_tids: &'a libbpf_rs::MapMut<'b>,
+    pub registered: &'a libbpf_rs::MapMut<'b>,
+}
+
 /// The listening side; dropping it removes the socket file.
 pub struct RegistrationServer {
     path: PathBuf,
@@ -169,17 +177,14 @@ impl RegistrationServer {
         path: &Path,
         access: &SocketAccess,
         limits: Limits,
-        regions: &libbpf_rs::MapMut<'_>,
-        services: &libbpf_rs::MapMut<'_>,
-        worker_tids: &libbpf_rs::MapMut<'_>,
-        registered: &libbpf_rs::MapMut<'_>,
+        maps: ServerMaps<'_, '_>,
         reserved: &[u32],
     ) -> Result<Self> {
         let maps = RegistryMaps {
-            regions: MapHandle::try_from(regions)?,
-            services: MapHandle::try_from(services)?,
-            worker_tids: MapHandle::try_from(worker_tids)?,
-            registered: MapHandle::try_from(registered)?,
+            regions: MapHandle::try_from(maps.regions)?,
+            services: MapHandle::try_from(maps.services)?,
+            worker_tids: MapHandle::try_from(maps.worker_tids)?,
+            registered: MapHandle::try_from(maps.registered)?,
         };
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
