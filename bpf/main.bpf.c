@@ -230,6 +230,7 @@ struct task_ctx {
 };
 
 static __always_inline void job_unbind(struct task_ctx *tctx);
+static __always_inline u32 job_req_share(u32 svc, u64 owner);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -693,6 +694,13 @@ static __always_inline struct tailctl_request_acct *request_acct(u32 idx, u64 ta
 	a->overdue_running = 0;
 	a->overdue = 0;
 	a->holder = 0;
+	a->max_running_shared = 0;
+	a->shared_starts = 0;
+	a->over_alloc = 0;
+	/* A new request starts with its job's current per-request share (0: none). */
+	a->alloc = job_req_share(idx / TAILCTL_MAX_REQUESTS, owner);
+	a->share_min = a->alloc;
+	a->share_max = a->alloc;
 	a->owner = owner;
 	/* Full barrier: the zeroes and the owner are visible before the tag. */
 	__sync_lock_test_and_set(&a->tag, tag);
@@ -737,8 +745,12 @@ static __always_inline void check_threshold(struct task_ctx *tctx, struct tailct
 	if (!thr || a->work_ns < thr)
 		return;
 
-	__sync_lock_test_and_set(&a->alloc, 1);
+	/*
+	 * Stamp, then cap: req_set_share (per-request allocations) re-reads the
+	 * stamp after it changed alloc and puts the 1 back if it raced with this.
+	 */
 	a->serialized_at_ns = now;
+	__sync_lock_test_and_set(&a->alloc, 1);
 	/* The thread that saw the crossing keeps running with the one token; the others are preempted now. */
 	claim_token(tctx, a);
 	kick_request_cpus(tctx->tag, tctx->acct_idx);
@@ -795,7 +807,7 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 					  struct tailctl_region *r, u64 now)
 {
 	struct tailctl_request_acct *a;
-	u32 idx = 0, slot, running, od;
+	u32 idx = 0, slot, running, od, alloc;
 	u64 tag = current_request(tctx, r, &idx);
 
 	if (tag != tctx->tag)
@@ -866,6 +878,15 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 	tctx->counted_running = true;
 	if (running > a->max_running)
 		a->max_running = running;
+	/* Under a per-request share (not a serialization): is the cap kept? */
+	alloc = READ_ONCE(a->alloc);
+	if (alloc && !READ_ONCE(a->serialized_at_ns) && tctx->holds_token) {
+		__sync_fetch_and_add(&a->shared_starts, 1);
+		if (running > a->max_running_shared)
+			a->max_running_shared = running;
+		if (running > alloc)
+			__sync_fetch_and_add(&a->over_alloc, 1);
+	}
 	slot = (u32)tag;
 	if (slot < TAILCTL_MAX_REQUESTS)
 		r->requests[slot].kernel_running = running;
@@ -1456,6 +1477,19 @@ struct {
 	__type(value, struct tailctl_job_acct);
 } job_acct SEC(".maps");
 
+/* The per-request share of job @svc's registration @owner now (0: none; see req_share_pass). */
+static __always_inline u32 job_req_share(u32 svc, u64 owner)
+{
+	struct tailctl_job_acct *j;
+
+	if (svc >= TAILCTL_MAX_SERVICES)
+		return 0;
+	j = bpf_map_lookup_elem(&job_acct, &svc);
+	if (!j || READ_ONCE(j->owner) != owner)
+		return 0;
+	return READ_ONCE(j->req_share);
+}
+
 /* Which job (service slot + 1, 0: none) each CPU runs now, and whether on a borrowed CPU. */
 struct job_cpu {
 	u32 svc1;
@@ -2019,6 +2053,124 @@ static __always_inline void job_check_waiters(u32 svc, u64 now)
 	}
 }
 
+/* ---- per-request core allocations within an allotment (issue 12) ------- */
+
+/*
+ * Give request entry @a the allocation @share unless the kernel serialized it
+ * (its cap of 1 stays). check_threshold stamps serialized_at_ns before it
+ * sets alloc to 1 (a full barrier), and this re-reads the stamp after its own
+ * compare-and-swap: whichever order the two run in, a serialized request ends
+ * at 1.
+ */
+static __always_inline void req_set_share(struct tailctl_request_acct *a, u32 share)
+{
+	u32 old = READ_ONCE(a->alloc);
+
+	if (READ_ONCE(a->serialized_at_ns) || old == share)
+		return;
+	if (__sync_val_compare_and_swap(&a->alloc, old, share) != old)
+		return;
+	if (READ_ONCE(a->serialized_at_ns)) {
+		__sync_lock_test_and_set(&a->alloc, 1);
+		return;
+	}
+	if (!a->share_min || share < a->share_min)
+		a->share_min = share;
+	if (share > a->share_max)
+		a->share_max = share;
+}
+
+/*
+ * Divide job @svc's allotment @allot among its active requests (QUEUED or
+ * RUNNING in its region): serialized ones (the kernel's or the runtime's
+ * SERIALIZED flag) get 1, the others an equal share of the rest, at least 1
+ * (floor: the shares never add up to more than the allotment while there are
+ * no more requests than cores). Publishes each share as the slot's
+ * kernel_alloc and caps the request at it through its entry's alloc (the
+ * serialization cap's tokens); a request the kernel has no entry for yet
+ * starts with job_acct.req_share when it first runs. The region is
+ * untrusted: its states and flags only move this job's own shares around,
+ * the sum stays within its allotment, and the loop is bounded by the slot
+ * count. Called from apply_allot every quantum; a global subprogram
+ * (verified once).
+ */
+__noinline int req_share_pass(u32 svc, u32 allot)
+{
+	struct tailctl_region *r;
+	struct tailctl_job_acct *j;
+	u32 i, active = 0, nser = 0, share, rest, key = svc;
+	u64 owner;
+
+	if (svc >= TAILCTL_MAX_SERVICES || !allot)
+		return 0;
+	r = service_region(svc);
+	owner = service_owner(svc);
+	j = bpf_map_lookup_elem(&job_acct, &key);
+	if (!r || !j || !owner || READ_ONCE(j->owner) != owner)
+		return 0;
+	bpf_for(i, 0, TAILCTL_MAX_REQUESTS) {
+		struct tailctl_request_slot *req = &r->requests[i];
+		u32 st = READ_ONCE(req->state);
+
+		if (st != TAILCTL_REQ_QUEUED && st != TAILCTL_REQ_RUNNING)
+			continue;
+		active++;
+		if (READ_ONCE(req->flags) & TAILCTL_FLAG_SERIALIZED)
+			nser++;
+	}
+	rest = allot > nser ? allot - nser : 1;
+	/* With no other request active, a new one would have the whole rest. */
+	share = active > nser ? rest / (active - nser) : rest;
+	if (!share)
+		share = 1;
+	WRITE_ONCE(j->req_share, share);
+	if (!active)
+		return 0;
+	bpf_for(i, 0, TAILCTL_MAX_REQUESTS) {
+		struct tailctl_request_slot *req = &r->requests[i];
+		struct tailctl_request_acct *a;
+		u32 st = READ_ONCE(req->state), want, idx;
+		u64 tag;
+
+		if (st != TAILCTL_REQ_QUEUED && st != TAILCTL_REQ_RUNNING)
+			continue;
+		want = READ_ONCE(req->flags) & TAILCTL_FLAG_SERIALIZED ? 1 : share;
+		if (READ_ONCE(req->kernel_alloc) != want)
+			WRITE_ONCE(req->kernel_alloc, want);
+		idx = svc * TAILCTL_MAX_REQUESTS + i;
+		a = bpf_map_lookup_elem(&req_acct, &idx);
+		tag = ((u64)READ_ONCE(req->generation) << 32) | i;
+		if (a && READ_ONCE(a->tag) == tag && READ_ONCE(a->owner) == owner)
+			req_set_share(a, want);
+	}
+	return 0;
+}
+
+/* A token holder of a request whose share shrank under it: give one token over the alloc back. */
+static __always_inline bool req_shed(struct task_ctx *tctx, struct tailctl_request_acct *a)
+{
+	u32 h, alloc, i;
+
+	bpf_for(i, 0, MAX_CPUS) {
+		alloc = READ_ONCE(a->alloc);
+		h = READ_ONCE(a->holders);
+		if (!alloc || h <= alloc)
+			return false;
+		if (__sync_val_compare_and_swap(&a->holders, h, h - 1) == h) {
+			if (__sync_val_compare_and_swap(&tctx->holds_token, 1, 0) != 1) {
+				__sync_fetch_and_add(&a->holders, 1);
+				return false;
+			}
+			if (READ_ONCE(a->holder) == tctx->tid)
+				__sync_val_compare_and_swap(&a->holder, tctx->tid, 0);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* ---- end of per-request core allocations ---------------------------------- */
+
 /*
  * One decision of the controller (BPF_PROG_TEST_RUN from the daemon, one run
  * per job): if the job is still registered as `owner`, publish the allotment
@@ -2050,8 +2202,11 @@ int apply_allot(struct tailctl_allot_cmd *c)
 	WRITE_ONCE(s->desire, desire);
 	WRITE_ONCE(s->allot_seq, seq);
 	WRITE_ONCE(s->allot_at_ns, at);
-	if (old == allot)
+	/* Every quantum the job's requests share its allotment (after the timing: it loops over the region). */
+	if (old == allot) {
+		req_share_pass(svc, allot);
 		return 0;
+	}
 	/* Decision first, then the allotment: the kernel never enforces one it cannot time. */
 	j->seq = seq;
 	j->decided_at_ns = at;
@@ -2078,6 +2233,7 @@ int apply_allot(struct tailctl_allot_cmd *c)
 		}
 	}
 	job_check_enforced(j, bpf_ktime_get_ns(), true);
+	req_share_pass(svc, allot);
 	return 1;
 }
 
@@ -2397,6 +2553,10 @@ void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 		struct tailctl_request_acct *a = acct_of(tctx);
 
 		if (a && READ_ONCE(a->alloc) && !claim_token(tctx, a) && !tctx->overdue)
+			bounce(p, tctx);
+		/* Its share shrank under it: the excess over the alloc goes within a tick. */
+		else if (a && tctx->holds_token && READ_ONCE(a->holders) > READ_ONCE(a->alloc) &&
+			 req_shed(tctx, a))
 			bounce(p, tctx);
 	}
 }

@@ -35,6 +35,15 @@
 #                progresses (per-thread CPU time from /proc), the longest wait
 #                for a job token is reported with the watchdog margin, the
 #                scheduler stays loaded, `tailctl maps` lists the job.
+#   allotreqalloc: per-request allocations within an allotment: one
+#                service (CPUs workers, alone under --allot equi: allotted
+#                every CPU) keeps 2 requests of 8 x 20 ms items in flight; the
+#                kernel gives each active request CPUs/2 (its kernel_alloc)
+#                and caps it there with the request tokens: from req_acct,
+#                no request whose share never changed was seen with more
+#                threads running than its share; starts over the share (a
+#                share that shrank under running holders) are counted and
+#                reported.
 # Verifying the scheduler takes minutes under TCG: consecutive tests that
 # want the same --allot policy share one scheduler (allot_sched/allot_end);
 # its exit status is still checked, by whichever test stops it.
@@ -52,7 +61,7 @@ allot_sched() {
 }
 # The policy an allot test starts with.
 allot_first_policy() {
-  case $1 in allotcgroup) echo cgroup ;; allotequi) echo off ;; allotexit | allotstarve) echo equi ;; allotdeq) echo deq ;; *) echo none ;; esac
+  case $1 in allotcgroup) echo cgroup ;; allotequi) echo off ;; allotexit | allotstarve | allotreqalloc) echo equi ;; allotdeq) echo deq ;; *) echo none ;; esac
 }
 # allot_end TEST: stop the scheduler unless the next test starts with the same policy.
 allot_end() {
@@ -367,7 +376,7 @@ test_allotcgroup() {
   t1=$(allot_thread_ticks $hp)
   allot_jobs_json "$out/c1" && sleep 6 && allot_jobs_json "$out/c2" || { kill -9 $hp $sp; wait $hp $sp 2>/dev/null; stop_sched; rmdir "$cg"; fail allotcgroup "map dumps failed: $(tail -c 300 "$out/allot.err")"; return; }
   t2=$(allot_thread_ticks $hp)
-  maps=$("$wl/tailctl" maps 2>>"$out/allot.err" | sed -n '/^SERVICES/,/^$/p' | head -n 20)
+  maps=$("$wl/tailctl" maps dump services 2>>"$out/allot.err" | head -n 20)
   kill -9 $hp $sp; wait $hp $sp 2>/dev/null
   local st; st=$(allot_stats); local jobs; jobs=$(allot_cores "$out/c1" "$out/c2")
   sched_alive || { fail allotcgroup "scheduler ejected: $(sched_why)"; rmdir "$cg"; return; }
@@ -414,4 +423,46 @@ print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
 )
   case "$verdict" in ok*) pass allotcgroup "${verdict#ok }" "\"detail\": $(cat "$out/allotcgroup.json")";; *) fail allotcgroup "${verdict#bad }";; esac
+}
+
+test_allotreqalloc() {
+  local n; n=$(nproc)
+  allot_sched equi || { fail allotreqalloc "scheduler did not load with --allot equi: $(sched_why)"; return; }
+  exec_svc() { exec "$ktest" -w "$n" greedy --benign --secs 40 --requests 2 --items 8 --item-us 20000; }
+  exec_svc >"$out/allot-req.json" 2>>"$out/allot.err" & local sp=$!
+  sleep 10
+  "$wl/tailctl" maps dump req_acct --json >"$out/req_acct.json" 2>>"$out/allot.err"; local drc=$?
+  "$wl/tailctl" maps dump regions 2>>"$out/allot.err" | sed -n '/^REQUESTS/,/^WORKERS/p' | head -n 8 >"$out/allotreqalloc-maps.txt"
+  kill -9 $sp; wait $sp 2>/dev/null
+  sched_alive || { fail allotreqalloc "scheduler ejected: $(sched_why)"; return; }
+  allot_end allotreqalloc || { fail allotreqalloc "scheduler exit non-zero: $(sched_why)"; return; }
+  [ $drc = 0 ] || { fail allotreqalloc "req_acct dump failed: $(tail -c 300 "$out/allot.err")"; return; }
+  local verdict
+  verdict=$($PY - "$out/req_acct.json" "$sp" "$n" <<'PY'
+import json, sys
+entries = [e["value"] for e in json.load(open(sys.argv[1]))]
+pid, n = int(sys.argv[2]), int(sys.argv[3])
+mine = [v for v in entries if v["owner"] and v["owner"] & 0xffffffff == pid and v["shared_starts"]]
+why = []
+if not mine:
+    print("bad", "no request of the service ran under a per-request share"); sys.exit()
+starts = sum(v["shared_starts"] for v in mine)
+over = sum(v["over_alloc"] for v in mine)
+steady = [v for v in mine if v["share_min"] == v["share_max"]]
+worst = max((v["max_running_shared"] - v["share_max"] for v in steady), default=None)
+shares = sorted({v["share_max"] for v in mine} | {v["share_min"] for v in mine})
+mx = max(v["max_running_shared"] for v in mine)
+if worst is None:
+    why.append("no request kept one share all its life")
+elif worst > 0:
+    why.append(f"a request with a constant share ran {worst} threads over it")
+if n // 2 not in shares:
+    why.append(f"shares seen {shares}, expected {n // 2} (2 requests, allotment {n})")
+msg = (f"{len(mine)} requests under a share (shares seen {shares}), {len(steady)} with one share all along: "
+       f"most running over the share {worst}; most running at a start {mx}; "
+       f"{over} of {starts} starts found more running than the share")
+print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
+PY
+)
+  case "$verdict" in ok*) pass allotreqalloc "${verdict#ok }";; *) fail allotreqalloc "${verdict#bad }";; esac
 }
