@@ -1429,7 +1429,8 @@ static __always_inline void prio_init_cpus(void)
 /* ---- per-job core allotments (issue 12) --------------------------------- */
 
 /*
- * A job is a registered service slot. The daemon's controller decides each
+ * A job is a registered service slot, or a cgroup job's (--job, see "cgroup
+ * jobs": the tasks of one cgroup v2, bound without a region). The daemon's controller decides each
  * job's allotment (services.allot, 0: none) and applies it through the
  * apply_allot syscall program below; the kernel makes at most `allot` of the
  * job's threads run at once, with the serialization cap's token machinery
@@ -1466,6 +1467,14 @@ static __always_inline void prio_init_cpus(void)
  *    plus one timer period plus one slice, far below the 30 s watchdog.
  *  - Per-job CPU time (job_acct.cpu_ns) is the threads' sum_exec_runtime
  *    deltas, charged in running/tick/stopping like request time.
+ *  - Within the allotment, requests: every apply_allot (each quantum) shares
+ *    the job's allotment among its active requests (req_share_pass: a
+ *    serialized request 1, the others an equal share of the rest, at least
+ *    1), published as each slot's kernel_alloc and enforced as the request
+ *    entry's alloc with the serialization cap's tokens; a request first seen
+ *    between two passes starts with the job's last share (job_acct.req_share),
+ *    and a holder whose share shrank under it gives its token back at its
+ *    next tick. Serialization always wins over a share (see req_set_share).
  */
 
 #define JOB_RESETTING (~0ULL)
