@@ -2090,6 +2090,24 @@ static __always_inline void req_set_share(struct tailctl_request_acct *a, u32 sh
 }
 
 /*
+ * The counts of req_share_pass's first loop, kept in map memory: counted in
+ * registers they would be constants the verifier tracks exactly through all
+ * 1024 iterations (the loop never converged on kernel 7: "sequence of 8193
+ * jumps is too complex").
+ */
+struct share_count {
+	u32 active;
+	u32 nser;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct share_count);
+} share_counts SEC(".maps");
+
+/*
  * Divide job @svc's allotment @allot among its active requests (QUEUED or
  * RUNNING in its region): serialized ones (the kernel's or the runtime's
  * SERIALIZED flag) get 1, the others an equal share of the rest, at least 1
@@ -2107,7 +2125,8 @@ __noinline int req_share_pass(u32 svc, u32 allot)
 {
 	struct tailctl_region *r;
 	struct tailctl_job_acct *j;
-	u32 i, active = 0, nser = 0, share, rest, key = svc;
+	struct share_count *c;
+	u32 i, active, nser, share, rest, key = svc, zero = 0;
 	u64 owner;
 
 	if (svc >= TAILCTL_MAX_SERVICES || !allot)
@@ -2115,18 +2134,23 @@ __noinline int req_share_pass(u32 svc, u32 allot)
 	r = service_region(svc);
 	owner = service_owner(svc);
 	j = bpf_map_lookup_elem(&job_acct, &key);
-	if (!r || !j || !owner || READ_ONCE(j->owner) != owner)
+	c = bpf_map_lookup_elem(&share_counts, &zero);
+	if (!r || !j || !c || !owner || READ_ONCE(j->owner) != owner)
 		return 0;
+	c->active = 0;
+	c->nser = 0;
 	bpf_for(i, 0, TAILCTL_MAX_REQUESTS) {
 		struct tailctl_request_slot *req = &r->requests[i];
 		u32 st = READ_ONCE(req->state);
 
 		if (st != TAILCTL_REQ_QUEUED && st != TAILCTL_REQ_RUNNING)
 			continue;
-		active++;
+		c->active++;
 		if (READ_ONCE(req->flags) & TAILCTL_FLAG_SERIALIZED)
-			nser++;
+			c->nser++;
 	}
+	active = READ_ONCE(c->active);
+	nser = READ_ONCE(c->nser);
 	rest = allot > nser ? allot - nser : 1;
 	/* With no other request active, a new one would have the whole rest. */
 	share = active > nser ? rest / (active - nser) : rest;
