@@ -215,6 +215,13 @@ struct task_ctx {
 	/* ... and counted in its request's overdue_running. */
 	bool counted_overdue;
 	bool evict;
+	/*
+	 * Released from its throttle queue and not yet past its job's cap: if
+	 * the job sends it back, its wait for the request token goes on from
+	 * when it began (see job_running), so the two caps together keep the
+	 * wait bound instead of restarting it at every round trip.
+	 */
+	bool keep_wait;
 	u64 charge_from_ns;
 	u64 throttled_at_ns;
 	/* Core allotments (issue 12): see "per-job core allotments" below. */
@@ -1958,19 +1965,22 @@ static __always_inline void job_running(struct task_struct *p, struct task_ctx *
 {
 	struct tailctl_job_acct *j = job_entry(tctx->svc, tctx->owner);
 	u32 allot = job_allot(tctx->svc);
-	bool lent;
+	bool lent, keep = tctx->keep_wait;
 
+	tctx->keep_wait = false;
 	tctx->job_from_ns = p->se.sum_exec_runtime;
 	if (!j)
 		return;
 	/* Still marked waiting: taken straight from its job queue by an idle CPU, i.e. lent. */
-	lent = job_leave_wait(tctx) || tctx->job_lent || tctx->job_overdue;
+	/* A waiter its request let through past the wait bound runs this slice regardless, as a borrower. */
+	lent = job_leave_wait(tctx) || tctx->job_lent || tctx->job_overdue || tctx->overdue;
 	tctx->job_lent = false;
 	tctx->job_overdue = false;
 	tctx->job_borrowing = false;
 	if (allot && !tctx->job_token && !job_claim(tctx, j, allot)) {
 		if (!lent) {
 			/* Queued before its allotment shrank, without a token: back it goes. */
+			tctx->keep_wait = keep;
 			job_preempt(p, tctx);
 			return;
 		}
@@ -2349,7 +2359,10 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	if (tctx && must_throttle(p, tctx)) {
 		struct tailctl_request_acct *a;
 
-		tctx->throttled_at_ns = bpf_ktime_get_ns();
+		/* Sent back by its job's cap right after its release: it has been waiting since then. */
+		if (!tctx->keep_wait || !tctx->throttled_at_ns)
+			tctx->throttled_at_ns = bpf_ktime_get_ns();
+		tctx->keep_wait = false;
 		a = acct_of(tctx);
 		if (a) {
 			tctx->throttled = 1;
@@ -2360,6 +2373,8 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 		STAT_INC(throttled);
 		return;
 	}
+	if (tctx)
+		tctx->keep_wait = false;
 	/* Over its job's allotment: wait for a job token (or keep an otherwise idle CPU). */
 	if (tctx && job_enqueue(p, tctx, enq_flags))
 		return;
@@ -2467,6 +2482,8 @@ __noinline int release_waiters(u32 svc, u64 now)
 			continue;
 		}
 		/* `a` and `tctx` again: the verifier does not tie them to `capped`. */
+		if (tctx)
+			tctx->keep_wait = capped;
 		if (capped && !overdue && a && tctx) {
 			claim_token(tctx, a);
 			/* It already ran and went to sleep: a sleeper must not sit on the token. */
