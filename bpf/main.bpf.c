@@ -1972,8 +1972,17 @@ static __always_inline void job_running(struct task_struct *p, struct task_ctx *
 	if (!j)
 		return;
 	/* Still marked waiting: taken straight from its job queue by an idle CPU, i.e. lent. */
-	/* A waiter its request let through past the wait bound runs this slice regardless, as a borrower. */
+	/*
+	 * A waiter its request let through past the wait bound runs this slice
+	 * regardless, as a borrower; so does one released with a token after
+	 * round trips through both caps that add up to more than the bound.
+	 */
 	lent = job_leave_wait(tctx) || tctx->job_lent || tctx->job_overdue || tctx->overdue;
+	if (!lent && keep) {
+		u64 now = bpf_ktime_get_ns(), at = tctx->throttled_at_ns;
+
+		lent = now > at && now - at > max_throttle_wait_ns;
+	}
 	tctx->job_lent = false;
 	tctx->job_overdue = false;
 	tctx->job_borrowing = false;
@@ -2093,6 +2102,8 @@ static __always_inline void req_set_share(struct tailctl_request_acct *a, u32 sh
 		__sync_lock_test_and_set(&a->alloc, 1);
 		return;
 	}
+	if (!share)
+		return;
 	if (!a->share_min || share < a->share_min)
 		a->share_min = share;
 	if (share > a->share_max)
@@ -2162,10 +2173,13 @@ __noinline int req_share_pass(u32 svc, u32 allot)
 	active = READ_ONCE(c->active);
 	nser = READ_ONCE(c->nser);
 	rest = allot > nser ? allot - nser : 1;
-	/* With no other request active, a new one would have the whole rest. */
+	/*
+	 * With no other request active, a new one would have the whole rest.
+	 * More requests than the rest: a share under one core cannot be a cap
+	 * (1 each would add up to more than the allotment), so none is set (0)
+	 * and the job's own cap divides its cores among them.
+	 */
 	share = active > nser ? rest / (active - nser) : rest;
-	if (!share)
-		share = 1;
 	WRITE_ONCE(j->req_share, share);
 	if (!active)
 		return 0;
@@ -2177,6 +2191,7 @@ __noinline int req_share_pass(u32 svc, u32 allot)
 
 		if (st != TAILCTL_REQ_QUEUED && st != TAILCTL_REQ_RUNNING)
 			continue;
+		/* kernel_alloc 0: no cap (the region's convention). */
 		want = READ_ONCE(req->flags) & TAILCTL_FLAG_SERIALIZED ? 1 : share;
 		if (READ_ONCE(req->kernel_alloc) != want)
 			WRITE_ONCE(req->kernel_alloc, want);
