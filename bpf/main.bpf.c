@@ -1476,8 +1476,8 @@ static __always_inline void prio_init_cpus(void)
  *    deltas, charged in running/tick/stopping like request time.
  *  - Within the allotment, requests: every apply_allot (each quantum) shares
  *    the job's allotment among its active requests (req_share_pass: a
- *    serialized request 1, the others an equal share of the rest, at least
- *    1), published as each slot's kernel_alloc and enforced as the request
+ *    serialized request 1, the others an equal share of the rest; none, 0,
+ *    when that is under one core), published as each slot's kernel_alloc and enforced as the request
  *    entry's alloc with the serialization cap's tokens; a request first seen
  *    between two passes starts with the job's last share (job_acct.req_share),
  *    and a holder whose share shrank under it gives its token back at its
@@ -2131,9 +2131,9 @@ struct {
 /*
  * Divide job @svc's allotment @allot among its active requests (QUEUED or
  * RUNNING in its region): serialized ones (the kernel's or the runtime's
- * SERIALIZED flag) get 1, the others an equal share of the rest, at least 1
- * (floor: the shares never add up to more than the allotment while there are
- * no more requests than cores). Publishes each share as the slot's
+ * SERIALIZED flag) get 1, the others an equal share of the rest (floor: the
+ * shares never add up to more than the allotment; 0, no cap, when there are
+ * more of them than cores to share). Publishes each share as the slot's
  * kernel_alloc and caps the request at it through its entry's alloc (the
  * serialization cap's tokens); a request the kernel has no entry for yet
  * starts with job_acct.req_share when it first runs. The region is
