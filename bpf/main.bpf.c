@@ -2116,6 +2116,9 @@ static __always_inline void req_set_share(struct tailctl_request_acct *a, u32 sh
  * 1024 iterations (the loop never converged on kernel 7: "sequence of 8193
  * jumps is too complex").
  */
+/* --request-shares: apply_allot shares each job's allotment among its requests (off: no pass). */
+const volatile bool request_shares;
+
 struct share_count {
 	u32 active;
 	u32 nser;
@@ -2150,7 +2153,7 @@ __noinline int req_share_pass(u32 svc, u32 allot)
 	u32 i, active, nser, share, rest, key = svc, zero = 0;
 	u64 owner;
 
-	if (svc >= TAILCTL_MAX_SERVICES || !allot)
+	if (!request_shares || svc >= TAILCTL_MAX_SERVICES || !allot)
 		return 0;
 	r = service_region(svc);
 	owner = service_owner(svc);

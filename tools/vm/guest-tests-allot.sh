@@ -35,7 +35,8 @@
 #                progresses (per-thread CPU time from /proc), the longest wait
 #                for a job token is reported with the watchdog margin, the
 #                scheduler stays loaded, `tailctl maps` lists the job.
-#   allotreqalloc: per-request allocations within an allotment: one
+#   allotreqalloc: per-request allocations within an allotment
+#                (--request-shares): one
 #                service (CPUs workers, alone under --allot equi: allotted
 #                every CPU) keeps 2 requests of 8 x 20 ms items in flight; the
 #                kernel gives each active request CPUs/2 (its kernel_alloc)
@@ -61,7 +62,7 @@ allot_sched() {
 }
 # The policy an allot test starts with.
 allot_first_policy() {
-  case $1 in allotcgroup) echo cgroup ;; allotequi) echo off ;; allotexit | allotstarve | allotreqalloc) echo equi ;; allotdeq) echo deq ;; *) echo none ;; esac
+  case $1 in allotcgroup) echo cgroup ;; allotreqalloc) echo reqshares ;; allotequi) echo off ;; allotexit | allotstarve) echo equi ;; allotdeq) echo deq ;; *) echo none ;; esac
 }
 # allot_end TEST: stop the scheduler unless the next test starts with the same policy.
 allot_end() {
@@ -427,7 +428,9 @@ PY
 
 test_allotreqalloc() {
   local n; n=$(nproc)
-  allot_sched equi || { fail allotreqalloc "scheduler did not load with --allot equi: $(sched_why)"; return; }
+  if [ -n "$sched_pid" ]; then allot_cur=""; stop_sched || { fail allotreqalloc "previous scheduler exit non-zero: $(sched_why)"; return; }; fi
+  allot_cur=reqshares
+  start_sched --allot equi --request-shares || { fail allotreqalloc "scheduler did not load with --request-shares: $(sched_why)"; return; }
   exec_svc() { exec "$ktest" -w "$n" greedy --benign --secs 40 --requests 2 --items 8 --item-us 20000; }
   exec_svc >"$out/allot-req.json" 2>>"$out/allot.err" & local sp=$!
   sleep 10

@@ -121,6 +121,12 @@ struct Opts {
     #[arg(long, value_name = "PATH=LEVEL", value_parser = parse_priority_cgroup)]
     priority_cgroup: Vec<(std::path::PathBuf, u8)>,
 
+    /// With --allot: share each job's allotment among its active requests
+    /// (serialized ones 1, the others an equal part of the rest), published
+    /// as each request's kernel_alloc and enforced with the request tokens.
+    #[arg(long)]
+    request_shares: bool,
+
     /// Make the tasks of a cgroup v2 (unmodified processes) one job for the
     /// core-allotment controller (--allot): /sys/fs/cgroup/PATH. Repeatable
     /// (at most 8); a `*` in the last component matches the cgroups there
@@ -395,6 +401,7 @@ impl<'a> Scheduler<'a> {
         rodata.nr_prio_cgroups = prio_cgroups.len() as u32;
         let cgroup_jobs = job_cgroups(&opts.job)?;
         rodata.nr_job_cgroups = cgroup_jobs.len() as u32;
+        rodata.request_shares = opts.request_shares;
 
         let mut skel = scx_ops_load!(skel, tailctl_ops, uei)?;
         for (id, level, path) in &prio_cgroups {
