@@ -1474,7 +1474,7 @@ static __always_inline void prio_init_cpus(void)
  *    plus one timer period plus one slice, far below the 30 s watchdog.
  *  - Per-job CPU time (job_acct.cpu_ns) is the threads' sum_exec_runtime
  *    deltas, charged in running/tick/stopping like request time.
- *  - Within the allotment, requests: every apply_allot (each quantum) shares
+ *  - Within the allotment, requests (--request-shares): every apply_allot (each quantum) shares
  *    the job's allotment among its active requests (req_share_pass: a
  *    serialized request 1, the others an equal share of the rest; none, 0,
  *    when that is under one core), published as each slot's kernel_alloc and enforced as the request
