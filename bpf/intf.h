@@ -64,6 +64,11 @@ enum tailctl_consts {
 	/* tailctl_header.mode */
 	TAILCTL_MODE_USER = 0,
 	TAILCTL_MODE_KERNEL = 1,
+	/*
+	 * tailctl_service.pid of a cgroup job (--job PATH) in slot s: this plus
+	 * s. Above PID_MAX_LIMIT (2^22), so never a process's pid.
+	 */
+	TAILCTL_CGROUP_JOB_PID = 0x80000000,
 };
 
 /*
@@ -228,7 +233,12 @@ struct tailctl_job_acct {
 	u64 enforced_at_ns;
 	/* 1 while the last decision is not yet enforced. */
 	u32 pending;
-	u32 reserved0;
+	/*
+	 * Per-request allocations: the share of the allotment each active
+	 * non-serialized request of the job was given by the last apply_allot
+	 * (0: none), which a request seen for the first time starts with.
+	 */
+	u32 req_share;
 	/* Decisions that changed the allotment, and decision-to-enforcement latency (sum, count, max, last). */
 	u64 reallocs;
 	u64 lat_sum_ns;
@@ -290,6 +300,20 @@ struct tailctl_request_acct {
 	 * once this and `arriving` are 0: every runner left holds a token.
 	 */
 	u32 unheld_running;
+	/*
+	 * Per-request allocations within the job's allotment (alloc > 1, or 1 as
+	 * a share, not a serialization): the most threads seen running at once
+	 * when a token holder started under a share, starts under a share, and
+	 * how many of them found more threads running than alloc (a share that
+	 * shrank under holders not yet off their CPUs).
+	 */
+	u32 max_running_shared;
+	u32 shared_starts;
+	u32 over_alloc;
+	/* The smallest and largest share the request was given (0: none). */
+	u32 share_min;
+	u32 share_max;
+	u32 reserved0;
 	/*
 	 * Bumped at every reset. A region may name the same tag again (a
 	 * service writes what it likes there), so tag + owner alone cannot tell

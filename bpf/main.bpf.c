@@ -240,6 +240,8 @@ struct task_ctx {
 	u32 holds_token;
 	u32 throttled;
 	bool bound;
+	/* Bound as a thread of a cgroup job (--job), not as a registered worker: no worker slot, no region. */
+	bool cg;
 	bool counted_running;
 	/* ... without a token (see tailctl_request_acct.unheld_running). */
 	bool counted_unheld;
@@ -249,6 +251,13 @@ struct task_ctx {
 	/* ... and counted in its request's overdue_running. */
 	bool counted_overdue;
 	bool evict;
+	/*
+	 * Released from its throttle queue and not yet past its job's cap: if
+	 * the job sends it back, its wait for the request token goes on from
+	 * when it began (see job_running), so the two caps together keep the
+	 * wait bound instead of restarting it at every round trip.
+	 */
+	bool keep_wait;
 	u64 charge_from_ns;
 	u64 throttled_at_ns;
 	/* The epoch of the accounting entry its counts are in (tailctl_request_acct.epoch). */
@@ -266,6 +275,7 @@ struct task_ctx {
 };
 
 static __always_inline void job_unbind(struct task_ctx *tctx);
+static __always_inline u32 job_req_share(u32 svc, u64 owner);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -516,6 +526,7 @@ static __always_inline void unbind(struct task_ctx *tctx)
 	put_token(tctx);
 	leave_wait(tctx);
 	tctx->bound = false;
+	tctx->cg = false;
 	tctx->svc = -1;
 	tctx->tag = NO_TAG;
 	tctx->overdue = false;
@@ -523,6 +534,75 @@ static __always_inline void unbind(struct task_ctx *tctx)
 	tctx->counted_unheld = false;
 	tctx->counted_overdue = false;
 }
+
+/* @p's cgroup v2 id (its kernfs node id, what stat() shows as the directory's inode). */
+static __always_inline u64 task_cgroup_id(struct task_struct *p)
+{
+	return BPF_CORE_READ(p, cgroups, dfl_cgrp, kn, id);
+}
+
+/* ---- cgroup jobs (issue 12): unmodified processes as a job -------------- */
+
+/*
+ * `scx_tailctl --job /sys/fs/cgroup/PATH` makes every task of that cgroup v2
+ * (exactly that cgroup, matched by the task's dfl_cgrp id; not its
+ * descendants) a thread of one job, which occupies a service slot the daemon
+ * reserves for it before attaching: services.pid is TAILCTL_CGROUP_JOB_PID +
+ * slot (never a process's pid, so the slot can be told from a registered
+ * service's), epoch 0, no region and no thresholds. Such a task is bound like
+ * a registered worker, without a worker slot (tctx->cg): the region-based
+ * parts (requests, serialization, the worker's state) see no region and do
+ * nothing, while the job parts (tokens, the job queue, lending, per-job CPU
+ * time in job_acct, runnable threads) apply unchanged, so the controller
+ * allots it like any job: its desire comes from its runnable threads and its
+ * CPU time, all of which counts as work. Membership is looked up whenever
+ * the task is bound (resolve_task) and checked again where a binding is
+ * (still_bound): a task moved out of the cgroup gives back what it held.
+ */
+
+/* Number of --job cgroups (set by user space before load): 0 skips the look-up. */
+const volatile u32 nr_job_cgroups;
+
+/* cgroup v2 id -> service slot of its job, written by user space before attach. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TAILCTL_MAX_SERVICES);
+	__type(key, u64);
+	__type(value, u32);
+} job_cgroups SEC(".maps");
+
+/*
+ * The service slot of the cgroup job of cgroup @cgid, or -1 (no such job, or
+ * its slot does not hold a cgroup job). Global subprogram: verified once.
+ */
+__noinline int cgroup_job_slot(u64 cgid)
+{
+	struct tailctl_service *s;
+	u32 *slot, key;
+
+	if (!cgid)
+		return -1;
+	slot = bpf_map_lookup_elem(&job_cgroups, &cgid);
+	if (!slot)
+		return -1;
+	key = *slot;
+	if (key >= TAILCTL_MAX_SERVICES)
+		return -1;
+	s = bpf_map_lookup_elem(&services, &key);
+	if (!s || READ_ONCE(s->pid) != TAILCTL_CGROUP_JOB_PID + key)
+		return -1;
+	return key;
+}
+
+/* The cgroup job slot @p belongs to now, or -1. */
+static __always_inline s32 task_cgroup_job(struct task_struct *p)
+{
+	if (!nr_job_cgroups || (p->flags & PF_KTHREAD))
+		return -1;
+	return cgroup_job_slot(task_cgroup_id(p));
+}
+
+/* ---- end of cgroup jobs --------------------------------------------------- */
 
 /*
  * (Re)bind @p to its service slot if the daemon registered its tid. Looked up
@@ -535,6 +615,10 @@ static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
 	u32 tid = p->pid, zero = 0, *nr;
 	u64 owner;
 
+	bool cg = false;
+	u32 svc, worker;
+	s32 cgsvc;
+
 	nr = bpf_map_lookup_elem(&registered, &zero);
 	if (!nr || !*nr)
 		return NULL;
@@ -542,16 +626,27 @@ static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
 	owner = ref && ref->service < TAILCTL_MAX_SERVICES ? service_owner(ref->service) : 0;
 	if (!ref || ref->service >= TAILCTL_MAX_SERVICES || ref->worker >= TAILCTL_MAX_WORKERS || !owner ||
 	    !tid_binding_matches(p, ref)) {
-		tctx = task_ctx(p);
-		if (tctx && tctx->svc >= 0)
-			unbind(tctx);
-		return NULL;
+		/* Not a registered worker: a thread of a cgroup job, if its cgroup is one. */
+		cgsvc = task_cgroup_job(p);
+		owner = cgsvc >= 0 && cgsvc < TAILCTL_MAX_SERVICES ? service_owner(cgsvc) : 0;
+		if (!owner) {
+			tctx = task_ctx(p);
+			if (tctx && tctx->svc >= 0)
+				unbind(tctx);
+			return NULL;
+		}
+		cg = true;
+		svc = cgsvc;
+		worker = 0;
+	} else {
+		svc = ref->service;
+		worker = ref->worker;
 	}
 	tctx = bpf_task_storage_get(&task_ctxs, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!tctx)
 		return NULL;
-	if (!tctx->bound || tctx->svc != (s32)ref->service || tctx->worker != ref->worker ||
-	    tctx->owner != owner) {
+	if (!tctx->bound || tctx->svc != (s32)svc || tctx->worker != worker ||
+	    tctx->owner != owner || tctx->cg != cg) {
 		/* What it held belongs to its old binding: give it back before rebinding. */
 		if (tctx->bound)
 			unbind(tctx);
@@ -563,9 +658,10 @@ static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
 		tctx->throttled = 0;
 		tctx->overdue = false;
 	}
-	tctx->svc = ref->service;
-	tctx->worker = ref->worker;
+	tctx->svc = svc;
+	tctx->worker = worker;
 	tctx->owner = owner;
+	tctx->cg = cg;
 	tctx->tid = tid;
 	return tctx;
 }
@@ -578,6 +674,8 @@ static __always_inline bool still_bound(struct task_struct *p, struct task_ctx *
 
 	if (tctx->svc < 0)
 		return false;
+	if (tctx->cg)
+		return task_cgroup_job(p) == tctx->svc && service_owner(tctx->svc) == tctx->owner;
 	ref = bpf_map_lookup_elem(&worker_tids, &tid);
 	return ref && ref->service == (u32)tctx->svc && ref->worker == tctx->worker &&
 	       service_owner(ref->service) == tctx->owner && tid_binding_matches(p, ref);
@@ -661,6 +759,13 @@ static __always_inline struct tailctl_request_acct *request_acct(u32 idx, u64 ta
 	a->overdue_running = 0;
 	a->overdue = 0;
 	a->holder = 0;
+	a->max_running_shared = 0;
+	a->shared_starts = 0;
+	a->over_alloc = 0;
+	/* A new request starts with its job's current per-request share (0: none). */
+	a->alloc = job_req_share(idx / TAILCTL_MAX_REQUESTS, owner);
+	a->share_min = a->alloc;
+	a->share_max = a->alloc;
 	a->owner = owner;
 	a->epoch++;
 	/* Full barrier: the zeroes and the owner are visible before the tag. */
@@ -719,8 +824,12 @@ static __always_inline void check_threshold(struct task_ctx *tctx, struct tailct
 	if (!thr || a->work_ns < thr)
 		return;
 
-	__sync_lock_test_and_set(&a->alloc, 1);
+	/*
+	 * Stamp, then cap: req_set_share (per-request allocations) re-reads the
+	 * stamp after it changed alloc and puts the 1 back if it raced with this.
+	 */
 	a->serialized_at_ns = now;
+	__sync_lock_test_and_set(&a->alloc, 1);
 	/* The thread that saw the crossing keeps running with the one token; the others are preempted now. */
 	claim_token(tctx, a);
 	note_held(tctx, a);
@@ -778,7 +887,7 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 					  struct tailctl_region *r, u64 now)
 {
 	struct tailctl_request_acct *a;
-	u32 idx = 0, slot, running, od;
+	u32 idx = 0, slot, running, od, alloc;
 	u64 tag = current_request(tctx, r, &idx);
 
 	if (tag != tctx->tag)
@@ -856,6 +965,15 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 	tctx->counted_running = true;
 	if (running > a->max_running)
 		a->max_running = running;
+	/* Under a per-request share (not a serialization): is the cap kept? */
+	alloc = READ_ONCE(a->alloc);
+	if (alloc && !READ_ONCE(a->serialized_at_ns) && tctx->holds_token) {
+		__sync_fetch_and_add(&a->shared_starts, 1);
+		if (running > a->max_running_shared)
+			a->max_running_shared = running;
+		if (running > alloc)
+			__sync_fetch_and_add(&a->over_alloc, 1);
+	}
 	slot = (u32)tag;
 	if (slot < TAILCTL_MAX_REQUESTS)
 		r->requests[slot].kernel_running = running;
@@ -1077,12 +1195,6 @@ static __always_inline u64 prio_dsq(u32 level)
 static __always_inline bool prio_active(void)
 {
 	return nr_prio_cgroups || READ_ONCE(prio_seen);
-}
-
-/* @p's cgroup v2 id (its kernfs node id, what stat() shows as the directory's inode). */
-static __always_inline u64 task_cgroup_id(struct task_struct *p)
-{
-	return BPF_CORE_READ(p, cgroups, dfl_cgrp, kn, id);
 }
 
 /*
@@ -1472,7 +1584,8 @@ static __always_inline void prio_init_cpus(void)
 /* ---- per-job core allotments (issue 12) --------------------------------- */
 
 /*
- * A job is a registered service slot. The daemon's controller decides each
+ * A job is a registered service slot, or a cgroup job's (--job, see "cgroup
+ * jobs": the tasks of one cgroup v2, bound without a region). The daemon's controller decides each
  * job's allotment (services.allot, 0: none) and applies it through the
  * apply_allot syscall program below; the kernel makes at most `allot` of the
  * job's threads run at once, with the serialization cap's token machinery
@@ -1509,6 +1622,14 @@ static __always_inline void prio_init_cpus(void)
  *    plus one timer period plus one slice, far below the 30 s watchdog.
  *  - Per-job CPU time (job_acct.cpu_ns) is the threads' sum_exec_runtime
  *    deltas, charged in running/tick/stopping like request time.
+ *  - Within the allotment, requests (--request-shares): every apply_allot (each quantum) shares
+ *    the job's allotment among its active requests (req_share_pass: a
+ *    serialized request 1, the others an equal share of the rest; none, 0,
+ *    when that is under one core), published as each slot's kernel_alloc and enforced as the request
+ *    entry's alloc with the serialization cap's tokens; a request first seen
+ *    between two passes starts with the job's last share (job_acct.req_share),
+ *    and a holder whose share shrank under it gives its token back at its
+ *    next tick. Serialization always wins over a share (see req_set_share).
  */
 
 #define JOB_RESETTING (~0ULL)
@@ -1519,6 +1640,19 @@ struct {
 	__type(key, u32);
 	__type(value, struct tailctl_job_acct);
 } job_acct SEC(".maps");
+
+/* The per-request share of job @svc's registration @owner now (0: none; see req_share_pass). */
+static __always_inline u32 job_req_share(u32 svc, u64 owner)
+{
+	struct tailctl_job_acct *j;
+
+	if (svc >= TAILCTL_MAX_SERVICES)
+		return 0;
+	j = bpf_map_lookup_elem(&job_acct, &svc);
+	if (!j || READ_ONCE(j->owner) != owner)
+		return 0;
+	return READ_ONCE(j->req_share);
+}
 
 /* Which job (service slot + 1, 0: none) each CPU runs now, and whether on a borrowed CPU. */
 struct job_cpu {
@@ -1709,6 +1843,11 @@ static __always_inline void job_charge(struct task_struct *p, struct task_ctx *t
 	__sync_fetch_and_add(&j->cpu_ns, delta);
 	if (tctx->job_borrowing)
 		__sync_fetch_and_add(&j->borrowed_ns, delta);
+	/* A cgroup job has no workers that steal: all its time is work. */
+	if (tctx->cg) {
+		__sync_fetch_and_add(&j->work_ns, delta);
+		return;
+	}
 	/* The worker's state is a hint from the region: it only splits the job's own time. */
 	r = service_region(tctx->svc);
 	if (r && w < TAILCTL_MAX_WORKERS && READ_ONCE(r->workers[w].state) == TAILCTL_WORKER_WORKING)
@@ -1984,19 +2123,31 @@ static __always_inline void job_running(struct task_struct *p, struct task_ctx *
 {
 	struct tailctl_job_acct *j = job_entry(tctx->svc, tctx->owner);
 	u32 allot = job_allot(tctx->svc);
-	bool lent;
+	bool lent, keep = tctx->keep_wait;
 
+	tctx->keep_wait = false;
 	tctx->job_from_ns = p->se.sum_exec_runtime;
 	if (!j)
 		return;
 	/* Still marked waiting: taken straight from its job queue by an idle CPU, i.e. lent. */
-	lent = job_leave_wait(tctx) || tctx->job_lent || tctx->job_overdue;
+	/*
+	 * A waiter its request let through past the wait bound runs this slice
+	 * regardless, as a borrower; so does one released with a token after
+	 * round trips through both caps that add up to more than the bound.
+	 */
+	lent = job_leave_wait(tctx) || tctx->job_lent || tctx->job_overdue || tctx->overdue;
+	if (!lent && keep) {
+		u64 now = bpf_ktime_get_ns(), at = tctx->throttled_at_ns;
+
+		lent = now > at && now - at > max_throttle_wait_ns;
+	}
 	tctx->job_lent = false;
 	tctx->job_overdue = false;
 	tctx->job_borrowing = false;
 	if (allot && !tctx->job_token && !job_claim(tctx, j, allot)) {
 		if (!lent) {
 			/* Queued before its allotment shrank, without a token: back it goes. */
+			tctx->keep_wait = keep;
 			job_preempt(p, tctx);
 			return;
 		}
@@ -2089,6 +2240,157 @@ static __always_inline void job_check_waiters(u32 svc, u64 now)
 	}
 }
 
+/* ---- per-request core allocations within an allotment (issue 12) ------- */
+
+/*
+ * Give request entry @a the allocation @share unless the kernel serialized it
+ * (its cap of 1 stays). check_threshold stamps serialized_at_ns before it
+ * sets alloc to 1 (a full barrier), and this re-reads the stamp after its own
+ * compare-and-swap: whichever order the two run in, a serialized request ends
+ * at 1.
+ */
+static __always_inline void req_set_share(struct tailctl_request_acct *a, u32 share)
+{
+	u32 old = READ_ONCE(a->alloc);
+
+	if (READ_ONCE(a->serialized_at_ns) || old == share)
+		return;
+	if (__sync_val_compare_and_swap(&a->alloc, old, share) != old)
+		return;
+	if (READ_ONCE(a->serialized_at_ns)) {
+		__sync_lock_test_and_set(&a->alloc, 1);
+		return;
+	}
+	if (!share)
+		return;
+	if (!a->share_min || share < a->share_min)
+		a->share_min = share;
+	if (share > a->share_max)
+		a->share_max = share;
+}
+
+/*
+ * The counts of req_share_pass's first loop, kept in map memory: counted in
+ * registers they would be constants the verifier tracks exactly through all
+ * 1024 iterations (the loop never converged on kernel 7: "sequence of 8193
+ * jumps is too complex").
+ */
+/* --request-shares: apply_allot shares each job's allotment among its requests (off: no pass). */
+const volatile bool request_shares;
+
+struct share_count {
+	u32 active;
+	u32 nser;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct share_count);
+} share_counts SEC(".maps");
+
+/*
+ * Divide job @svc's allotment @allot among its active requests (QUEUED or
+ * RUNNING in its region): serialized ones (the kernel's or the runtime's
+ * SERIALIZED flag) get 1, the others an equal share of the rest (floor: the
+ * shares never add up to more than the allotment; 0, no cap, when there are
+ * more of them than cores to share). Publishes each share as the slot's
+ * kernel_alloc and caps the request at it through its entry's alloc (the
+ * serialization cap's tokens); a request the kernel has no entry for yet
+ * starts with job_acct.req_share when it first runs. The region is
+ * untrusted: its states and flags only move this job's own shares around,
+ * the sum stays within its allotment, and the loop is bounded by the slot
+ * count. Called from apply_allot every quantum; a global subprogram
+ * (verified once).
+ */
+__noinline int req_share_pass(u32 svc, u32 allot)
+{
+	struct tailctl_region *r;
+	struct tailctl_job_acct *j;
+	struct share_count *c;
+	u32 i, active, nser, share, rest, key = svc, zero = 0;
+	u64 owner;
+
+	if (!request_shares || svc >= TAILCTL_MAX_SERVICES || !allot)
+		return 0;
+	r = service_region(svc);
+	owner = service_owner(svc);
+	j = bpf_map_lookup_elem(&job_acct, &key);
+	c = bpf_map_lookup_elem(&share_counts, &zero);
+	if (!r || !j || !c || !owner || READ_ONCE(j->owner) != owner)
+		return 0;
+	c->active = 0;
+	c->nser = 0;
+	bpf_for(i, 0, TAILCTL_MAX_REQUESTS) {
+		struct tailctl_request_slot *req = &r->requests[i];
+		u32 st = READ_ONCE(req->state);
+
+		if (st != TAILCTL_REQ_QUEUED && st != TAILCTL_REQ_RUNNING)
+			continue;
+		c->active++;
+		if (READ_ONCE(req->flags) & TAILCTL_FLAG_SERIALIZED)
+			c->nser++;
+	}
+	active = READ_ONCE(c->active);
+	nser = READ_ONCE(c->nser);
+	rest = allot > nser ? allot - nser : 1;
+	/*
+	 * With no other request active, a new one would have the whole rest.
+	 * More requests than the rest: a share under one core cannot be a cap
+	 * (1 each would add up to more than the allotment), so none is set (0)
+	 * and the job's own cap divides its cores among them.
+	 */
+	share = active > nser ? rest / (active - nser) : rest;
+	WRITE_ONCE(j->req_share, share);
+	if (!active)
+		return 0;
+	bpf_for(i, 0, TAILCTL_MAX_REQUESTS) {
+		struct tailctl_request_slot *req = &r->requests[i];
+		struct tailctl_request_acct *a;
+		u32 st = READ_ONCE(req->state), want, idx;
+		u64 tag;
+
+		if (st != TAILCTL_REQ_QUEUED && st != TAILCTL_REQ_RUNNING)
+			continue;
+		/* kernel_alloc 0: no cap (the region's convention). */
+		want = READ_ONCE(req->flags) & TAILCTL_FLAG_SERIALIZED ? 1 : share;
+		if (READ_ONCE(req->kernel_alloc) != want)
+			WRITE_ONCE(req->kernel_alloc, want);
+		idx = svc * TAILCTL_MAX_REQUESTS + i;
+		a = bpf_map_lookup_elem(&req_acct, &idx);
+		tag = ((u64)READ_ONCE(req->generation) << 32) | i;
+		if (a && READ_ONCE(a->tag) == tag && READ_ONCE(a->owner) == owner)
+			req_set_share(a, want);
+	}
+	return 0;
+}
+
+/* A token holder of a request whose share shrank under it: give one token over the alloc back. */
+static __always_inline bool req_shed(struct task_ctx *tctx, struct tailctl_request_acct *a)
+{
+	u32 h, alloc, i;
+
+	bpf_for(i, 0, MAX_CPUS) {
+		alloc = READ_ONCE(a->alloc);
+		h = READ_ONCE(a->holders);
+		if (!alloc || h <= alloc)
+			return false;
+		if (__sync_val_compare_and_swap(&a->holders, h, h - 1) == h) {
+			if (__sync_val_compare_and_swap(&tctx->holds_token, 1, 0) != 1) {
+				__sync_fetch_and_add(&a->holders, 1);
+				return false;
+			}
+			if (READ_ONCE(a->holder) == tctx->tid)
+				__sync_val_compare_and_swap(&a->holder, tctx->tid, 0);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* ---- end of per-request core allocations ---------------------------------- */
+
 /*
  * One decision of the controller (BPF_PROG_TEST_RUN from the daemon, one run
  * per job): if the job is still registered as `owner`, publish the allotment
@@ -2120,8 +2422,11 @@ int apply_allot(struct tailctl_allot_cmd *c)
 	WRITE_ONCE(s->desire, desire);
 	WRITE_ONCE(s->allot_seq, seq);
 	WRITE_ONCE(s->allot_at_ns, at);
-	if (old == allot)
+	/* Every quantum the job's requests share its allotment (after the timing: it loops over the region). */
+	if (old == allot) {
+		req_share_pass(svc, allot);
 		return 0;
+	}
 	/* Decision first, then the allotment: the kernel never enforces one it cannot time. */
 	j->seq = seq;
 	j->decided_at_ns = at;
@@ -2148,6 +2453,7 @@ int apply_allot(struct tailctl_allot_cmd *c)
 		}
 	}
 	job_check_enforced(j, bpf_ktime_get_ns(), true);
+	req_share_pass(svc, allot);
 	return 1;
 }
 
@@ -2232,7 +2538,10 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	if (tctx && must_throttle(p, tctx)) {
 		struct tailctl_request_acct *a;
 
-		tctx->throttled_at_ns = bpf_ktime_get_ns();
+		/* Sent back by its job's cap right after its release: it has been waiting since then. */
+		if (!tctx->keep_wait || !tctx->throttled_at_ns)
+			tctx->throttled_at_ns = bpf_ktime_get_ns();
+		tctx->keep_wait = false;
 		a = acct_of(tctx);
 		if (a) {
 			tctx->throttled = 1;
@@ -2244,6 +2553,8 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 		STAT_INC(throttled);
 		return;
 	}
+	if (tctx)
+		tctx->keep_wait = false;
 	/* Over its job's allotment: wait for a job token (or keep an otherwise idle CPU). */
 	if (tctx && job_enqueue(p, tctx, enq_flags))
 		return;
@@ -2356,7 +2667,10 @@ __noinline int release_waiters(u32 svc, u64 now)
 				tctx->overdue = false;
 			continue;
 		}
-		if (capped && !overdue) {
+		/* `a` and `tctx` again: the verifier does not tie them to `capped`. */
+		if (tctx)
+			tctx->keep_wait = capped;
+		if (capped && !overdue && a && tctx) {
 			claim_token(tctx, a);
 			/* It already ran and went to sleep: a sleeper must not sit on the token. */
 			if (!(p->scx.flags & SCX_TASK_QUEUED))
@@ -2446,6 +2760,8 @@ void BPF_STRUCT_OPS(tailctl_running, struct task_struct *p)
 	r = service_region(tctx->svc);
 	if (r)
 		begin_request(p, tctx, r, bpf_ktime_get_ns());
+	else
+		tctx->evict = false; /* begin_request's reset, for a task with no region (a cgroup job's) */
 	job_running(p, tctx);
 }
 
@@ -2478,10 +2794,14 @@ void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 		struct tailctl_request_acct *a = acct_of(tctx);
 
 		if (a && READ_ONCE(a->alloc)) {
-			if (claim_token(tctx, a))
+			if (claim_token(tctx, a)) {
 				note_held(tctx, a);
-			else if (!tctx->overdue)
+				/* Its share shrank under it: the excess over the alloc goes within a tick. */
+				if (READ_ONCE(a->holders) > READ_ONCE(a->alloc) && req_shed(tctx, a))
+					bounce(p, tctx);
+			} else if (!tctx->overdue) {
 				bounce(p, tctx);
+			}
 		}
 	}
 }

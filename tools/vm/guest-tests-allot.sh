@@ -26,6 +26,25 @@
 #                rises and the busy one's falls; the quanta from the growth
 #                to the decision are counted from the ktest's and the
 #                daemon's CLOCK_MONOTONIC stamps and reported.
+#   allotcgroup: a cgroup job (--job): an unmodified CPU-bound process with
+#                2 x CPUs threads (tailctl-ktest hog) in a cgroup named with
+#                --job, beside a registered wide service, under --allot equi:
+#                the cgroup job is allotted CPUs/2 and runs at most about that
+#                within it (the kernel's job_acct CPU time of its slot); the
+#                service gets a real part of its CPUs/2; every hog thread
+#                progresses (per-thread CPU time from /proc), the longest wait
+#                for a job token is reported with the watchdog margin, the
+#                scheduler stays loaded, `tailctl maps` lists the job.
+#   allotreqalloc: per-request allocations within an allotment
+#                (--request-shares): one
+#                service (CPUs workers, alone under --allot equi: allotted
+#                every CPU) keeps 2 requests of 8 x 20 ms items in flight; the
+#                kernel gives each active request CPUs/2 (its kernel_alloc)
+#                and caps it there with the request tokens: from req_acct,
+#                no request whose share never changed was seen with more
+#                threads running than its share; starts over the share (a
+#                share that shrank under running holders) are counted and
+#                reported.
 # Verifying the scheduler takes minutes under TCG: consecutive tests that
 # want the same --allot policy share one scheduler (allot_sched/allot_end);
 # its exit status is still checked, by whichever test stops it.
@@ -43,7 +62,7 @@ allot_sched() {
 }
 # The policy an allot test starts with.
 allot_first_policy() {
-  case $1 in allotequi) echo off ;; allotexit | allotstarve) echo equi ;; allotdeq) echo deq ;; *) echo none ;; esac
+  case $1 in allotcgroup) echo cgroup ;; allotreqalloc) echo reqshares ;; allotequi) echo off ;; allotexit | allotstarve) echo equi ;; allotdeq) echo deq ;; *) echo none ;; esac
 }
 # allot_end TEST: stop the scheduler unless the next test starts with the same policy.
 allot_end() {
@@ -338,4 +357,119 @@ print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
 )
   case "$verdict" in ok*) pass allotdeq "${verdict#ok }" "\"detail\": $(cat "$out/allotdeq.json")";; *) fail allotdeq "${verdict#bad }";; esac
+}
+
+# Per-thread CPU ticks (utime + stime) of process $1, as "tid:ticks" words.
+allot_thread_ticks() {
+  local f; for f in /proc/"$1"/task/*/stat; do
+    awk -v t="$(basename "$(dirname "$f")")" '{ sub(/^.*\) /, ""); print t ":" ($12 + $13) }' "$f" 2>/dev/null
+  done | tr '\n' ' '
+}
+
+test_allotcgroup() {
+  local n half cg=/sys/fs/cgroup/tailctl-cgjob; n=$(nproc); half=$((n / 2))
+  [ "$(stat -f -c %T /sys/fs/cgroup 2>/dev/null)" = cgroup2fs ] || { fail allotcgroup "no cgroup v2 at /sys/fs/cgroup"; return; }
+  mkdir -p "$cg" || { fail allotcgroup "cannot create $cg"; return; }
+  if [ -n "$sched_pid" ]; then allot_cur=""; stop_sched || { fail allotcgroup "previous scheduler exit non-zero: $(sched_why)"; return; }; fi
+  allot_cur=cgroup
+  start_sched --allot equi --job "$cg" || { fail allotcgroup "scheduler did not load with --job: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; rmdir "$cg"; return; }
+  # The hog enters the cgroup before it starts its threads: every thread is a job thread.
+  (echo $BASHPID >"$cg/cgroup.procs" && exec "$ktest" hog --threads $((n * 2)) --secs 60) >"$out/allot-cghog.json" 2>>"$out/allot.err" & local hp=$!
+  allot_service $((n * 2)) 60 >"$out/allot-cgsvc.json" 2>>"$out/allot.err" & local sp=$!
+  sleep 4
+  local t1 t2 maps
+  t1=$(allot_thread_ticks $hp)
+  allot_jobs_json "$out/c1" && sleep 6 && allot_jobs_json "$out/c2" || { kill -9 $hp $sp; wait $hp $sp 2>/dev/null; stop_sched; rmdir "$cg"; fail allotcgroup "map dumps failed: $(tail -c 300 "$out/allot.err")"; return; }
+  t2=$(allot_thread_ticks $hp)
+  maps=$("$wl/tailctl" maps dump services 2>>"$out/allot.err" | head -n 20)
+  kill -9 $hp $sp; wait $hp $sp 2>/dev/null
+  local st; st=$(allot_stats); local jobs; jobs=$(allot_cores "$out/c1" "$out/c2")
+  sched_alive || { fail allotcgroup "scheduler ejected: $(sched_why)"; rmdir "$cg"; return; }
+  allot_end allotcgroup || { fail allotcgroup "scheduler exit non-zero: $(sched_why)"; rmdir "$cg"; return; }
+  rmdir "$cg" 2>/dev/null
+  echo "$maps" >"$out/allotcgroup-maps.txt"
+  echo "{\"jobs\": $jobs, \"stats\": $st}" >"$out/allotcgroup.json"
+  local verdict
+  verdict=$($PY - "$jobs" "$st" "$half" "$sp" "$t1" "$t2" "$maps" <<'PY'
+import json, sys
+jobs, st, half, sp = json.loads(sys.argv[1]), json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+tick = lambda s: dict((int(a), int(b)) for a, b in (w.split(":") for w in s.split()))
+t1, t2, maps = tick(sys.argv[5]), tick(sys.argv[6]), sys.argv[7]
+cg = [j for p, j in jobs.items() if int(p) >= 0x80000000]
+svc = jobs.get(sp)
+why = []
+if not cg or not svc:
+    print("bad", "a job was not seen in job_acct:", jobs); sys.exit()
+cg = cg[0]
+if cg["allot"] != half or svc["allot"] != half:
+    why.append(f"allotments cgroup {cg['allot']} / service {svc['allot']}, expected {half}/{half}")
+# As allotequi: 10% + 0.1 core of overrun (a tick per slice under TCG).
+if cg["own"] > half * 1.1 + 0.1:
+    why.append(f"the cgroup job ran {cg['own']} cores within an allotment of {half}")
+if cg["cores"] < half * 0.4:
+    why.append(f"the cgroup job got {cg['cores']} cores of its {half}: its tasks are not charged to it")
+if svc["cores"] < half * 0.4:
+    why.append(f"the service got {svc['cores']} cores of its {half}")
+# Every hog thread (the main one sleeps) progressed while capped.
+spin = {t: t2[t] - t1.get(t, 0) for t in t2}
+workers = sorted(spin.values())[1:] if len(spin) > 1 else []
+if not workers or workers[0] == 0:
+    why.append(f"a hog thread made no progress in the window: ticks {sorted(spin.values())}")
+if st["watchdog_margin_ms"] < 25000:
+    why.append(f"a job thread waited {st.get('allot_max_wait_ns', 0) / 1e6:.0f} ms")
+if "cgroup-job" not in maps:
+    why.append("tailctl maps does not list the cgroup job")
+msg = (f"cgroup job (allot {cg['allot']}): {cg['own']} own + {cg['borrowed']} borrowed cores, "
+       f"service (allot {svc['allot']}): {svc['cores']} cores; hog threads' ticks in the window "
+       f"min {workers[0] if workers else None} max {workers[-1] if workers else None}; "
+       f"longest job-token wait {st.get('allot_max_wait_ns', 0) / 1e6:.1f} ms (watchdog margin {st['watchdog_margin_ms']} ms), "
+       f"{st.get('allot_waits')} waits, {st.get('allot_overdue')} overdue, {st.get('allot_borrows')} borrows")
+print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
+PY
+)
+  case "$verdict" in ok*) pass allotcgroup "${verdict#ok }" "\"detail\": $(cat "$out/allotcgroup.json")";; *) fail allotcgroup "${verdict#bad }";; esac
+}
+
+test_allotreqalloc() {
+  local n; n=$(nproc)
+  if [ -n "$sched_pid" ]; then allot_cur=""; stop_sched || { fail allotreqalloc "previous scheduler exit non-zero: $(sched_why)"; return; }; fi
+  allot_cur=reqshares
+  start_sched --allot equi --request-shares || { fail allotreqalloc "scheduler did not load with --request-shares: $(sched_why)"; return; }
+  exec_svc() { exec "$ktest" -w "$n" greedy --benign --secs 40 --requests 2 --items 8 --item-us 20000; }
+  exec_svc >"$out/allot-req.json" 2>>"$out/allot.err" & local sp=$!
+  sleep 10
+  "$wl/tailctl" maps dump req_acct --json >"$out/req_acct.json" 2>>"$out/allot.err"; local drc=$?
+  "$wl/tailctl" maps dump regions 2>>"$out/allot.err" | sed -n '/^REQUESTS/,/^WORKERS/p' | head -n 8 >"$out/allotreqalloc-maps.txt"
+  kill -9 $sp; wait $sp 2>/dev/null
+  sched_alive || { fail allotreqalloc "scheduler ejected: $(sched_why)"; return; }
+  allot_end allotreqalloc || { fail allotreqalloc "scheduler exit non-zero: $(sched_why)"; return; }
+  [ $drc = 0 ] || { fail allotreqalloc "req_acct dump failed: $(tail -c 300 "$out/allot.err")"; return; }
+  local verdict
+  verdict=$($PY - "$out/req_acct.json" "$sp" "$n" <<'PY'
+import json, sys
+entries = [e["value"] for e in json.load(open(sys.argv[1]))]
+pid, n = int(sys.argv[2]), int(sys.argv[3])
+mine = [v for v in entries if v["owner"] and v["owner"] & 0xffffffff == pid and v["shared_starts"]]
+why = []
+if not mine:
+    print("bad", "no request of the service ran under a per-request share"); sys.exit()
+starts = sum(v["shared_starts"] for v in mine)
+over = sum(v["over_alloc"] for v in mine)
+steady = [v for v in mine if v["share_min"] == v["share_max"]]
+worst = max((v["max_running_shared"] - v["share_max"] for v in steady), default=None)
+shares = sorted({v["share_max"] for v in mine} | {v["share_min"] for v in mine})
+mx = max(v["max_running_shared"] for v in mine)
+if worst is None:
+    why.append("no request kept one share all its life")
+elif worst > 0:
+    why.append(f"a request with a constant share ran {worst} threads over it")
+if n // 2 not in shares:
+    why.append(f"shares seen {shares}, expected {n // 2} (2 requests, allotment {n})")
+msg = (f"{len(mine)} requests under a share (shares seen {shares}), {len(steady)} with one share all along: "
+       f"most running over the share {worst}; most running at a start {mx}; "
+       f"{over} of {starts} starts found more running than the share")
+print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
+PY
+)
+  case "$verdict" in ok*) pass allotreqalloc "${verdict#ok }";; *) fail allotreqalloc "${verdict#bad }";; esac
 }

@@ -462,7 +462,12 @@ impl Loop {
                 queued_avg: inputs.stealable as f64,
                 queued_now: inputs.stealable as f64,
             });
-            demands.push(inputs.demand());
+            // No region (a cgroup job, --job): its runnable threads are its demand.
+            demands.push(if inputs.workers > 0 {
+                inputs.demand()
+            } else {
+                runnable.min(MAX_WORKERS)
+            });
         }
         let mut allot: Vec<u32> = self.jobs.iter().map(|(_, k)| k.allot).collect();
         for ev in events {

@@ -156,6 +156,14 @@ pub struct SocketAccess {
     pub gid: Option<u32>,
 }
 
+/// The scheduler's maps registration writes (the server keeps its own handles).
+pub struct ServerMaps<'a, 'b> {
+    pub regions: &'a libbpf_rs::MapMut<'b>,
+    pub services: &'a libbpf_rs::MapMut<'b>,
+    pub worker_tids: &'a libbpf_rs::MapMut<'b>,
+    pub registered: &'a libbpf_rs::MapMut<'b>,
+}
+
 /// The listening side; dropping it removes the socket file.
 pub struct RegistrationServer {
     path: PathBuf,
@@ -169,16 +177,14 @@ impl RegistrationServer {
         path: &Path,
         access: &SocketAccess,
         limits: Limits,
-        regions: &libbpf_rs::MapMut<'_>,
-        services: &libbpf_rs::MapMut<'_>,
-        worker_tids: &libbpf_rs::MapMut<'_>,
-        registered: &libbpf_rs::MapMut<'_>,
+        maps: ServerMaps<'_, '_>,
+        reserved: &[u32],
     ) -> Result<Self> {
         let maps = RegistryMaps {
-            regions: MapHandle::try_from(regions)?,
-            services: MapHandle::try_from(services)?,
-            worker_tids: MapHandle::try_from(worker_tids)?,
-            registered: MapHandle::try_from(registered)?,
+            regions: MapHandle::try_from(maps.regions)?,
+            services: MapHandle::try_from(maps.services)?,
+            worker_tids: MapHandle::try_from(maps.worker_tids)?,
+            registered: MapHandle::try_from(maps.registered)?,
         };
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
@@ -204,14 +210,20 @@ impl RegistrationServer {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(access.mode))
             .with_context(|| format!("setting the mode of {}", path.display()))?;
         listener.set_nonblocking(true)?;
+        // Cgroup jobs' slots (--job): never handed to a service, counted as registered.
+        let mut book = Book::default();
+        for &slot in reserved {
+            book.reserve(slot);
+        }
         let registry = Arc::new(Registry {
             maps,
-            book: Mutex::new(Book::default()),
+            book: Mutex::new(book),
             limits,
             shutdown: AtomicBool::new(false),
             refusals: RateLimit::default(),
             events: Mutex::new(None),
         });
+        registry.publish_count(&registry.book.lock().unwrap());
         let r = registry.clone();
         let thread = std::thread::Builder::new()
             .name("tailctl-registry".into())
@@ -689,6 +701,48 @@ fn install(
         )
         .map_err(|e| format!("installing the region map: {e}"))?;
     bind_checked(maps, peer, slot, 0, threads)
+}
+
+/// `services.pid` of a cgroup job in slot s: this + s (never a process's pid).
+pub const CGROUP_JOB_PID: u32 = crate::bpf_intf::tailctl_consts_TAILCTL_CGROUP_JOB_PID;
+
+/// Give each cgroup job (`--job`: cgroup id and path) a service slot, from the
+/// last one down, before the scheduler attaches: its `services` entry
+/// (pid CGROUP_JOB_PID + slot, epoch 0: the kernel's `owner` is the pid),
+/// its `job_cgroups` entry (cgroup id -> slot), and the registered count.
+/// Returns the slots, for the registration server to keep.
+pub fn install_cgroup_jobs(
+    services: &libbpf_rs::MapMut<'_>,
+    job_cgroups: &libbpf_rs::MapMut<'_>,
+    registered: &libbpf_rs::MapMut<'_>,
+    jobs: &[(u64, PathBuf)],
+) -> Result<Vec<u32>> {
+    let mut slots = Vec::with_capacity(jobs.len());
+    for (i, (id, path)) in jobs.iter().enumerate() {
+        let slot = MAX_SERVICES as u32 - 1 - i as u32;
+        // SAFETY: tailctl_service is plain old data; all-zero is a valid value.
+        let mut svc: tailctl_service = unsafe { std::mem::zeroed() };
+        svc.pid = CGROUP_JOB_PID + slot;
+        svc.priority = u32::from(PRIORITY_NORMAL);
+        services
+            .update(&slot.to_ne_bytes(), as_bytes(&svc), MapFlags::ANY)
+            .with_context(|| format!("writing the service entry of --job {}", path.display()))?;
+        job_cgroups
+            .update(&id.to_ne_bytes(), &slot.to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| format!("--job {}", path.display()))?;
+        info!(
+            "cgroup job {} (cgroup id {id}): slot {slot}, pid {}",
+            path.display(),
+            svc.pid
+        );
+        slots.push(slot);
+    }
+    registered.update(
+        &0u32.to_ne_bytes(),
+        &(slots.len() as u32).to_ne_bytes(),
+        MapFlags::ANY,
+    )?;
+    Ok(slots)
 }
 
 fn uninstall(maps: &RegistryMaps, slot: u32, threads: &[Thread]) {

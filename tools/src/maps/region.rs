@@ -24,6 +24,9 @@ use super::{btf, dump_json, open, sum_stats};
 pub const MAX_REQUESTS: usize = ss::MAX_REQUESTS;
 pub const MAX_WORKERS: usize = ss::MAX_WORKERS;
 const NO_TAG: u64 = u64::MAX;
+/// `services.pid` of a cgroup job (scx_tailctl --job) in slot s is this + s
+/// (TAILCTL_CGROUP_JOB_PID in bpf/intf.h).
+const CGROUP_JOB_PID: u32 = 0x8000_0000;
 
 /// Named u64 fields of one struct instance.
 pub type Fields = BTreeMap<&'static str, u64>;
@@ -290,6 +293,10 @@ fn worker_state(s: u64) -> &'static str {
 }
 
 fn comm(pid: u64) -> String {
+    // A cgroup job (scx_tailctl --job): its slot has no process.
+    if pid >= u64::from(CGROUP_JOB_PID) {
+        return format!("cgroup-job-{}", pid - u64::from(CGROUP_JOB_PID));
+    }
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "?".into())
@@ -355,6 +362,8 @@ impl Snapshot {
                 ..Default::default()
             };
             match read_region(&regions_map.handle, slot) {
+                // A cgroup job has no region by design.
+                Err(_) if pid >= u64::from(CGROUP_JOB_PID) => {}
                 Ok((id, r)) => {
                     svc.inner_map_id = id;
                     svc.region = Some(r);

@@ -861,7 +861,10 @@ fn own_sched_figures() -> serde_json::Value {
     if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
         for t in dir.flatten() {
             if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
-                let f: Vec<u64> = s.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+                let f: Vec<u64> = s
+                    .split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect();
                 if f.len() == 3 {
                     delay_ns += f[1];
                     slices += f[2];

@@ -101,6 +101,12 @@ impl Book {
         Ok(i as u32)
     }
 
+    /// Keep `slot` from services for good (a cgroup job's, `--job`): held by
+    /// root, so it counts in [`Book::count`] and no uid's quota.
+    pub fn reserve(&mut self, slot: u32) {
+        self.owners[slot as usize] = Some(0);
+    }
+
     pub fn release(&mut self, slot: u32) {
         self.owners[slot as usize] = None;
     }
@@ -132,6 +138,18 @@ mod tests {
         assert!(b.claim(0, &lim).unwrap_err().contains("slots are in use"));
         b.release(0);
         assert_eq!(b.claim(1000, &lim).unwrap(), 0);
+    }
+
+    #[test]
+    fn reserved_slots_are_never_claimed() {
+        let lim = Limits::default();
+        let mut b = Book::default();
+        b.reserve(MAX_SERVICES as u32 - 1);
+        assert_eq!(b.count(), 1);
+        for _ in 0..(MAX_SERVICES - 1) {
+            assert_ne!(b.claim(0, &lim).unwrap(), MAX_SERVICES as u32 - 1);
+        }
+        assert!(b.claim(0, &lim).unwrap_err().contains("slots are in use"));
     }
 
     #[test]
