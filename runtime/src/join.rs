@@ -53,10 +53,14 @@ where
     // Nothing of ours is pushed yet: unwinding here is like `a` panicking at
     // once, without `b` to wait for.
     join_checkpoint(wt);
-    let job_b = StackJob::new(b, SpinLatch::new(wt.index(), wt.registry()));
+    let job_b = StackJob::new(
+        b,
+        SpinLatch::new(wt.index(), wt.registry()),
+        wt.current_tag(),
+    );
     // SAFETY: `job_b` stays on this frame until its latch is set or we popped
     // it back (we wait for one of the two before returning or unwinding).
-    let job_b_ref = unsafe { job_b.as_job_ref(wt.current_tag()) };
+    let job_b_ref = unsafe { job_b.as_job_ref() };
     let job_b_id = job_b_ref.id();
     wt.push(job_b_ref);
 
