@@ -1,11 +1,18 @@
 //! Work distribution of `parallel_for` over 10^6 items on 2 workers against
-//! rayon's: items per worker, steals per loop and time per loop, for loops
-//! run as in the `pfor1e6/2t` row of `benches/overhead.rs` (ten loops per
-//! request, a 5 ms pause between samples).
+//! rayon's: items per worker, the share of the worker that took fewer items
+//! per sample, steals per loop and time per loop, for loops run as in the
+//! `pfor1e6/2t` row of `benches/overhead.rs` (ten loops per request, sides
+//! alternating, a 5 ms pause before each sample).
 //!
 //! ```sh
-//! cargo run --release -p tailctl-rt --example pfor_probe        # S=40 samples
+//! cargo run --release -p tailctl-rt --example pfor_probe   # S=40 samples per side
+//! THIRD=1 ...     # a steal-first pool of ours in the rotation too, as in the benchmark
+//! PLAIN=1 ...     # the benchmark's exact loops (per-item bodies): times only
 //! ```
+//!
+//! Without `PLAIN`, each side runs its loop over chunks of 1024 items
+//! (`parallel_for_chunks`; rayon: a parallel range over chunk indices, the
+//! same split tree) and counts a chunk's items for the worker that ran it.
 
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
