@@ -10,8 +10,8 @@
 //! field of the job itself (both job types are `#[repr(C)]`), not a third
 //! word of the [`JobRef`]: the reference stays two words, as rayon's, so a
 //! `join`'s push and pop copy two words, and the tag costs one store into the
-//! job on the pusher's stack (read through the pointer only by a worker that
-//! runs someone else's job).
+//! job on the pusher's stack (read through the pointer by `execute`, never
+//! on `join`'s pop-back fast path).
 //!
 //! # Accounting before release
 //!
