@@ -1187,13 +1187,16 @@ where
     }
     reg.counters.submitted.fetch_add(1, Ordering::Relaxed);
     let s2 = Arc::clone(&shared);
-    let job = HeapJob::new(move || {
-        run_request(tag, arrival, f, s2);
-        Release::Nothing
-    });
+    let job = HeapJob::new(
+        move || {
+            run_request(tag, arrival, f, s2);
+            Release::Nothing
+        },
+        tag,
+    );
     // SAFETY: the closure is 'static; the job is executed exactly once by
     // the worker that admits it.
-    let job_ref = unsafe { job.into_job_ref(tag) };
+    let job_ref = unsafe { job.into_job_ref() };
     reg.inject(job_ref, priority.level(), arrival);
     (RequestHandle { shared }, None)
 }

@@ -521,7 +521,8 @@ impl WorkerThread {
         let prev = self.current.get();
         // The job is user code of any length (see `fresh_now`).
         self.start_is_now.set(false);
-        let release = if job.tag == prev {
+        let tag = job.tag();
+        let release = if tag == prev {
             // SAFETY: every JobRef in our queues is executed exactly once
             // (popped or stolen once from a deque/queue); its data is alive
             // because whoever pushed it waits for its latch (or, for a heap
@@ -529,7 +530,7 @@ impl WorkerThread {
             // job itself; anything else unwinding out aborts (the guard).
             unsafe { job.execute() }
         } else {
-            self.switch_to(job.tag);
+            self.switch_to(tag);
             // SAFETY: as above.
             let release = unsafe { job.execute() };
             // Charge the job's time before its latch lets the waiter go on
@@ -573,11 +574,11 @@ impl WorkerThread {
         let reg = &*self.registry;
         match found {
             Found::Stolen(job, victim)
-                if job.tag != NO_REQUEST
+                if job.tag() != NO_REQUEST
                     && !reg
                         .shared
-                        .request(tag_slot(job.tag))
-                        .try_count_steal(tag_generation(job.tag)) =>
+                        .request(tag_slot(job.tag()))
+                        .try_count_steal(tag_generation(job.tag())) =>
             {
                 reg.counters.refused_steals.fetch_add(1, Ordering::Relaxed);
                 reg.bounce[victim].push(job);

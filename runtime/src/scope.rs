@@ -173,28 +173,31 @@ impl<'scope> Scope<'scope> {
         let wt = unsafe { &*wt };
         latch.increment();
         let ptr = ScopePtr(self);
-        let job = HeapJob::new(move || {
-            let ptr = ptr;
-            // SAFETY: the scope waits for this job's Release before it is
-            // dropped, also when its body panicked (caught, then waited for)
-            // and when this body panics or unwinds at its abort checkpoint
-            // (caught below, then released).
-            let scope = unsafe { &*ptr.0 };
-            // An aborted request skips the body (see `control`); the unwind
-            // is recorded like a panic and re-raised by `scope`.
-            let run = || {
-                checkpoint();
-                body(scope)
-            };
-            if let Err(p) = catch_unwind(AssertUnwindSafe(run)) {
-                scope.record_panic(p);
-            }
-            // The executor counts this spawn done after its bookkeeping (see
-            // `job`, "Accounting before release"); the scope waits until then.
-            Release::Count(scope.latch.as_ref().unwrap())
-        });
+        let job = HeapJob::new(
+            move || {
+                let ptr = ptr;
+                // SAFETY: the scope waits for this job's Release before it is
+                // dropped, also when its body panicked (caught, then waited for)
+                // and when this body panics or unwinds at its abort checkpoint
+                // (caught below, then released).
+                let scope = unsafe { &*ptr.0 };
+                // An aborted request skips the body (see `control`); the unwind
+                // is recorded like a panic and re-raised by `scope`.
+                let run = || {
+                    checkpoint();
+                    body(scope)
+                };
+                if let Err(p) = catch_unwind(AssertUnwindSafe(run)) {
+                    scope.record_panic(p);
+                }
+                // The executor counts this spawn done after its bookkeeping (see
+                // `job`, "Accounting before release"); the scope waits until then.
+                Release::Count(scope.latch.as_ref().unwrap())
+            },
+            wt.current_tag(),
+        );
         // SAFETY: the job runs before the scope (and its borrows) ends.
-        let job_ref = unsafe { job.into_job_ref(wt.current_tag()) };
+        let job_ref = unsafe { job.into_job_ref() };
         wt.push(job_ref);
     }
 
