@@ -121,14 +121,14 @@ if [ "${SKIP_VM:-0}" != 1 ]; then
     i=0
     for k in $kernels; do
       tail -n +1 -F --pid="${pids[$i]}" ".cache/vm/results/$k.log" 2>/dev/null \
-        | grep --line-buffered -E '^(PASS|FAIL)' | sed -u "s/^/[$k] /" &
+        | grep -a --line-buffered -E '^(PASS|FAIL)' | sed -u "s/^/[$k] /" &
       i=$((i + 1))
     done
     wait
   fi
   for k in $kernels; do
     step "scheduler tests on kernel series $k (log)"
-    [ ${#pids[@]} -gt 0 ] && grep -vE '^qemu-system' ".cache/vm/results/$k.log"
+    [ ${#pids[@]} -gt 0 ] && grep -avE '^qemu-system' ".cache/vm/results/$k.log"
     read -r gp gf <".cache/vm/results/$k/counts" 2>/dev/null || { gp=0; gf=0; }
     ok "$gp"
     [ "$gf" = 0 ] || bad "$gf" "scheduler tests on $k: $(grep '^FAIL' ".cache/vm/results/$k/progress" | tr '\n' ' ')"
