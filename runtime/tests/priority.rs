@@ -388,20 +388,7 @@ fn parallel_for_chunks_and_yield_to_higher_are_checkpoints() {
 /// otherwise keep it above the request it waits for).
 #[test]
 fn waiting_on_a_lower_request_runs_it() {
-    let pool = pool(1);
-    let handle = pool.handle();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let h = pool.submit_with_priority(p(6), move || {
-        let low = handle.submit(|| 41);
-        low.wait().map(|v| v + 1)
-    });
-    std::thread::spawn(move || tx.send(h.wait()));
-    let Ok(got) = rx.recv_timeout(GENEROUS) else {
-        // Dropping the pool would wait for the stuck request forever.
-        std::mem::forget(pool);
-        panic!("the waiting request deadlocked");
-    };
-    assert_eq!(got, Ok(Ok(42)));
+    common::assert_waiting_on_a_lower_request_completes(pool(1), GENEROUS);
 }
 
 /// Lower work run while waiting for a lower-level request inherits the

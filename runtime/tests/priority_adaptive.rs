@@ -224,19 +224,7 @@ fn every_request_finishes_under_adaptive() {
 /// running), instead of leaving it assigned where it can do nothing.
 #[test]
 fn waiting_on_a_lower_request_does_not_deadlock_under_adaptive() {
-    let pool = adaptive(1);
-    let handle = pool.handle();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let h = pool.submit_with_priority(p(6), move || {
-        let low = handle.submit(|| 41);
-        low.wait().map(|v| v + 1)
-    });
-    std::thread::spawn(move || tx.send(h.wait()));
-    let Ok(got) = rx.recv_timeout(GENEROUS) else {
-        std::mem::forget(pool);
-        panic!("the waiting request deadlocked");
-    };
-    assert_eq!(got, Ok(Ok(42)));
+    common::assert_waiting_on_a_lower_request_completes(adaptive(1), GENEROUS);
 }
 
 /// The search CPU counter is measured only when asked for, in both modes.

@@ -38,3 +38,24 @@ pub fn pool(policy: Policy, workers: usize) -> Pool {
     }
     b.build().unwrap()
 }
+
+/// On `pool` (one worker: nobody else could run it), a level-6 request
+/// submits a normal-level request and waits for it: the waiter must get it
+/// run (in prompt mode by lowering its floor, in adaptive mode by the
+/// allocator moving the worker down) instead of deadlocking. Panics after
+/// `limit` without an answer, leaking the pool (dropping it would wait for
+/// the stuck request forever).
+pub fn assert_waiting_on_a_lower_request_completes(pool: Pool, limit: Duration) {
+    let handle = pool.handle();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = pool.submit_with_priority(tailctl_rt::Priority::new(6).unwrap(), move || {
+        let low = handle.submit(|| 41);
+        low.wait().map(|v| v + 1)
+    });
+    std::thread::spawn(move || tx.send(h.wait()));
+    let Ok(got) = rx.recv_timeout(limit) else {
+        std::mem::forget(pool);
+        panic!("the waiting request deadlocked");
+    };
+    assert_eq!(got, Ok(Ok(42)));
+}
