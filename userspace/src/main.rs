@@ -185,7 +185,10 @@ fn set_nice(nice: i32) {
     // signal handler's exists.
     let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
     if rc != 0 {
-        warn!("cannot set the daemon's nice to {nice}: {}", std::io::Error::last_os_error());
+        warn!(
+            "cannot set the daemon's nice to {nice}: {}",
+            std::io::Error::last_os_error()
+        );
     }
 }
 
