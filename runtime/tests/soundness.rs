@@ -344,22 +344,12 @@ fn a_panicking_drop_inside_a_join_does_not_unwind_through_it() {
     assert!(every_worker_serves(&pool));
 }
 
-/// A stand-in for `scx_tailctl`: accepts one registration, hands out a
-/// memfd as the region map (mappable like a `BPF_F_MMAPABLE` array) and
-/// accepts the BIND; then holds the connection until the service closes it.
-/// Returns the socket path and the memfd's name (to find its mapping).
-fn fake_daemon(name: &str) -> (std::path::PathBuf, String) {
+/// A memfd named `name`, sized for a region: mappable like the daemon's
+/// `BPF_F_MMAPABLE` region map.
+fn region_memfd(name: &str) -> std::os::fd::OwnedFd {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    use std::os::unix::net::UnixListener;
-    use tailctl_rt::kernel::protocol::Reply;
-    use tailctl_rt::kernel::wire::{recv_line, send_line};
     use tailctl_rt::shared_state::SharedRegion;
-
-    let path = std::env::temp_dir().join(format!("tailctl-rt-{name}-{}.sock", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    let listener = UnixListener::bind(&path).unwrap();
-    let memfd_name = format!("tailctl-rt-{name}-{}", std::process::id());
-    let cname = std::ffi::CString::new(memfd_name.clone()).unwrap();
+    let cname = std::ffi::CString::new(name).unwrap();
     // SAFETY: a valid C string; the returned fd is checked and then owned.
     let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
     assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
@@ -371,6 +361,24 @@ fn fake_daemon(name: &str) -> (std::path::PathBuf, String) {
         unsafe { libc::ftruncate(memfd.as_raw_fd(), len as libc::off_t) },
         0
     );
+    memfd
+}
+
+/// A stand-in for `scx_tailctl`: accepts one registration, hands out a
+/// memfd as the region map (mappable like a `BPF_F_MMAPABLE` array) and
+/// accepts the BIND; then holds the connection until the service closes it.
+/// Returns the socket path and the memfd's name (to find its mapping).
+fn fake_daemon(name: &str) -> (std::path::PathBuf, String) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixListener;
+    use tailctl_rt::kernel::protocol::Reply;
+    use tailctl_rt::kernel::wire::{recv_line, send_line};
+
+    let path = std::env::temp_dir().join(format!("tailctl-rt-{name}-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).unwrap();
+    let memfd_name = format!("tailctl-rt-{name}-{}", std::process::id());
+    let memfd = region_memfd(&memfd_name);
     std::thread::spawn(move || {
         let (stream, _) = listener.accept().unwrap();
         let ok = Reply::Ok { service: 0 }.to_line();
@@ -397,28 +405,16 @@ fn fake_daemon(name: &str) -> (std::path::PathBuf, String) {
     ignore = "memfd, mmap of a file and unix sockets: not supported by Miri"
 )]
 fn a_refused_bind_leaves_a_working_pool_that_registers_again() {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixListener;
     use tailctl_rt::kernel::link::AssistedPool;
     use tailctl_rt::kernel::protocol::Reply;
     use tailctl_rt::kernel::wire::{recv_line, send_line};
-    use tailctl_rt::shared_state::SharedRegion;
 
     let path = std::env::temp_dir().join(format!("tailctl-rt-refuse-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path).unwrap();
-    let cname = std::ffi::CString::new("tailctl-rt-refuse").unwrap();
-    // SAFETY: a valid C string; the returned fd is checked and then owned.
-    let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
-    assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
-    // SAFETY: a fresh fd nothing else owns.
-    let memfd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let len = std::mem::size_of::<SharedRegion>().div_ceil(4096) * 4096;
-    // SAFETY: resizing our own memfd.
-    assert_eq!(
-        unsafe { libc::ftruncate(memfd.as_raw_fd(), len as libc::off_t) },
-        0
-    );
+    let memfd = region_memfd("tailctl-rt-refuse");
     let daemon = std::thread::spawn(move || {
         let ok = Reply::Ok { service: 3 }.to_line();
         // First connection: registered, then the BIND is refused.
