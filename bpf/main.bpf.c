@@ -281,6 +281,8 @@ struct task_ctx {
 	/* ... and counted in its request's overdue_running. */
 	bool counted_overdue;
 	bool evict;
+	/* ops.select_cpu placed this wakeup on an idle CPU it claimed (see tailctl_enqueue). */
+	bool woke_idle;
 	/*
 	 * Released from its throttle queue and not yet past its job's cap: if
 	 * the job sends it back, its wait for the request token goes on from
@@ -412,6 +414,12 @@ static __always_inline bool dec_u32(u32 *v)
 {
 	u32 old, i;
 
+	/* Uncontended (the usual case): one try, without the loop's iterator kfuncs. */
+	old = READ_ONCE(*v);
+	if (!old)
+		return false;
+	if (__sync_val_compare_and_swap(v, old, old - 1) == old)
+		return true;
 	bpf_for(i, 0, MAX_CPUS) {
 		old = READ_ONCE(*v);
 		if (!old)
@@ -1761,7 +1769,7 @@ static __always_inline struct tailctl_job_acct *job_entry(s32 svc, u64 owner)
 static __always_inline u32 job_allot(s32 svc)
 {
 	struct tailctl_service *s;
-	u32 key = svc, a, n = scx_bpf_nr_cpu_ids();
+	u32 key = svc, a, n;
 
 	if (svc < 0 || svc >= TAILCTL_MAX_SERVICES)
 		return 0;
@@ -1769,6 +1777,9 @@ static __always_inline u32 job_allot(s32 svc)
 	if (!s)
 		return 0;
 	a = READ_ONCE(s->allot);
+	if (!a)
+		return 0;
+	n = scx_bpf_nr_cpu_ids();
 	return a > n ? n : a;
 }
 
@@ -2557,6 +2568,8 @@ s32 BPF_STRUCT_OPS(tailctl_select_cpu, struct task_struct *p, s32 prev_cpu, u64 
 
 	cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
 	tctx = resolve_task(p);
+	if (tctx)
+		tctx->woke_idle = is_idle;
 	/* A registered worker goes through enqueue, where its request's cap is checked. */
 	if (is_idle && !tctx) {
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
@@ -2570,6 +2583,7 @@ s32 BPF_STRUCT_OPS(tailctl_select_cpu, struct task_struct *p, s32 prev_cpu, u64 
 void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct task_ctx *tctx;
+	bool woke_idle = false;
 	u32 level;
 	s32 cpu;
 
@@ -2586,6 +2600,11 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	}
 
 	tctx = resolve_task(p);
+	/* Only for the wakeup it was set for. */
+	if (tctx) {
+		woke_idle = tctx->woke_idle && (enq_flags & SCX_ENQ_WAKEUP);
+		tctx->woke_idle = false;
+	}
 	/*
 	 * Still marked throttled: it left its throttle queue without being
 	 * dispatched (an affinity or nice change dequeues and re-enqueues it);
@@ -2630,7 +2649,13 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	prio_insert(p, level, task_vtime(p), enq_flags);
 	STAT_INC(shared_enqueues);
 
-	/* Work-conserving: wake an idle CPU that may run this task. */
+	/*
+	 * Work-conserving: wake an idle CPU that may run this task; not a
+	 * second one for a wakeup ops.select_cpu already placed on an idle CPU
+	 * (the wakeup reschedules that CPU, which then takes it from the queue).
+	 */
+	if (woke_idle)
+		return;
 	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 	if (cpu >= 0) {
 		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
