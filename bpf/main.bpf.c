@@ -101,6 +101,12 @@ static __always_inline void waiters_set(u32 *mask, u32 svc)
 		__sync_fetch_and_or(mask, 1u << svc);
 }
 
+/* May service @svc's queue hold a thread (its bit in @mask)? */
+static __always_inline bool waiters_may(u32 mask, s32 svc)
+{
+	return svc >= 0 && svc < TAILCTL_MAX_SERVICES && (mask & (1u << svc));
+}
+
 /* @dsq (service @svc's queue) looked empty: clear its bit unless a thread arrived. */
 static __always_inline void waiters_clear_if_empty(u32 *mask, u32 svc, u64 dsq)
 {
@@ -428,6 +434,17 @@ static __always_inline bool dec_u32(u32 *v)
 			return true;
 	}
 	return true;
+}
+
+/*
+ * The accounting paths take `now` from their caller, 0 meaning "not read":
+ * the hot callbacks (running, stopping, tick) need the time only for the
+ * rare event they stamp (a serialization, a settle, an enforced allotment),
+ * so they read the clock then, not on every call.
+ */
+static __always_inline u64 clock_or(u64 now)
+{
+	return now ? now : bpf_ktime_get_ns();
 }
 
 /* The registration identity of service slot @svc now (see tailctl_request_acct.owner). */
@@ -895,6 +912,7 @@ static __always_inline void check_threshold(struct task_ctx *tctx, struct tailct
 	 * Stamp, then cap: req_set_share (per-request allocations) re-reads the
 	 * stamp after it changed alloc and puts the 1 back if it raced with this.
 	 */
+	now = clock_or(now);
 	a->serialized_at_ns = now;
 	__sync_lock_test_and_set(&a->alloc, 1);
 	/* The thread that saw the crossing keeps running with the one token; the others are preempted now. */
@@ -1001,7 +1019,7 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 		dec_u32(&a->arriving);
 		set_cpu_run(NO_TAG, 0);
 		if (a->serialized_at_ns && !a->settled_at_ns && settled_now(a))
-			a->settled_at_ns = now;
+			a->settled_at_ns = clock_or(now);
 		__sync_fetch_and_add(&a->bounces, 1);
 		tctx->bounced = true;
 		bounce(p, tctx);
@@ -1081,7 +1099,7 @@ static __always_inline void end_request(struct task_struct *p, struct task_ctx *
 	if (r && slot < TAILCTL_MAX_REQUESTS)
 		r->requests[slot].kernel_running = running;
 	if (a->serialized_at_ns && !a->settled_at_ns && settled_now(a))
-		a->settled_at_ns = now;
+		a->settled_at_ns = clock_or(now);
 }
 
 /*
@@ -1872,6 +1890,7 @@ static __always_inline void job_check_enforced(struct tailctl_job_acct *j, u64 n
 		return;
 	if (__sync_val_compare_and_swap(&j->pending, 1, 0) != 1)
 		return;
+	now = clock_or(now);
 	lat = now > at ? now - at : 0;
 	j->enforced_at_ns = now;
 	j->lat_last_ns = lat;
@@ -2242,7 +2261,9 @@ static __always_inline void job_stopping(struct task_struct *p, struct task_ctx 
 					 u64 now)
 {
 	job_stop(p, tctx, now, r);
-	if (scx_bpf_dsq_nr_queued(TAILCTL_JOB_DSQ_BASE + tctx->svc))
+	/* The bit first: with no allotment the queue stays empty and this costs no kfunc call. */
+	if (waiters_may(READ_ONCE(job_waiters_mask), tctx->svc) &&
+	    scx_bpf_dsq_nr_queued(TAILCTL_JOB_DSQ_BASE + tctx->svc))
 		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), 0);
 }
 
@@ -2842,8 +2863,9 @@ void BPF_STRUCT_OPS(tailctl_running, struct task_struct *p)
 	if (!tctx)
 		return;
 	r = service_region(tctx->svc);
+	/* 0: the clock is read only if something is stamped (clock_or). */
 	if (r)
-		begin_request(p, tctx, r, bpf_ktime_get_ns());
+		begin_request(p, tctx, r, 0);
 	else
 		tctx->evict = false; /* begin_request's reset, for a task with no region (a cgroup job's) */
 	job_running(p, tctx);
@@ -2867,7 +2889,7 @@ void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 	job_tick(p, tctx, r);
 	if (!r)
 		return;
-	now = bpf_ktime_get_ns();
+	now = 0; /* read only if something is stamped (clock_or) */
 	tag = current_request(tctx, r, &idx);
 	if (tag != tctx->tag) {
 		end_request(p, tctx, r, now);
@@ -2895,18 +2917,16 @@ void BPF_STRUCT_OPS(tailctl_stopping, struct task_struct *p, bool runnable)
 {
 	struct task_ctx *tctx = task_ctx(p);
 	struct tailctl_region *r;
-	u64 now;
 
 	charge_vtime(p, job_vtime_scale(tctx));
 	prio_stopping(p);
 
 	if (!tctx || tctx->svc < 0)
 		return;
-	/* One region look-up and one clock read for the job's and the request's accounting. */
+	/* One region look-up for the job's and the request's accounting; the clock only if stamped (clock_or). */
 	r = service_region(tctx->svc);
-	now = bpf_ktime_get_ns();
-	job_stopping(p, tctx, r, now);
-	end_request(p, tctx, r, now);
+	job_stopping(p, tctx, r, 0);
+	end_request(p, tctx, r, 0);
 	if (tctx->overdue) {
 		tctx->overdue = false;
 		STAT_INC(overdue_runs);
