@@ -1453,12 +1453,15 @@ __noinline int prio_svc_level(u32 svc)
 __noinline int prio_dispatch_levels(s32 cpu)
 {
 	u32 key = cpu;
-	struct prio_cpu *pc = bpf_map_lookup_elem(&prio_cpus, &key);
+	struct prio_cpu *pc;
 	int l, top = -1, starving = -1;
-	u64 now = bpf_ktime_get_ns(), oldest = 0;
+	u64 now, oldest = 0;
 
+	/* Levels unused: the shared queue, without a clock read or a look-up. */
 	if (!prio_active())
 		return scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0);
+	pc = bpf_map_lookup_elem(&prio_cpus, &key);
+	now = bpf_ktime_get_ns();
 	if (pc)
 		pc->decided_at = now;
 	for (l = TAILCTL_PRIO_LEVELS - 1; l >= 0; l--) {
