@@ -101,6 +101,12 @@ static __always_inline void waiters_set(u32 *mask, u32 svc)
 		__sync_fetch_and_or(mask, 1u << svc);
 }
 
+/* May service @svc's queue hold a thread (its bit in @mask)? */
+static __always_inline bool waiters_may(u32 mask, s32 svc)
+{
+	return svc >= 0 && svc < TAILCTL_MAX_SERVICES && (mask & (1u << svc));
+}
+
 /* @dsq (service @svc's queue) looked empty: clear its bit unless a thread arrived. */
 static __always_inline void waiters_clear_if_empty(u32 *mask, u32 svc, u64 dsq)
 {
@@ -182,6 +188,33 @@ struct {
 	__type(value, struct tailctl_worker_ref);
 } worker_tids SEC(".maps");
 
+/*
+ * Binding generation: the daemon bumps it (under one lock, after the change)
+ * whenever it writes worker_tids or a services entry's identity. A task's
+ * binding, resolved at generation g, holds while the generation is still g
+ * (and, with --job cgroups, while the task is still in the cgroup it was
+ * resolved in), so the hot paths compare one number instead of looking the
+ * tid up in worker_tids at every wakeup and context switch. A binding names a
+ * task, not a tid: a new thread that reuses a tid has new task storage, whose
+ * generation (BIND_GEN_NONE) matches nothing, so it is always looked up.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} bind_gen SEC(".maps");
+
+#define BIND_GEN_NONE (~0ULL)
+
+static __always_inline u64 bind_gen_now(void)
+{
+	u32 zero = 0;
+	u64 *g = bpf_map_lookup_elem(&bind_gen, &zero);
+
+	return g ? READ_ONCE(*g) : BIND_GEN_NONE;
+}
+
 /* ---- tid bindings name threads, not tid numbers (issue 15, item 6) ------ */
 
 /* Length of /proc's clock tick (1e9 / USER_HZ), the unit of start_ticks; set by user space. */
@@ -225,6 +258,9 @@ struct {
 struct task_ctx {
 	s32 svc;
 	u32 worker;
+	/* The binding generation (and cgroup, with --job) svc/worker/owner were resolved at (see bind_gen). */
+	u64 bind_gen;
+	u64 bind_cgid;
 	/* The request this task is charged to while it runs (tag, acct index), or tag ~0. */
 	u64 tag;
 	u32 acct_idx;
@@ -251,6 +287,8 @@ struct task_ctx {
 	/* ... and counted in its request's overdue_running. */
 	bool counted_overdue;
 	bool evict;
+	/* ops.select_cpu placed this wakeup on an idle CPU it claimed (see tailctl_enqueue). */
+	bool woke_idle;
 	/*
 	 * Released from its throttle queue and not yet past its job's cap: if
 	 * the job sends it back, its wait for the request token goes on from
@@ -382,6 +420,12 @@ static __always_inline bool dec_u32(u32 *v)
 {
 	u32 old, i;
 
+	/* Uncontended (the usual case): one try, without the loop's iterator kfuncs. */
+	old = READ_ONCE(*v);
+	if (!old)
+		return false;
+	if (__sync_val_compare_and_swap(v, old, old - 1) == old)
+		return true;
 	bpf_for(i, 0, MAX_CPUS) {
 		old = READ_ONCE(*v);
 		if (!old)
@@ -390,6 +434,17 @@ static __always_inline bool dec_u32(u32 *v)
 			return true;
 	}
 	return true;
+}
+
+/*
+ * The accounting paths take `now` from their caller, 0 meaning "not read":
+ * the hot callbacks (running, stopping, tick) need the time only for the
+ * rare event they stamp (a serialization, a settle, an enforced allotment),
+ * so they read the clock then, not on every call.
+ */
+static __always_inline u64 clock_or(u64 now)
+{
+	return now ? now : bpf_ktime_get_ns();
 }
 
 /* The registration identity of service slot @svc now (see tailctl_request_acct.owner). */
@@ -605,15 +660,19 @@ static __always_inline s32 task_cgroup_job(struct task_struct *p)
 /* ---- end of cgroup jobs --------------------------------------------------- */
 
 /*
- * (Re)bind @p to its service slot if the daemon registered its tid. Looked up
- * at every call: unregistration takes effect at once.
+ * (Re)bind @p to its service slot if the daemon registered its tid. The
+ * answer is cached in @p's task_ctx with the binding generation it was
+ * looked up at (see bind_gen): while nothing changed, a task costs one
+ * comparison here, registered or not, instead of a worker_tids look-up.
+ * Unregistration still takes effect at the task's next event: the daemon
+ * bumps the generation after removing the bindings.
  */
 static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
 {
 	struct tailctl_worker_ref *ref;
 	struct task_ctx *tctx;
 	u32 tid = p->pid, zero = 0, *nr;
-	u64 owner;
+	u64 owner, gen, cgid;
 
 	bool cg = false;
 	u32 svc, worker;
@@ -622,17 +681,28 @@ static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
 	nr = bpf_map_lookup_elem(&registered, &zero);
 	if (!nr || !*nr)
 		return NULL;
+	/* Created by ops.init_task for every task: the hot paths never allocate. */
+	tctx = task_ctx(p);
+	if (!tctx)
+		return NULL;
+	/* Read before the look-ups: a change racing with them bumps it past what is cached. */
+	gen = bind_gen_now();
+	cgid = nr_job_cgroups && !(p->flags & PF_KTHREAD) ? task_cgroup_id(p) : 0;
+	if (gen != BIND_GEN_NONE && tctx->bind_gen == gen && tctx->bind_cgid == cgid)
+		return tctx->svc >= 0 ? tctx : NULL;
+
 	ref = bpf_map_lookup_elem(&worker_tids, &tid);
 	owner = ref && ref->service < TAILCTL_MAX_SERVICES ? service_owner(ref->service) : 0;
 	if (!ref || ref->service >= TAILCTL_MAX_SERVICES || ref->worker >= TAILCTL_MAX_WORKERS || !owner ||
 	    !tid_binding_matches(p, ref)) {
 		/* Not a registered worker: a thread of a cgroup job, if its cgroup is one. */
-		cgsvc = task_cgroup_job(p);
+		cgsvc = cgid ? cgroup_job_slot(cgid) : -1;
 		owner = cgsvc >= 0 && cgsvc < TAILCTL_MAX_SERVICES ? service_owner(cgsvc) : 0;
 		if (!owner) {
-			tctx = task_ctx(p);
-			if (tctx && tctx->svc >= 0)
+			if (tctx->svc >= 0)
 				unbind(tctx);
+			tctx->bind_gen = gen;
+			tctx->bind_cgid = cgid;
 			return NULL;
 		}
 		cg = true;
@@ -642,9 +712,6 @@ static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
 		svc = ref->service;
 		worker = ref->worker;
 	}
-	tctx = bpf_task_storage_get(&task_ctxs, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!tctx)
-		return NULL;
 	if (!tctx->bound || tctx->svc != (s32)svc || tctx->worker != worker ||
 	    tctx->owner != owner || tctx->cg != cg) {
 		/* What it held belongs to its old binding: give it back before rebinding. */
@@ -663,17 +730,34 @@ static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
 	tctx->owner = owner;
 	tctx->cg = cg;
 	tctx->tid = tid;
+	tctx->bind_gen = gen;
+	tctx->bind_cgid = cgid;
 	return tctx;
 }
 
-/* Is @p (with ctx @tctx) still the worker @tctx says, of the same registration? No side effects. */
+/* @tctx was unbound outside resolve_task: its cached answer no longer holds. */
+static __always_inline void forget_binding(struct task_ctx *tctx)
+{
+	tctx->bind_gen = BIND_GEN_NONE;
+}
+
+/*
+ * Is @p (with ctx @tctx) still the worker @tctx says, of the same
+ * registration? No side effects. While the binding generation (and, for a
+ * cgroup job's thread, the cgroup) is the one @tctx was resolved at, nothing
+ * it was resolved from changed.
+ */
 static __always_inline bool still_bound(struct task_struct *p, struct task_ctx *tctx)
 {
 	struct tailctl_worker_ref *ref;
 	u32 tid = p->pid;
+	u64 gen;
 
 	if (tctx->svc < 0)
 		return false;
+	gen = bind_gen_now();
+	if (gen != BIND_GEN_NONE && tctx->bind_gen == gen && (!tctx->cg || task_cgroup_id(p) == tctx->bind_cgid))
+		return true;
 	if (tctx->cg)
 		return task_cgroup_job(p) == tctx->svc && service_owner(tctx->svc) == tctx->owner;
 	ref = bpf_map_lookup_elem(&worker_tids, &tid);
@@ -828,6 +912,7 @@ static __always_inline void check_threshold(struct task_ctx *tctx, struct tailct
 	 * Stamp, then cap: req_set_share (per-request allocations) re-reads the
 	 * stamp after it changed alloc and puts the 1 back if it raced with this.
 	 */
+	now = clock_or(now);
 	a->serialized_at_ns = now;
 	__sync_lock_test_and_set(&a->alloc, 1);
 	/* The thread that saw the crossing keeps running with the one token; the others are preempted now. */
@@ -934,7 +1019,7 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 		dec_u32(&a->arriving);
 		set_cpu_run(NO_TAG, 0);
 		if (a->serialized_at_ns && !a->settled_at_ns && settled_now(a))
-			a->settled_at_ns = now;
+			a->settled_at_ns = clock_or(now);
 		__sync_fetch_and_add(&a->bounces, 1);
 		tctx->bounced = true;
 		bounce(p, tctx);
@@ -1014,7 +1099,7 @@ static __always_inline void end_request(struct task_struct *p, struct task_ctx *
 	if (r && slot < TAILCTL_MAX_REQUESTS)
 		r->requests[slot].kernel_running = running;
 	if (a->serialized_at_ns && !a->settled_at_ns && settled_now(a))
-		a->settled_at_ns = now;
+		a->settled_at_ns = clock_or(now);
 }
 
 /*
@@ -1368,12 +1453,15 @@ __noinline int prio_svc_level(u32 svc)
 __noinline int prio_dispatch_levels(s32 cpu)
 {
 	u32 key = cpu;
-	struct prio_cpu *pc = bpf_map_lookup_elem(&prio_cpus, &key);
+	struct prio_cpu *pc;
 	int l, top = -1, starving = -1;
-	u64 now = bpf_ktime_get_ns(), oldest = 0;
+	u64 now, oldest = 0;
 
+	/* Levels unused: the shared queue, without a clock read or a look-up. */
 	if (!prio_active())
 		return scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0);
+	pc = bpf_map_lookup_elem(&prio_cpus, &key);
+	now = bpf_ktime_get_ns();
 	if (pc)
 		pc->decided_at = now;
 	for (l = TAILCTL_PRIO_LEVELS - 1; l >= 0; l--) {
@@ -1702,7 +1790,7 @@ static __always_inline struct tailctl_job_acct *job_entry(s32 svc, u64 owner)
 static __always_inline u32 job_allot(s32 svc)
 {
 	struct tailctl_service *s;
-	u32 key = svc, a, n = scx_bpf_nr_cpu_ids();
+	u32 key = svc, a, n;
 
 	if (svc < 0 || svc >= TAILCTL_MAX_SERVICES)
 		return 0;
@@ -1710,6 +1798,9 @@ static __always_inline u32 job_allot(s32 svc)
 	if (!s)
 		return 0;
 	a = READ_ONCE(s->allot);
+	if (!a)
+		return 0;
+	n = scx_bpf_nr_cpu_ids();
 	return a > n ? n : a;
 }
 
@@ -1802,6 +1893,7 @@ static __always_inline void job_check_enforced(struct tailctl_job_acct *j, u64 n
 		return;
 	if (__sync_val_compare_and_swap(&j->pending, 1, 0) != 1)
 		return;
+	now = clock_or(now);
 	lat = now > at ? now - at : 0;
 	j->enforced_at_ns = now;
 	j->lat_last_ns = lat;
@@ -1828,9 +1920,9 @@ static __always_inline void job_check_enforced(struct tailctl_job_acct *j, u64 n
 }
 
 /* Charge the CPU time since the last charge point to the job (working or not, borrowed or not). */
-static __always_inline void job_charge(struct task_struct *p, struct task_ctx *tctx, struct tailctl_job_acct *j)
+static __always_inline void job_charge(struct task_struct *p, struct task_ctx *tctx, struct tailctl_job_acct *j,
+				       struct tailctl_region *r)
 {
-	struct tailctl_region *r;
 	u64 now_cpu = p->se.sum_exec_runtime, delta;
 	u32 w = tctx->worker;
 
@@ -1848,8 +1940,7 @@ static __always_inline void job_charge(struct task_struct *p, struct task_ctx *t
 		__sync_fetch_and_add(&j->work_ns, delta);
 		return;
 	}
-	/* The worker's state is a hint from the region: it only splits the job's own time. */
-	r = service_region(tctx->svc);
+	/* The worker's state is a hint from the region (@r, the caller's look-up): it only splits the job's own time. */
 	if (r && w < TAILCTL_MAX_WORKERS && READ_ONCE(r->workers[w].state) == TAILCTL_WORKER_WORKING)
 		__sync_fetch_and_add(&j->work_ns, delta);
 	else
@@ -1877,12 +1968,13 @@ static __always_inline void job_preempt(struct task_struct *p, struct task_ctx *
 }
 
 /* The job thread stops running (or is unbound): account, give back its token and its CPU. */
-static __always_inline void job_stop(struct task_struct *p, struct task_ctx *tctx, u64 now)
+static __always_inline void job_stop(struct task_struct *p, struct task_ctx *tctx, u64 now,
+				     struct tailctl_region *r)
 {
 	struct tailctl_job_acct *j = job_entry(tctx->svc, tctx->owner);
 
 	if (p && j && tctx->job_on_cpu)
-		job_charge(p, tctx, j);
+		job_charge(p, tctx, j, r);
 	tctx->job_from_ns = 0;
 	if (tctx->job_on_cpu) {
 		tctx->job_on_cpu = false;
@@ -1908,7 +2000,7 @@ static __always_inline void job_unbind(struct task_ctx *tctx)
 
 	if (tctx->svc < 0)
 		return;
-	job_stop(NULL, tctx, bpf_ktime_get_ns());
+	job_stop(NULL, tctx, bpf_ktime_get_ns(), NULL);
 	job_leave_wait(tctx);
 	if (__sync_val_compare_and_swap(&tctx->job_runnable, 1, 0) == 1) {
 		j = job_entry(tctx->svc, tctx->owner);
@@ -2168,22 +2260,25 @@ static __always_inline void job_running(struct task_struct *p, struct task_ctx *
 }
 
 /* ops.stopping for a job thread: its token and CPU go back; a waiter of its job may take them now. */
-static __always_inline void job_stopping(struct task_struct *p, struct task_ctx *tctx)
+static __always_inline void job_stopping(struct task_struct *p, struct task_ctx *tctx, struct tailctl_region *r,
+					 u64 now)
 {
-	job_stop(p, tctx, bpf_ktime_get_ns());
-	if (scx_bpf_dsq_nr_queued(TAILCTL_JOB_DSQ_BASE + tctx->svc))
+	job_stop(p, tctx, now, r);
+	/* The bit first: with no allotment the queue stays empty and this costs no kfunc call. */
+	if (waiters_may(READ_ONCE(job_waiters_mask), tctx->svc) &&
+	    scx_bpf_dsq_nr_queued(TAILCTL_JOB_DSQ_BASE + tctx->svc))
 		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), 0);
 }
 
 /* ops.tick for a job thread: charge; give back a borrowed CPU someone wants; shed a token over the allotment. */
-static __always_inline void job_tick(struct task_struct *p, struct task_ctx *tctx)
+static __always_inline void job_tick(struct task_struct *p, struct task_ctx *tctx, struct tailctl_region *r)
 {
 	struct tailctl_job_acct *j = job_entry(tctx->svc, tctx->owner);
 	u32 allot = job_allot(tctx->svc);
 
 	if (!j || !tctx->job_on_cpu)
 		return;
-	job_charge(p, tctx, j);
+	job_charge(p, tctx, j, r);
 	if (!allot)
 		return;
 	if (tctx->job_borrowing) {
@@ -2467,9 +2562,8 @@ int apply_allot(struct tailctl_allot_cmd *c)
  * i.e. per-thread fairness, 4/(16+1) of the machine). Charging runnable/allot
  * makes the job's allotment compete like `allot` threads.
  */
-static __always_inline u32 job_vtime_scale(struct task_struct *p)
+static __always_inline u32 job_vtime_scale(struct task_ctx *tctx)
 {
-	struct task_ctx *tctx = task_ctx(p);
 	struct tailctl_job_acct *j;
 	u32 allot, runnable;
 
@@ -2498,6 +2592,8 @@ s32 BPF_STRUCT_OPS(tailctl_select_cpu, struct task_struct *p, s32 prev_cpu, u64 
 
 	cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
 	tctx = resolve_task(p);
+	if (tctx)
+		tctx->woke_idle = is_idle;
 	/* A registered worker goes through enqueue, where its request's cap is checked. */
 	if (is_idle && !tctx) {
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
@@ -2511,6 +2607,7 @@ s32 BPF_STRUCT_OPS(tailctl_select_cpu, struct task_struct *p, s32 prev_cpu, u64 
 void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct task_ctx *tctx;
+	bool woke_idle = false;
 	u32 level;
 	s32 cpu;
 
@@ -2527,6 +2624,11 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	}
 
 	tctx = resolve_task(p);
+	/* Only for the wakeup it was set for. */
+	if (tctx) {
+		woke_idle = tctx->woke_idle && (enq_flags & SCX_ENQ_WAKEUP);
+		tctx->woke_idle = false;
+	}
 	/*
 	 * Still marked throttled: it left its throttle queue without being
 	 * dispatched (an affinity or nice change dequeues and re-enqueues it);
@@ -2571,7 +2673,13 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	prio_insert(p, level, task_vtime(p), enq_flags);
 	STAT_INC(shared_enqueues);
 
-	/* Work-conserving: wake an idle CPU that may run this task. */
+	/*
+	 * Work-conserving: wake an idle CPU that may run this task; not a
+	 * second one for a wakeup ops.select_cpu already placed on an idle CPU
+	 * (the wakeup reschedules that CPU, which then takes it from the queue).
+	 */
+	if (woke_idle)
+		return;
 	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 	if (cpu >= 0) {
 		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
@@ -2739,7 +2847,7 @@ void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 			if (a && READ_ONCE(a->waiting))
 				return;
 		}
-		charge_vtime(prev, job_vtime_scale(prev));
+		charge_vtime(prev, job_vtime_scale(ptctx));
 		prev->scx.slice = slice_ns;
 		STAT_INC(slice_extensions);
 	}
@@ -2758,8 +2866,9 @@ void BPF_STRUCT_OPS(tailctl_running, struct task_struct *p)
 	if (!tctx)
 		return;
 	r = service_region(tctx->svc);
+	/* 0: the clock is read only if something is stamped (clock_or). */
 	if (r)
-		begin_request(p, tctx, r, bpf_ktime_get_ns());
+		begin_request(p, tctx, r, 0);
 	else
 		tctx->evict = false; /* begin_request's reset, for a task with no region (a cgroup job's) */
 	job_running(p, tctx);
@@ -2778,11 +2887,12 @@ void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 
 	if (!tctx || tctx->svc < 0)
 		return;
-	job_tick(p, tctx);
+	/* One region look-up for the job's and the request's accounting. */
 	r = service_region(tctx->svc);
+	job_tick(p, tctx, r);
 	if (!r)
 		return;
-	now = bpf_ktime_get_ns();
+	now = 0; /* read only if something is stamped (clock_or) */
 	tag = current_request(tctx, r, &idx);
 	if (tag != tctx->tag) {
 		end_request(p, tctx, r, now);
@@ -2808,16 +2918,18 @@ void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 
 void BPF_STRUCT_OPS(tailctl_stopping, struct task_struct *p, bool runnable)
 {
-	struct task_ctx *tctx;
+	struct task_ctx *tctx = task_ctx(p);
+	struct tailctl_region *r;
 
-	charge_vtime(p, job_vtime_scale(p));
+	charge_vtime(p, job_vtime_scale(tctx));
 	prio_stopping(p);
 
-	tctx = task_ctx(p);
 	if (!tctx || tctx->svc < 0)
 		return;
-	job_stopping(p, tctx);
-	end_request(p, tctx, service_region(tctx->svc), bpf_ktime_get_ns());
+	/* One region look-up for the job's and the request's accounting; the clock only if stamped (clock_or). */
+	r = service_region(tctx->svc);
+	job_stopping(p, tctx, r, 0);
+	end_request(p, tctx, r, 0);
 	if (tctx->overdue) {
 		tctx->overdue = false;
 		STAT_INC(overdue_runs);
@@ -2825,6 +2937,7 @@ void BPF_STRUCT_OPS(tailctl_stopping, struct task_struct *p, bool runnable)
 	/* Unregistered while it ran (resolve_task runs only when it is queued or starts): give back now. */
 	if (!still_bound(p, tctx)) {
 		unbind(tctx);
+		forget_binding(tctx);
 		return;
 	}
 	/* Rotation: a freed token goes to a waiter; make sure some CPU looks. */
@@ -2868,6 +2981,9 @@ void BPF_STRUCT_OPS(tailctl_disable, struct task_struct *p)
 
 	if (tctx && tctx->svc >= 0)
 		unbind(tctx);
+	/* Back under sched_ext later (ops.enable), it is looked up afresh. */
+	if (tctx)
+		forget_binding(tctx);
 }
 
 /*
@@ -2882,6 +2998,24 @@ void BPF_STRUCT_OPS(tailctl_exit_task, struct task_struct *p, struct scx_exit_ta
 	if (tctx && tctx->svc >= 0)
 		unbind(tctx);
 	unbind_exited_task(p);
+}
+
+/*
+ * Every task's state is created here, once, so that no hot path allocates
+ * (ops.running and ops.enqueue only ever do a plain get); -ENOMEM makes the
+ * kernel refuse the fork (or the load), not run a task without its state.
+ */
+s32 BPF_STRUCT_OPS(tailctl_init_task, struct task_struct *p, struct scx_init_task_args *args)
+{
+	struct task_ctx *tctx;
+
+	tctx = bpf_task_storage_get(&task_ctxs, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!tctx)
+		return -ENOMEM;
+	tctx->svc = -1;
+	tctx->tag = NO_TAG;
+	tctx->bind_gen = BIND_GEN_NONE;
+	return 0;
 }
 
 /* ---- the wait bound without a dispatching CPU --------------------------- */
@@ -3060,6 +3194,7 @@ SCX_OPS_DEFINE(tailctl_ops,
 	       .quiescent = (void *)tailctl_quiescent,
 	       .enable = (void *)tailctl_enable,
 	       .disable = (void *)tailctl_disable,
+	       .init_task = (void *)tailctl_init_task,
 	       .exit_task = (void *)tailctl_exit_task,
 	       .init = (void *)tailctl_init,
 	       .exit = (void *)tailctl_exit,

@@ -509,6 +509,7 @@ impl<'a> Scheduler<'a> {
                 services: &skel.maps.services,
                 worker_tids: &skel.maps.worker_tids,
                 registered: &skel.maps.registered,
+                bind_gen: &skel.maps.bind_gen,
             },
             &reserved,
         )?);

@@ -60,23 +60,57 @@ const REGION_VERSION: u32 = crate::bpf_intf::tailctl_consts_TAILCTL_REGION_VERSI
 pub struct RegistryMaps {
     regions: MapHandle,
     services: MapHandle,
-    worker_tids: MapHandle,
+    worker_tids: Tids,
     registered: MapHandle,
 }
 
-impl TidMap for MapHandle {
+/// The kernel's binding generation (`bind_gen`): the BPF side caches each
+/// task's binding with the generation it looked it up at and looks again only
+/// once it changed, so every change to `worker_tids` or to a service's
+/// identity is followed by a bump. Under one lock, so that the generation
+/// never repeats a value some task cached before a later change.
+struct BindGen {
+    map: MapHandle,
+    last: Mutex<u64>,
+}
+
+impl BindGen {
+    fn bump(&self) {
+        let mut g = self.last.lock().unwrap();
+        *g += 1;
+        if let Err(e) = self
+            .map
+            .update(&0u32.to_ne_bytes(), &g.to_ne_bytes(), MapFlags::ANY)
+        {
+            warn!("bumping the binding generation: {e}");
+        }
+    }
+}
+
+/// `worker_tids`, each change followed by a generation bump.
+struct Tids {
+    map: MapHandle,
+    gen: BindGen,
+}
+
+impl TidMap for Tids {
     fn get(&self, tid: u32) -> Option<tailctl_worker_ref> {
-        let v = self.lookup(&tid.to_ne_bytes(), MapFlags::ANY).ok()??;
+        let v = self.map.lookup(&tid.to_ne_bytes(), MapFlags::ANY).ok()??;
         (v.len() >= std::mem::size_of::<tailctl_worker_ref>())
             // SAFETY: size checked; plain-old-data struct of integers.
             .then(|| unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) })
     }
     fn insert_new(&self, tid: u32, v: &tailctl_worker_ref) -> Result<(), String> {
-        self.update(&tid.to_ne_bytes(), as_bytes(v), MapFlags::NO_EXIST)
-            .map_err(|e| e.to_string())
+        let r = self
+            .map
+            .update(&tid.to_ne_bytes(), as_bytes(v), MapFlags::NO_EXIST)
+            .map_err(|e| e.to_string());
+        self.gen.bump();
+        r
     }
     fn remove(&self, tid: u32) {
-        let _ = self.delete(&tid.to_ne_bytes());
+        let _ = self.map.delete(&tid.to_ne_bytes());
+        self.gen.bump();
     }
 }
 
@@ -162,6 +196,7 @@ pub struct ServerMaps<'a, 'b> {
     pub services: &'a libbpf_rs::MapMut<'b>,
     pub worker_tids: &'a libbpf_rs::MapMut<'b>,
     pub registered: &'a libbpf_rs::MapMut<'b>,
+    pub bind_gen: &'a libbpf_rs::MapMut<'b>,
 }
 
 /// The listening side; dropping it removes the socket file.
@@ -183,7 +218,13 @@ impl RegistrationServer {
         let maps = RegistryMaps {
             regions: MapHandle::try_from(maps.regions)?,
             services: MapHandle::try_from(maps.services)?,
-            worker_tids: MapHandle::try_from(maps.worker_tids)?,
+            worker_tids: Tids {
+                map: MapHandle::try_from(maps.worker_tids)?,
+                gen: BindGen {
+                    map: MapHandle::try_from(maps.bind_gen)?,
+                    last: Mutex::new(0),
+                },
+            },
             registered: MapHandle::try_from(maps.registered)?,
         };
         if let Some(dir) = path.parent() {
@@ -693,6 +734,8 @@ fn install(
     maps.services
         .update(&key, as_bytes(&svc), MapFlags::ANY)
         .map_err(|e| format!("writing the service entry: {e}"))?;
+    // The slot's identity (pid, epoch) changed: cached bindings are looked up again.
+    maps.worker_tids.gen.bump();
     maps.regions
         .update(
             &key,
@@ -752,6 +795,7 @@ fn uninstall(maps: &RegistryMaps, slot: u32, threads: &[Thread]) {
     // SAFETY: plain old data; zero means "free slot".
     let empty: tailctl_service = unsafe { std::mem::zeroed() };
     let _ = maps.services.update(&key, as_bytes(&empty), MapFlags::ANY);
+    maps.worker_tids.gen.bump();
 }
 
 #[cfg(test)]
