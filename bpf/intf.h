@@ -48,6 +48,15 @@ enum tailctl_consts {
 	/* Entries of a threshold table: q = 1..TAILCTL_QMAX active requests. */
 	TAILCTL_QMAX = 256,
 
+	/*
+	 * tailctl_request_acct's live counters (running, holders, waiting,
+	 * arriving, overdue_running, unheld_running) are u32 words holding
+	 * (epoch & 0xffff) << TAILCTL_ACCT_COUNT_BITS | count: the count is the
+	 * low TAILCTL_ACCT_COUNT_BITS bits (mask TAILCTL_ACCT_COUNT_MASK).
+	 */
+	TAILCTL_ACCT_COUNT_BITS = 16,
+	TAILCTL_ACCT_COUNT_MASK = 0xffff,
+
 	TAILCTL_REGION_MAGIC = 0x54524354, /* "TCRT" */
 	TAILCTL_REGION_VERSION = 1,
 
@@ -259,6 +268,13 @@ struct tailctl_job_acct {
 /*
  * Kernel-only accounting of one request, indexed service * MAX_REQUESTS +
  * slot. The scheduler's own view, independent of what the service writes.
+ *
+ * The counters threads step up and down (running, holders, waiting,
+ * arriving, overdue_running, unheld_running) carry the low 16 bits of
+ * `epoch` above their count (see TAILCTL_ACCT_COUNT_BITS): every step is a
+ * compare-and-swap that also checks the epoch, so a thread that checked the
+ * entry before a reset can never step the next epoch's count. Readers take
+ * the count as `field & TAILCTL_ACCT_COUNT_MASK`.
  */
 struct tailctl_request_acct {
 	/* The request tag (generation << 32 | slot) this entry currently tracks. */
