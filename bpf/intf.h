@@ -56,6 +56,18 @@ enum tailctl_consts {
 	 */
 	TAILCTL_ACCT_COUNT_BITS = 16,
 	TAILCTL_ACCT_COUNT_MASK = 0xffff,
+	/*
+	 * Where a token_leak was counted (tailctl_stats.token_leak_sites): a
+	 * request token given back below 0, a request wait count left below 0,
+	 * a request token reclaimed by the timer from a holder that did not hold
+	 * it, a job token, a job wait count.
+	 */
+	TAILCTL_LEAK_PUT = 0,
+	TAILCTL_LEAK_WAIT = 1,
+	TAILCTL_LEAK_RECLAIM = 2,
+	TAILCTL_LEAK_JOB_PUT = 3,
+	TAILCTL_LEAK_JOB_WAIT = 4,
+	TAILCTL_LEAK_SITES = 5,
 
 	TAILCTL_REGION_MAGIC = 0x54524354, /* "TCRT" */
 	TAILCTL_REGION_VERSION = 1,
@@ -440,6 +452,15 @@ struct tailctl_stats {
 	 * apart from prio_inversions (which were waiting when the CPU chose).
 	 */
 	u64 prio_inversions_raced;
+	/*
+	 * Steps of a request counter (tailctl_request_acct) refused because the
+	 * entry was reset between the thread's check of it and the step: the
+	 * race the epoch-tagged counters close (each such step used to land in
+	 * the next epoch's count).
+	 */
+	u64 acct_stale_steps;
+	/* token_leaks by where they were counted (TAILCTL_LEAK_*). */
+	u64 token_leak_sites[TAILCTL_LEAK_SITES];
 };
 
 #endif /* __TAILCTL_INTF_H */

@@ -436,16 +436,23 @@ static __always_inline bool acct_in(u32 v, u64 epoch)
 static __always_inline u32 acct_inc(u32 *v, u64 epoch, u32 limit)
 {
 	u32 old, i;
+	bool stale = false;
 
 	if (limit > ACCT_CNT_MASK)
 		limit = ACCT_CNT_MASK;
 	bpf_for(i, 0, MAX_CPUS) {
 		old = READ_ONCE(*v);
-		if (!acct_in(old, epoch) || acnt(old) >= limit)
+		if (!acct_in(old, epoch)) {
+			stale = true;
+			break;
+		}
+		if (acnt(old) >= limit)
 			return 0;
 		if (__sync_val_compare_and_swap(v, old, old + 1) == old)
 			return acnt(old) + 1;
 	}
+	if (stale)
+		STAT_INC(acct_stale_steps);
 	return 0;
 }
 
@@ -458,15 +465,21 @@ static __always_inline int acct_dec(u32 *v, u64 epoch, u32 floor)
 {
 	u32 old, i;
 
+	bool stale = false;
+
 	bpf_for(i, 0, MAX_CPUS) {
 		old = READ_ONCE(*v);
-		if (!acct_in(old, epoch))
-			return ACCT_STALE;
+		if (!acct_in(old, epoch)) {
+			stale = true;
+			break;
+		}
 		if (acnt(old) <= floor)
 			return ACCT_ZERO;
 		if (__sync_val_compare_and_swap(v, old, old - 1) == old)
 			return ACCT_DONE;
 	}
+	if (stale)
+		STAT_INC(acct_stale_steps);
 	return ACCT_STALE;
 }
 
@@ -496,19 +509,28 @@ static __always_inline struct tailctl_request_acct *acct_of(struct task_ctx *tct
 }
 
 /* A count that should have been there was not: log it once per occurrence. */
-static __always_inline void count_leak(void)
+static __always_inline void count_leak(u32 site)
 {
-	STAT_INC(token_leaks);
+	struct tailctl_stats *st = stats_cpu();
+
+	if (!st)
+		return;
+	st->token_leaks++;
+	if (site < TAILCTL_LEAK_SITES)
+		st->token_leak_sites[site]++;
 }
 
 /* Take one of the request's alloc tokens (CAS loop: a lost race retries, it does not fail). */
 static __always_inline bool claim_token(struct task_ctx *tctx, struct tailctl_request_acct *a)
 {
-	u64 e = tctx->acct_epoch;
+	u64 e = tctx->acct_epoch, tag = READ_ONCE(tctx->tag);
 	u32 h, i;
 
 	if (tctx->holds_token)
 		return true;
+	/* Only in the entry the task tracks now: a token anywhere else is never given back there. */
+	if (READ_ONCE(a->tag) != tag || READ_ONCE(a->owner) != tctx->owner)
+		return false;
 	bpf_for(i, 0, MAX_CPUS) {
 		u32 alloc = READ_ONCE(a->alloc);
 
@@ -516,13 +538,28 @@ static __always_inline bool claim_token(struct task_ctx *tctx, struct tailctl_re
 			return false; /* no cap: no token needed (caller checks alloc first) */
 		h = READ_ONCE(a->holders);
 		/* Reset since the task attached (acct_epoch): nothing to claim in this entry. */
-		if (!acct_in(h, e) || acnt(h) >= alloc)
+		if (!acct_in(h, e)) {
+			STAT_INC(acct_stale_steps);
+			return false;
+		}
+		if (acnt(h) >= alloc)
 			return false;
 		if (__sync_val_compare_and_swap(&a->holders, h, h + 1) == h) {
 			/* Another CPU claimed for this same task meanwhile: one token per task. */
 			if (__sync_val_compare_and_swap(&tctx->holds_token, 0, 1) != 0) {
 				acct_dec(&a->holders, e, 0);
 				return true;
+			}
+			/*
+			 * Moved to another request by another CPU meanwhile (a
+			 * claim for a task that is not running: release_waiters):
+			 * the token is not for what it runs now; give it back
+			 * unless the mover already did.
+			 */
+			if (READ_ONCE(tctx->tag) != tag) {
+				if (__sync_val_compare_and_swap(&tctx->holds_token, 1, 0) == 1)
+					acct_dec(&a->holders, e, 0);
+				return false;
 			}
 			/*
 			 * Record the holder, then check the entry was not reset
@@ -532,8 +569,10 @@ static __always_inline bool claim_token(struct task_ctx *tctx, struct tailctl_re
 			 * token as leaked.
 			 */
 			__sync_lock_test_and_set(&a->holder, tctx->tid);
-			if (!acct_in(__sync_fetch_and_add(&a->holders, 0), e))
+			if (!acct_in(__sync_fetch_and_add(&a->holders, 0), e)) {
 				__sync_val_compare_and_swap(&a->holder, tctx->tid, 0);
+				STAT_INC(acct_stale_steps);
+			}
 			return true;
 		}
 	}
@@ -555,7 +594,7 @@ static __always_inline struct tailctl_request_acct *put_token(struct task_ctx *t
 		__sync_val_compare_and_swap(&a->holder, tctx->tid, 0);
 	/* Stale (reset since acct_of): the token went with the old epoch. */
 	if (acct_dec(&a->holders, tctx->acct_epoch, 0) == ACCT_ZERO)
-		count_leak();
+		count_leak(TAILCTL_LEAK_PUT);
 	return a;
 }
 
@@ -603,7 +642,7 @@ static __always_inline void leave_wait(struct task_ctx *tctx)
 		return;
 	a = acct_of(tctx);
 	if (a && acct_dec(&a->waiting, tctx->acct_epoch, 0) == ACCT_ZERO)
-		count_leak();
+		count_leak(TAILCTL_LEAK_WAIT);
 }
 
 /*
@@ -1847,7 +1886,7 @@ static __always_inline void job_put(struct task_ctx *tctx)
 		return;
 	j = job_entry(tctx->svc, tctx->owner);
 	if (j && !dec_u32(&j->holders))
-		count_leak();
+		count_leak(TAILCTL_LEAK_JOB_PUT);
 }
 
 /* Give a token back only while the job holds more than @allot: shed one over the allotment. */
@@ -1877,7 +1916,7 @@ static __always_inline bool job_leave_wait(struct task_ctx *tctx)
 		return false;
 	j = job_entry(tctx->svc, tctx->owner);
 	if (j && !dec_u32(&j->waiting))
-		count_leak();
+		count_leak(TAILCTL_LEAK_JOB_WAIT);
 	return true;
 }
 
@@ -2738,7 +2777,7 @@ __noinline int release_waiters(u32 svc, u64 now)
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct tailctl_request_acct *a = NULL;
 		struct task_ctx *tctx = task_ctx(p);
-		bool capped = false, overdue = false;
+		bool capped = false, overdue = false, took = false;
 		u64 waited = 0;
 		s32 cpu;
 
@@ -2752,6 +2791,26 @@ __noinline int release_waiters(u32 svc, u64 now)
 						continue;
 					overdue = true;
 				}
+			}
+		}
+		/*
+		 * Claim the token while the waiter is still in its throttle
+		 * queue, not after the move: once moved, another CPU may run it
+		 * at once and its region may move it to another request, and a
+		 * token claimed after that landed in the entry it no longer
+		 * tracked: never given back there (the timer reclaimed it as a
+		 * leak) and given back to the new one instead (a count found at
+		 * zero), the two token_leaks under the fuzzer. A claim lost to
+		 * another waiter leaves it waiting; one for a move that fails
+		 * goes back.
+		 */
+		if (capped && !overdue && a && tctx && !READ_ONCE(tctx->holds_token)) {
+			if (!claim_token(tctx, a)) {
+				if (wait_of(tctx, now) <= max_throttle_wait_ns)
+					continue;
+				overdue = true;
+			} else {
+				took = true;
 			}
 		}
 		if (tctx) {
@@ -2769,19 +2828,19 @@ __noinline int release_waiters(u32 svc, u64 now)
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
 		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0)) {
 			/* Dequeued under us: it comes back through enqueue, which sorts it out. */
-			if (tctx)
+			if (tctx) {
 				tctx->overdue = false;
+				if (took)
+					release_token(p, tctx);
+			}
 			continue;
 		}
-		/* `a` and `tctx` again: the verifier does not tie them to `capped`. */
+		/*
+		 * From here the task may already run elsewhere: its token (taken
+		 * above) is its own to give back, when it stops.
+		 */
 		if (tctx)
 			tctx->keep_wait = capped;
-		if (capped && !overdue && a && tctx) {
-			claim_token(tctx, a);
-			/* It already ran and went to sleep: a sleeper must not sit on the token. */
-			if (!(p->scx.flags & SCX_TASK_QUEUED))
-				release_token(p, tctx);
-		}
 		if (tctx) {
 			struct tailctl_stats *st = stats_cpu();
 
@@ -3075,7 +3134,7 @@ static __always_inline void check_leaked_token(u32 svc, u32 idx, struct tailctl_
 	/* Only from the epoch it was seen in: a reset since took the token with it. */
 	if (__sync_val_compare_and_swap(&a->holder, tid, 0) == tid &&
 	    acct_dec(&a->holders, e, 0) == ACCT_DONE)
-		count_leak();
+		count_leak(TAILCTL_LEAK_RECLAIM);
 }
 
 static __always_inline void check_waiters(u32 svc, u64 now)

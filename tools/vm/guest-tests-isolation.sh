@@ -180,7 +180,7 @@ for e in json.load(sys.stdin):
             if not isinstance(v, int):
                 continue  # per-level arrays (prio_runs, ...)
             s[k] = max(s.get(k, 0), v) if k.startswith("max_") else s.get(k, 0) + v
-print(" ".join(f"{k}={s[k]}" for k in ("serializations", "throttled", "rotations", "cap_preemptions", "invalid_hints", "overdue_runs")))'
+print(" ".join(f"{k}={s[k]}" for k in ("serializations", "throttled", "rotations", "cap_preemptions", "invalid_hints", "overdue_runs", "acct_stale_steps") if k in s))'
 }
 
 # share_ratio "BASE..." "OTHER...": mean(OTHER) / mean(BASE).
@@ -232,9 +232,9 @@ test_fuzz() {
   local st; st=$(stats_sum)
   # Any leaked token fails, as in every other guest test (stop_sched checks;
   # the count is read here too, to be shown).
-  local nleak; nleak=$(token_leaks)
+  local nleak kst; nleak=$(token_leaks); kst=$("$ktest" stats 2>/dev/null | tr '"' "'")
   stop_sched; local src=$?
-  [ $src = 97 ] && { fail fuzz "token_leaks = ${nleak:-?} under the fuzzer (a token or wait count was lost): $st"; return; }
+  [ $src = 97 ] && { fail fuzz "token_leaks = ${nleak:-?} under the fuzzer (a token or wait count was lost): $st; $kst"; return; }
   [ $src = 0 ] || { fail fuzz "scheduler exit non-zero: $(sched_tail)"; return; }
   [ $crc = 0 ] || { fail fuzz "the concurrent churn service failed: $(tail -c 300 "$out/fuzz-churn.err")"; return; }
   case "$churn" in ok*) ;; *) fail fuzz "the concurrent churn service: ${churn#bad }"; return;; esac
@@ -242,6 +242,6 @@ test_fuzz() {
   local figures="neighbour's CPU beside the fuzzer / beside its twin = $ratio (shares $twin/ $fz); fuzzer's own CPU / twin's = $svc ($tsvc/ $fsvc)"
   at_least 1.02 "$svc" || { fail fuzz "the fuzzer got more CPU than its benign twin: $figures"; return; }
   at_least "$ratio" "$min" || { fail fuzz "the unregistered neighbour lost CPU beside the fuzzer: $figures"; return; }
-  pass fuzz "$rounds x ${secs} s of fuzzing$([ -n "$cp" ] && echo " beside a churning capped service (${churn#ok })"), scheduler loaded, token_leaks ${nleak:-?} ($st); $figures" \
+  pass fuzz "$rounds x ${secs} s of fuzzing$([ -n "$cp" ] && echo " beside a churning capped service (${churn#ok })"), scheduler loaded, token_leaks ${nleak:-?} ($st; $kst); $figures" \
     "\"ratio\": $ratio, \"service_ratio\": $svc, \"twin_shares\": \"$twin\", \"fuzz_shares\": \"$fz\", \"stats\": \"$st\""
 }
