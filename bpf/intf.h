@@ -48,6 +48,27 @@ enum tailctl_consts {
 	/* Entries of a threshold table: q = 1..TAILCTL_QMAX active requests. */
 	TAILCTL_QMAX = 256,
 
+	/*
+	 * tailctl_request_acct's live counters (running, holders, waiting,
+	 * arriving, overdue_running, unheld_running) are u32 words holding
+	 * (epoch & 0xffff) << TAILCTL_ACCT_COUNT_BITS | count: the count is the
+	 * low TAILCTL_ACCT_COUNT_BITS bits (mask TAILCTL_ACCT_COUNT_MASK).
+	 */
+	TAILCTL_ACCT_COUNT_BITS = 16,
+	TAILCTL_ACCT_COUNT_MASK = 0xffff,
+	/*
+	 * Where a token_leak was counted (tailctl_stats.token_leak_sites): a
+	 * request token given back below 0, a request wait count left below 0,
+	 * a request token reclaimed by the timer from a holder that did not hold
+	 * it, a job token, a job wait count.
+	 */
+	TAILCTL_LEAK_PUT = 0,
+	TAILCTL_LEAK_WAIT = 1,
+	TAILCTL_LEAK_RECLAIM = 2,
+	TAILCTL_LEAK_JOB_PUT = 3,
+	TAILCTL_LEAK_JOB_WAIT = 4,
+	TAILCTL_LEAK_SITES = 5,
+
 	TAILCTL_REGION_MAGIC = 0x54524354, /* "TCRT" */
 	TAILCTL_REGION_VERSION = 1,
 
@@ -259,6 +280,13 @@ struct tailctl_job_acct {
 /*
  * Kernel-only accounting of one request, indexed service * MAX_REQUESTS +
  * slot. The scheduler's own view, independent of what the service writes.
+ *
+ * The counters threads step up and down (running, holders, waiting,
+ * arriving, overdue_running, unheld_running) carry the low 16 bits of
+ * `epoch` above their count (see TAILCTL_ACCT_COUNT_BITS): every step is a
+ * compare-and-swap that also checks the epoch, so a thread that checked the
+ * entry before a reset can never step the next epoch's count. Readers take
+ * the count as `field & TAILCTL_ACCT_COUNT_MASK`.
  */
 struct tailctl_request_acct {
 	/* The request tag (generation << 32 | slot) this entry currently tracks. */
@@ -424,6 +452,15 @@ struct tailctl_stats {
 	 * apart from prio_inversions (which were waiting when the CPU chose).
 	 */
 	u64 prio_inversions_raced;
+	/*
+	 * Steps of a request counter (tailctl_request_acct) refused because the
+	 * entry was reset between the thread's check of it and the step: the
+	 * race the epoch-tagged counters close (each such step used to land in
+	 * the next epoch's count).
+	 */
+	u64 acct_stale_steps;
+	/* token_leaks by where they were counted (TAILCTL_LEAK_*). */
+	u64 token_leak_sites[TAILCTL_LEAK_SITES];
 };
 
 #endif /* __TAILCTL_INTF_H */

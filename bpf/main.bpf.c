@@ -447,6 +447,97 @@ static __always_inline u64 clock_or(u64 now)
 	return now ? now : bpf_ktime_get_ns();
 }
 
+/*
+ * The live counters of a request entry (running, holders, waiting, arriving,
+ * overdue_running, unheld_running) are u32 words (epoch & 0xffff) << 16 |
+ * count, and every step of one is a compare-and-swap on the pair that fails
+ * when the epoch part is not the stepping thread's.
+ *
+ * Why: request_acct() resets an entry (counts zeroed, epoch++) and a region
+ * may name the same tag again, so a thread can pass acct_of() (tag, owner,
+ * epoch all still its own), lose its CPU to the reset on another CPU, and
+ * then step a count that now belongs to the next epoch: a give-back finding
+ * 0 was counted as a token_leak though nothing leaked, and one finding a new
+ * holder's token took it away (a second runner under a cap of one). The
+ * same window opened between claim_token's holders CAS and its holds_token
+ * CAS. The epoch in the word closes it: a step from another epoch is stale
+ * and does nothing; a give-back that finds 0 in its own epoch is a real
+ * leak. 16 bits of epoch suffice: the window is a few instructions, and
+ * acct_of() compares the full epoch first.
+ */
+#define ACCT_CNT_MASK ((u32)TAILCTL_ACCT_COUNT_MASK)
+#define ACCT_STALE (-1)
+#define ACCT_ZERO 0
+#define ACCT_DONE 1
+
+static __always_inline u32 acnt(u32 v)
+{
+	return v & ACCT_CNT_MASK;
+}
+
+/* The epoch part of a counter word of @epoch (count 0). */
+static __always_inline u32 acct_word(u64 epoch)
+{
+	return (u32)(epoch & ACCT_CNT_MASK) << TAILCTL_ACCT_COUNT_BITS;
+}
+
+/* Does counter word @v belong to @epoch? */
+static __always_inline bool acct_in(u32 v, u64 epoch)
+{
+	return (v & ~ACCT_CNT_MASK) == acct_word(epoch);
+}
+
+/* Count one more in @v, for a thread of @epoch, while the count is below @limit. Returns the new count, 0 if none. */
+static __always_inline u32 acct_inc(u32 *v, u64 epoch, u32 limit)
+{
+	u32 old, i;
+	bool stale = false;
+
+	if (limit > ACCT_CNT_MASK)
+		limit = ACCT_CNT_MASK;
+	bpf_for(i, 0, MAX_CPUS) {
+		old = READ_ONCE(*v);
+		if (!acct_in(old, epoch)) {
+			stale = true;
+			break;
+		}
+		if (acnt(old) >= limit)
+			return 0;
+		if (__sync_val_compare_and_swap(v, old, old + 1) == old)
+			return acnt(old) + 1;
+	}
+	if (stale)
+		STAT_INC(acct_stale_steps);
+	return 0;
+}
+
+/*
+ * Count one less in @v, for a thread of @epoch, while the count is above
+ * @floor: ACCT_DONE; ACCT_ZERO if it was not (floor 0: the count this thread
+ * gives back is missing); ACCT_STALE if the entry was reset since.
+ */
+static __always_inline int acct_dec(u32 *v, u64 epoch, u32 floor)
+{
+	u32 old, i;
+
+	bool stale = false;
+
+	bpf_for(i, 0, MAX_CPUS) {
+		old = READ_ONCE(*v);
+		if (!acct_in(old, epoch)) {
+			stale = true;
+			break;
+		}
+		if (acnt(old) <= floor)
+			return ACCT_ZERO;
+		if (__sync_val_compare_and_swap(v, old, old - 1) == old)
+			return ACCT_DONE;
+	}
+	if (stale)
+		STAT_INC(acct_stale_steps);
+	return ACCT_STALE;
+}
+
 /* The registration identity of service slot @svc now (see tailctl_request_acct.owner). */
 static __always_inline u64 service_owner(u32 svc)
 {
@@ -473,32 +564,70 @@ static __always_inline struct tailctl_request_acct *acct_of(struct task_ctx *tct
 }
 
 /* A count that should have been there was not: log it once per occurrence. */
-static __always_inline void count_leak(void)
+static __always_inline void count_leak(u32 site)
 {
-	STAT_INC(token_leaks);
+	struct tailctl_stats *st = stats_cpu();
+
+	if (!st)
+		return;
+	st->token_leaks++;
+	if (site < TAILCTL_LEAK_SITES)
+		st->token_leak_sites[site]++;
 }
 
 /* Take one of the request's alloc tokens (CAS loop: a lost race retries, it does not fail). */
 static __always_inline bool claim_token(struct task_ctx *tctx, struct tailctl_request_acct *a)
 {
+	u64 e = tctx->acct_epoch, tag = READ_ONCE(tctx->tag);
 	u32 h, i;
 
 	if (tctx->holds_token)
 		return true;
+	/* Only in the entry the task tracks now: a token anywhere else is never given back there. */
+	if (READ_ONCE(a->tag) != tag || READ_ONCE(a->owner) != tctx->owner)
+		return false;
 	bpf_for(i, 0, MAX_CPUS) {
 		u32 alloc = READ_ONCE(a->alloc);
 
 		if (!alloc)
 			return false; /* no cap: no token needed (caller checks alloc first) */
 		h = READ_ONCE(a->holders);
-		if (h >= alloc)
+		/* Reset since the task attached (acct_epoch): nothing to claim in this entry. */
+		if (!acct_in(h, e)) {
+			STAT_INC(acct_stale_steps);
+			return false;
+		}
+		if (acnt(h) >= alloc)
 			return false;
 		if (__sync_val_compare_and_swap(&a->holders, h, h + 1) == h) {
 			/* Another CPU claimed for this same task meanwhile: one token per task. */
-			if (__sync_val_compare_and_swap(&tctx->holds_token, 0, 1) != 0)
-				dec_u32(&a->holders);
-			else
-				WRITE_ONCE(a->holder, tctx->tid);
+			if (__sync_val_compare_and_swap(&tctx->holds_token, 0, 1) != 0) {
+				acct_dec(&a->holders, e, 0);
+				return true;
+			}
+			/*
+			 * Moved to another request by another CPU meanwhile (a
+			 * claim for a task that is not running: release_waiters):
+			 * the token is not for what it runs now; give it back
+			 * unless the mover already did.
+			 */
+			if (READ_ONCE(tctx->tag) != tag) {
+				if (__sync_val_compare_and_swap(&tctx->holds_token, 1, 0) == 1)
+					acct_dec(&a->holders, e, 0);
+				return false;
+			}
+			/*
+			 * Record the holder, then check the entry was not reset
+			 * meanwhile (the reset writes holders before it clears
+			 * holder, both full barriers): a stale record left in the
+			 * next epoch would let the timer reclaim its holder's
+			 * token as leaked.
+			 */
+			__sync_lock_test_and_set(&a->holder, tctx->tid);
+			if (!acct_in(__sync_fetch_and_add(&a->holders, 0), e)) {
+				__sync_val_compare_and_swap(&a->holder, tctx->tid, 0);
+				STAT_INC(acct_stale_steps);
+			}
 			return true;
 		}
 	}
@@ -518,8 +647,9 @@ static __always_inline struct tailctl_request_acct *put_token(struct task_ctx *t
 		return NULL;
 	if (READ_ONCE(a->holder) == tctx->tid)
 		__sync_val_compare_and_swap(&a->holder, tctx->tid, 0);
-	if (!dec_u32(&a->holders) && READ_ONCE(a->tag) == tctx->tag)
-		count_leak();
+	/* Stale (reset since acct_of): the token went with the old epoch. */
+	if (acct_dec(&a->holders, tctx->acct_epoch, 0) == ACCT_ZERO)
+		count_leak(TAILCTL_LEAK_PUT);
 	return a;
 }
 
@@ -550,7 +680,7 @@ static __always_inline void release_token(struct task_struct *p, struct task_ctx
 	 * slice to end (the holder may release while it keeps running, e.g.
 	 * when its worker leaves the request to wait in a join).
 	 */
-	if (a && READ_ONCE(a->waiting) && tctx->svc >= 0 &&
+	if (a && acnt(READ_ONCE(a->waiting)) && tctx->svc >= 0 &&
 	    scx_bpf_dsq_nr_queued(TAILCTL_THROTTLE_DSQ_BASE + tctx->svc)) {
 		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 		if (cpu >= 0)
@@ -566,8 +696,8 @@ static __always_inline void leave_wait(struct task_ctx *tctx)
 	if (__sync_val_compare_and_swap(&tctx->throttled, 1, 0) != 1)
 		return;
 	a = acct_of(tctx);
-	if (a && !dec_u32(&a->waiting) && READ_ONCE(a->tag) == tctx->tag)
-		count_leak();
+	if (a && acct_dec(&a->waiting, tctx->acct_epoch, 0) == ACCT_ZERO)
+		count_leak(TAILCTL_LEAK_WAIT);
 }
 
 /*
@@ -815,7 +945,8 @@ static __always_inline u64 current_request(struct task_ctx *tctx, struct tailctl
 static __always_inline struct tailctl_request_acct *request_acct(u32 idx, u64 tag, u64 owner)
 {
 	struct tailctl_request_acct *a = bpf_map_lookup_elem(&req_acct, &idx);
-	u64 old;
+	u64 old, ne;
+	u32 w;
 
 	if (!a)
 		return NULL;
@@ -826,23 +957,31 @@ static __always_inline struct tailctl_request_acct *request_acct(u32 idx, u64 ta
 		return NULL;
 	if (__sync_val_compare_and_swap(&a->tag, old, ACCT_RESETTING) != old)
 		return NULL;
+	/*
+	 * The live counters restart at 0 in the next epoch, each in one store
+	 * of the (epoch, count) word: a thread of the old epoch racing with
+	 * this finds its step stale instead of taking from the new counts.
+	 * holders first, before holder is cleared (see claim_token).
+	 */
+	ne = a->epoch + 1;
+	w = acct_word(ne);
+	__sync_lock_test_and_set(&a->holders, w);
+	__sync_lock_test_and_set(&a->running, w);
+	__sync_lock_test_and_set(&a->waiting, w);
+	__sync_lock_test_and_set(&a->arriving, w);
+	__sync_lock_test_and_set(&a->unheld_running, w);
+	__sync_lock_test_and_set(&a->overdue_running, w);
+	__sync_lock_test_and_set(&a->holder, 0);
 	a->work_ns = 0;
-	a->running = 0;
 	a->max_running_settled = 0;
-	a->holders = 0;
 	a->alloc = 0;
 	a->serialized_at_ns = 0;
 	a->settled_at_ns = 0;
 	a->throttled = 0;
-	a->waiting = 0;
 	a->max_running = 0;
 	a->bounces = 0;
 	a->bounced_ns = 0;
-	a->arriving = 0;
-	a->unheld_running = 0;
-	a->overdue_running = 0;
 	a->overdue = 0;
-	a->holder = 0;
 	a->max_running_shared = 0;
 	a->shared_starts = 0;
 	a->over_alloc = 0;
@@ -851,7 +990,7 @@ static __always_inline struct tailctl_request_acct *request_acct(u32 idx, u64 ta
 	a->share_min = a->alloc;
 	a->share_max = a->alloc;
 	a->owner = owner;
-	a->epoch++;
+	WRITE_ONCE(a->epoch, ne);
 	/* Full barrier: the zeroes and the owner are visible before the tag. */
 	__sync_lock_test_and_set(&a->tag, tag);
 	return a;
@@ -867,7 +1006,8 @@ static __always_inline struct tailctl_request_acct *request_acct(u32 idx, u64 ta
  */
 static __always_inline bool settled_now(struct tailctl_request_acct *a)
 {
-	return !__sync_fetch_and_add(&a->arriving, 0) && !__sync_fetch_and_add(&a->unheld_running, 0);
+	return !acnt(__sync_fetch_and_add(&a->arriving, 0)) &&
+	       !acnt(__sync_fetch_and_add(&a->unheld_running, 0));
 }
 
 /* A runner counted without a token got one: it no longer keeps serialization from settling. */
@@ -875,7 +1015,7 @@ static __always_inline void note_held(struct task_ctx *tctx, struct tailctl_requ
 {
 	if (tctx->counted_unheld && READ_ONCE(tctx->holds_token)) {
 		tctx->counted_unheld = false;
-		dec_u32(&a->unheld_running);
+		acct_dec(&a->unheld_running, tctx->acct_epoch, 0);
 	}
 }
 
@@ -972,8 +1112,8 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 					  struct tailctl_region *r, u64 now)
 {
 	struct tailctl_request_acct *a;
-	u32 idx = 0, slot, running, od, alloc;
-	u64 tag = current_request(tctx, r, &idx);
+	u32 idx = 0, slot, running, od, alloc, arrived;
+	u64 tag = current_request(tctx, r, &idx), e;
 
 	if (tag != tctx->tag)
 		release_token(p, tctx);
@@ -1002,10 +1142,14 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 	 * appears as a second runner.
 	 */
 	set_cpu_run(tag, idx);
-	__sync_fetch_and_add(&a->arriving, 1);
-	/* The entry was reset under us: our count went with it (or is about to); back off. */
-	if (READ_ONCE(a->tag) != tag) {
-		dec_u32(&a->arriving);
+	e = tctx->acct_epoch;
+	/* The entry was reset under us (or is being): our count went with it; back off. */
+	arrived = acct_inc(&a->arriving, e, ACCT_CNT_MASK);
+	if (arrived && READ_ONCE(a->tag) != tag) {
+		acct_dec(&a->arriving, e, 0);
+		arrived = 0;
+	}
+	if (!arrived) {
 		set_cpu_run(NO_TAG, 0);
 		tctx->tag = NO_TAG;
 		return;
@@ -1016,7 +1160,7 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 		 * overdue waiter is not sent back: bouncing it again would turn the
 		 * wait bound into a livelock whenever the token is never freed.
 		 */
-		dec_u32(&a->arriving);
+		acct_dec(&a->arriving, e, 0);
 		set_cpu_run(NO_TAG, 0);
 		if (a->serialized_at_ns && !a->settled_at_ns && settled_now(a))
 			a->settled_at_ns = clock_or(now);
@@ -1035,17 +1179,17 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 	 */
 	if (tctx->overdue && a->alloc && !tctx->holds_token) {
 		tctx->counted_overdue = true;
-		__sync_fetch_and_add(&a->overdue_running, 1);
+		acct_inc(&a->overdue_running, e, ACCT_CNT_MASK);
 		__sync_fetch_and_add(&a->overdue, 1);
 	}
 	/* Counted unheld before it leaves `arriving`, so a settle check always sees it. */
 	if (!READ_ONCE(tctx->holds_token) && !tctx->counted_overdue) {
 		tctx->counted_unheld = true;
-		__sync_fetch_and_add(&a->unheld_running, 1);
+		acct_inc(&a->unheld_running, e, ACCT_CNT_MASK);
 	}
-	running = __sync_fetch_and_add(&a->running, 1) + 1;
-	dec_u32(&a->arriving);
-	od = READ_ONCE(a->overdue_running);
+	running = acct_inc(&a->running, e, ACCT_CNT_MASK);
+	acct_dec(&a->arriving, e, 0);
+	od = acnt(READ_ONCE(a->overdue_running));
 	running = running > od ? running - od : 0;
 	tctx->counted_running = true;
 	if (running > a->max_running)
@@ -1088,13 +1232,13 @@ static __always_inline void end_request(struct task_struct *p, struct task_ctx *
 	}
 	if (tctx->counted_unheld) {
 		tctx->counted_unheld = false;
-		dec_u32(&a->unheld_running);
+		acct_dec(&a->unheld_running, tctx->acct_epoch, 0);
 	}
-	dec_u32(&a->running);
-	running = READ_ONCE(a->running);
+	acct_dec(&a->running, tctx->acct_epoch, 0);
+	running = acnt(READ_ONCE(a->running));
 	if (tctx->counted_overdue) {
 		tctx->counted_overdue = false;
-		dec_u32(&a->overdue_running);
+		acct_dec(&a->overdue_running, tctx->acct_epoch, 0);
 	}
 	if (r && slot < TAILCTL_MAX_REQUESTS)
 		r->requests[slot].kernel_running = running;
@@ -1134,7 +1278,7 @@ static __always_inline bool must_throttle(struct task_struct *p, struct task_ctx
 	if (tctx->holds_token)
 		return false;
 	/* Others are waiting for this request's token: queue behind them (rotation). */
-	if (READ_ONCE(a->waiting))
+	if (acnt(READ_ONCE(a->waiting)))
 		return true;
 	return !claim_token(tctx, a);
 }
@@ -1833,7 +1977,7 @@ static __always_inline void job_put(struct task_ctx *tctx)
 		return;
 	j = job_entry(tctx->svc, tctx->owner);
 	if (j && !dec_u32(&j->holders))
-		count_leak();
+		count_leak(TAILCTL_LEAK_JOB_PUT);
 }
 
 /* Give a token back only while the job holds more than @allot: shed one over the allotment. */
@@ -1863,7 +2007,7 @@ static __always_inline bool job_leave_wait(struct task_ctx *tctx)
 		return false;
 	j = job_entry(tctx->svc, tctx->owner);
 	if (j && !dec_u32(&j->waiting))
-		count_leak();
+		count_leak(TAILCTL_LEAK_JOB_WAIT);
 	return true;
 }
 
@@ -2464,16 +2608,17 @@ __noinline int req_share_pass(u32 svc, u32 allot)
 /* A token holder of a request whose share shrank under it: give one token over the alloc back. */
 static __always_inline bool req_shed(struct task_ctx *tctx, struct tailctl_request_acct *a)
 {
+	u64 e = tctx->acct_epoch;
 	u32 h, alloc, i;
 
 	bpf_for(i, 0, MAX_CPUS) {
 		alloc = READ_ONCE(a->alloc);
 		h = READ_ONCE(a->holders);
-		if (!alloc || h <= alloc)
+		if (!alloc || !acct_in(h, e) || acnt(h) <= alloc)
 			return false;
 		if (__sync_val_compare_and_swap(&a->holders, h, h - 1) == h) {
 			if (__sync_val_compare_and_swap(&tctx->holds_token, 1, 0) != 1) {
-				__sync_fetch_and_add(&a->holders, 1);
+				acct_inc(&a->holders, e, ACCT_CNT_MASK);
 				return false;
 			}
 			if (READ_ONCE(a->holder) == tctx->tid)
@@ -2645,10 +2790,10 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 			tctx->throttled_at_ns = bpf_ktime_get_ns();
 		tctx->keep_wait = false;
 		a = acct_of(tctx);
-		if (a) {
+		/* Counted only in its own epoch (a reset since must_throttle leaves it uncounted). */
+		if (a && acct_inc(&a->waiting, tctx->acct_epoch, ACCT_CNT_MASK)) {
 			tctx->throttled = 1;
 			__sync_fetch_and_add(&a->throttled, 1);
-			__sync_fetch_and_add(&a->waiting, 1);
 		}
 		scx_bpf_dsq_insert(p, TAILCTL_THROTTLE_DSQ_BASE + tctx->svc, slice_ns, enq_flags);
 		waiters_set(&throttle_waiters_mask, tctx->svc);
@@ -2740,7 +2885,7 @@ __noinline int release_waiters(u32 svc, u64 now)
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct tailctl_request_acct *a = NULL;
 		struct task_ctx *tctx = task_ctx(p);
-		bool capped = false, overdue = false;
+		bool capped = false, overdue = false, took = false;
 		u64 waited = 0;
 		s32 cpu;
 
@@ -2749,11 +2894,31 @@ __noinline int release_waiters(u32 svc, u64 now)
 			if (a && READ_ONCE(a->alloc)) {
 				capped = true;
 				if (!READ_ONCE(tctx->holds_token) &&
-				    READ_ONCE(a->holders) >= READ_ONCE(a->alloc)) {
+				    acnt(READ_ONCE(a->holders)) >= READ_ONCE(a->alloc)) {
 					if (wait_of(tctx, now) <= max_throttle_wait_ns)
 						continue;
 					overdue = true;
 				}
+			}
+		}
+		/*
+		 * Claim the token while the waiter is still in its throttle
+		 * queue, not after the move: once moved, another CPU may run it
+		 * at once and its region may move it to another request, and a
+		 * token claimed after that landed in the entry it no longer
+		 * tracked: never given back there (the timer reclaimed it as a
+		 * leak) and given back to the new one instead (a count found at
+		 * zero), the two token_leaks under the fuzzer. A claim lost to
+		 * another waiter leaves it waiting; one for a move that fails
+		 * goes back.
+		 */
+		if (capped && !overdue && a && tctx && !READ_ONCE(tctx->holds_token)) {
+			if (!claim_token(tctx, a)) {
+				if (wait_of(tctx, now) <= max_throttle_wait_ns)
+					continue;
+				overdue = true;
+			} else {
+				took = true;
 			}
 		}
 		if (tctx) {
@@ -2771,19 +2936,19 @@ __noinline int release_waiters(u32 svc, u64 now)
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
 		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0)) {
 			/* Dequeued under us: it comes back through enqueue, which sorts it out. */
-			if (tctx)
+			if (tctx) {
 				tctx->overdue = false;
+				if (took)
+					release_token(p, tctx);
+			}
 			continue;
 		}
-		/* `a` and `tctx` again: the verifier does not tie them to `capped`. */
+		/*
+		 * From here the task may already run elsewhere: its token (taken
+		 * above) is its own to give back, when it stops.
+		 */
 		if (tctx)
 			tctx->keep_wait = capped;
-		if (capped && !overdue && a && tctx) {
-			claim_token(tctx, a);
-			/* It already ran and went to sleep: a sleeper must not sit on the token. */
-			if (!(p->scx.flags & SCX_TASK_QUEUED))
-				release_token(p, tctx);
-		}
 		if (tctx) {
 			struct tailctl_stats *st = stats_cpu();
 
@@ -2844,7 +3009,7 @@ void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 		if (ptctx && ptctx->svc >= 0 && ptctx->holds_token) {
 			struct tailctl_request_acct *a = acct_of(ptctx);
 
-			if (a && READ_ONCE(a->waiting))
+			if (a && acnt(READ_ONCE(a->waiting)))
 				return;
 		}
 		charge_vtime(prev, job_vtime_scale(ptctx));
@@ -2907,7 +3072,7 @@ void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 			if (claim_token(tctx, a)) {
 				note_held(tctx, a);
 				/* Its share shrank under it: the excess over the alloc goes within a tick. */
-				if (READ_ONCE(a->holders) > READ_ONCE(a->alloc) && req_shed(tctx, a))
+				if (acnt(READ_ONCE(a->holders)) > READ_ONCE(a->alloc) && req_shed(tctx, a))
 					bounce(p, tctx);
 			} else if (!tctx->overdue) {
 				bounce(p, tctx);
@@ -3044,6 +3209,7 @@ struct leak_suspect {
 	u32 idx;
 	u32 tid;
 	u64 tag;
+	u64 epoch;
 };
 
 struct {
@@ -3081,24 +3247,28 @@ static __always_inline bool holder_holds(u32 tid, struct tailctl_request_acct *a
 static __always_inline void check_leaked_token(u32 svc, u32 idx, struct tailctl_request_acct *a)
 {
 	struct leak_suspect *s = bpf_map_lookup_elem(&leak_suspects, &svc);
+	u64 e = READ_ONCE(a->epoch);
 	u32 tid = READ_ONCE(a->holder);
 	u64 tag = READ_ONCE(a->tag);
 
 	if (!s)
 		return;
-	if (READ_ONCE(a->alloc) != 1 || !READ_ONCE(a->holders) || !tid || holder_holds(tid, a)) {
+	if (READ_ONCE(a->alloc) != 1 || !acnt(READ_ONCE(a->holders)) || !tid || holder_holds(tid, a)) {
 		s->tid = 0;
 		return;
 	}
-	if (s->tid != tid || s->idx != idx || s->tag != tag) {
+	if (s->tid != tid || s->idx != idx || s->tag != tag || s->epoch != e) {
 		s->tid = tid;
 		s->idx = idx;
 		s->tag = tag;
+		s->epoch = e;
 		return;
 	}
 	s->tid = 0;
-	if (__sync_val_compare_and_swap(&a->holder, tid, 0) == tid && dec_u32(&a->holders))
-		count_leak();
+	/* Only from the epoch it was seen in: a reset since took the token with it. */
+	if (__sync_val_compare_and_swap(&a->holder, tid, 0) == tid &&
+	    acct_dec(&a->holders, e, 0) == ACCT_DONE)
+		count_leak(TAILCTL_LEAK_RECLAIM);
 }
 
 static __always_inline void check_waiters(u32 svc, u64 now)

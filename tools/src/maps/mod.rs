@@ -515,12 +515,12 @@ fn render_acct(entries: &[Value], all: bool) -> String {
             idx % region::MAX_REQUESTS as u64,
             tag >> 32,
             g("work_ns") as f64 / 1e6,
-            g("running"),
+            region::acct_count(g("running")),
             g("max_running"),
             g("alloc"),
-            g("holders"),
+            region::acct_count(g("holders")),
             g("throttled"),
-            g("waiting"),
+            region::acct_count(g("waiting")),
             g("bounces"),
             if g("serialized_at_ns") != 0 {
                 "yes"

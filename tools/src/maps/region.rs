@@ -24,6 +24,11 @@ use super::{btf, dump_json, open, sum_stats};
 pub const MAX_REQUESTS: usize = ss::MAX_REQUESTS;
 pub const MAX_WORKERS: usize = ss::MAX_WORKERS;
 const NO_TAG: u64 = u64::MAX;
+/// req_acct's live counters (running, holders, waiting, ...) are words of
+/// epoch << 16 | count (TAILCTL_ACCT_COUNT_MASK in bpf/intf.h): the count.
+pub fn acct_count(word: u64) -> u64 {
+    word & 0xffff
+}
 /// `services.pid` of a cgroup job (scx_tailctl --job) in slot s is this + s
 /// (TAILCTL_CGROUP_JOB_PID in bpf/intf.h).
 const CGROUP_JOB_PID: u32 = 0x8000_0000;
@@ -392,9 +397,9 @@ impl Snapshot {
                         kernel_serialized: a("serialized_at_ns").unwrap_or(0) != 0,
                         work_ns: a("work_ns").unwrap_or(f["kernel_work_ns"]),
                         threshold_ns: thr,
-                        running: a("running").unwrap_or(f["kernel_running"]),
+                        running: a("running").map(acct_count).unwrap_or(f["kernel_running"]),
                         alloc: a("alloc").unwrap_or(f["kernel_alloc"]),
-                        waiting: a("waiting").unwrap_or(0),
+                        waiting: a("waiting").map(acct_count).unwrap_or(0),
                         throttled: a("throttled").unwrap_or(0),
                     });
                 }

@@ -1080,13 +1080,28 @@ struct ChurnKinds {
     sleep: bool,
 }
 
+/// The count in one of req_acct's live counter words (epoch << 16 | count, see bpf/intf.h).
+fn acct_count(v: u32) -> u32 {
+    v & bpf_intf::tailctl_consts_TAILCTL_ACCT_COUNT_MASK
+}
+
 /// Per-service sums and maxima of the kernel's request counters.
 fn acct_totals(acct: &Acct, svc: u32) -> Result<serde_json::Value> {
     let (mut holders, mut waiting, mut running, mut arriving, mut overdue_running, mut unheld) =
         (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let (mut max, mut throttled, mut capped) = (0u32, 0u64, 0u64);
     for slot in 0..MAX_REQUESTS as u32 {
-        let a = acct.get(svc, slot)?;
+        let mut a = acct.get(svc, slot)?;
+        for c in [
+            &mut a.holders,
+            &mut a.waiting,
+            &mut a.running,
+            &mut a.arriving,
+            &mut a.overdue_running,
+            &mut a.unheld_running,
+        ] {
+            *c = acct_count(*c);
+        }
         holders += a.holders as u64;
         waiting += a.waiting as u64;
         running += a.running as u64;
@@ -1324,7 +1339,7 @@ fn reuse(cli: &Cli, victim: bool) -> Result<()> {
     println!(
         "{}",
         serde_json::to_string(&json!({
-            "service": svc, "tag": tag, "acct_tag": a.tag, "alloc": a.alloc, "holders": a.holders,
+            "service": svc, "tag": tag, "acct_tag": a.tag, "alloc": a.alloc, "holders": acct_count(a.holders),
             "throttled": a.throttled, "serialized": a.serialized_at_ns != 0,
             "workers_seen": parallel,
         }))?
@@ -1354,6 +1369,10 @@ fn read_stats(pin_dir: &Path) -> Result<tailctl_stats> {
         t.overdue_runs += s.overdue_runs;
         t.serializations += s.serializations;
         t.token_leaks += s.token_leaks;
+        t.acct_stale_steps += s.acct_stale_steps;
+        for (t, s) in t.token_leak_sites.iter_mut().zip(s.token_leak_sites) {
+            *t += s;
+        }
         t.bound_kicks += s.bound_kicks;
         t.max_throttle_wait_ns = t.max_throttle_wait_ns.max(s.max_throttle_wait_ns);
     }
@@ -1365,7 +1384,13 @@ fn stats(cli: &Cli) -> Result<()> {
     println!(
         "{}",
         serde_json::to_string(&json!({
-            "token_leaks": s.token_leaks, "bound_kicks": s.bound_kicks,
+            "token_leaks": s.token_leaks, "acct_stale_steps": s.acct_stale_steps,
+            "token_leak_sites": {
+                "put": s.token_leak_sites[0], "wait": s.token_leak_sites[1],
+                "reclaim": s.token_leak_sites[2], "job_put": s.token_leak_sites[3],
+                "job_wait": s.token_leak_sites[4],
+            },
+            "bound_kicks": s.bound_kicks,
             "overdue_runs": s.overdue_runs, "throttled": s.throttled, "rotations": s.rotations,
             "serializations": s.serializations,
             "max_throttle_wait_ms": s.max_throttle_wait_ns as f64 / 1e6,
