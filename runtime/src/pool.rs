@@ -1376,7 +1376,8 @@ where
     }
     reg.counters.completed.fetch_add(1, Ordering::Relaxed);
     reg.request_finished();
-    swallowed += u64::from(shared.completion.complete((result, stats)));
+    let (waker_called, waker_panicked) = shared.completion.complete_reporting((result, stats));
+    swallowed += u64::from(waker_panicked);
     // A worker (of this pool or another) may be serving its pool while it
     // waits for us. The fence orders the `done` store above before the
     // `waiter` load (Dekker).
@@ -1389,11 +1390,22 @@ where
             }
         }
     }
+    let mut user_code = waker_called;
     if let Some(p) = spawn_panic {
+        user_code = true;
         swallowed += u64::from(shared.ext.report_spawn_panic(p));
     }
     // If the handle is gone this is the last reference: the result (user
-    // code) is dropped here.
-    swallowed += u64::from(drop_catching(shared));
+    // code) is dropped here. (`into_inner`: of two racing drops, exactly
+    // one gets the value, so `user_code` is exact.)
+    if let Some(inner) = Arc::into_inner(shared) {
+        user_code = true;
+        swallowed += u64::from(drop_catching(inner));
+    }
     wt.count_swallowed_panics(swallowed);
+    if tracked && !user_code {
+        // `leave_request`'s reading is still the time now, up to the steps
+        // above (see `WorkerThread::clock_is_fresh`).
+        wt.clock_is_fresh();
+    }
 }
