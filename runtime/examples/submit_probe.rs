@@ -9,6 +9,7 @@
 //! cargo run --release -p tailctl-rt --example submit_probe          # ours (tail-control, bookkeeping on)
 //! RAYON=1 cargo run --release -p tailctl-rt --example submit_probe  # rayon: spawn + channel
 //! S=200 ...                                                          # samples (default 60)
+//! OFF=1 ...                                                          # ours: steal-first, bookkeeping off
 //! ```
 
 use std::hint::black_box;
@@ -43,15 +44,25 @@ fn main() {
         .unwrap_or(60);
     let rayon = std::env::var_os("RAYON").is_some();
     let (submitters, per) = (2u64, 1000u64);
-    let ours = Pool::builder()
-        .workers(2)
-        .policy(Policy::TailControl)
-        .bookkeeping(true)
-        .thresholds(ThresholdTable::from_thresholds(vec![Some(
-            Duration::from_secs(3600),
-        )]))
-        .build()
-        .unwrap();
+    let off = std::env::var_os("OFF").is_some();
+    let ours = if off {
+        Pool::builder()
+            .workers(2)
+            .policy(Policy::StealFirst)
+            .bookkeeping(false)
+            .build()
+            .unwrap()
+    } else {
+        Pool::builder()
+            .workers(2)
+            .policy(Policy::TailControl)
+            .bookkeeping(true)
+            .thresholds(ThresholdTable::from_thresholds(vec![Some(
+                Duration::from_secs(3600),
+            )]))
+            .build()
+            .unwrap()
+    };
     let ray = rayon::ThreadPoolBuilder::new()
         .num_threads(2)
         .build()
@@ -92,7 +103,11 @@ fn main() {
     cpus.sort_by(f64::total_cmp);
     println!(
         "{}: {:.3} us/req wall (median of {samples}, min {:.3}), {:.3} us/req cpu",
-        if rayon { "rayon" } else { "ours" },
+        match (rayon, off) {
+            (true, _) => "rayon",
+            (false, true) => "ours sf-off",
+            (false, false) => "ours tc",
+        },
         walls[samples / 2],
         walls[0],
         cpus[samples / 2]

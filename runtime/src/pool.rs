@@ -40,8 +40,8 @@ use crate::shared_state::{
 use crate::threshold::ThresholdTable;
 use crate::time::now_ns;
 use crate::unwind::drop_catching;
-use std::future::Future;
 use std::cell::UnsafeCell;
+use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe, RefUnwindSafe, UnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
