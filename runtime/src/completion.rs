@@ -22,13 +22,6 @@ use crate::unwind::call_catching;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 
-/// Doublings of the spin in [`Completion::wait`] before it yields.
-#[cfg(not(loom))]
-const SPIN_STEPS: u32 = 7;
-/// Yields after the spin, before it blocks.
-#[cfg(not(loom))]
-const YIELD_STEPS: u32 = 3;
-
 enum Slot<T> {
     Pending(Option<Waker>),
     Ready(T),
@@ -93,8 +86,6 @@ impl<T> Completion<T> {
 
     /// Blocks until the value is set and takes it.
     pub(crate) fn wait(&self) -> T {
-        #[cfg(not(loom))]
-        self.spin_until_done();
         let mut g = lock(&self.slot);
         loop {
             match std::mem::replace(&mut g.slot, Slot::Taken) {
@@ -106,35 +97,6 @@ impl<T> Completion<T> {
                     g = wait(&self.cond, g);
                     g.waiters -= 1;
                 }
-            }
-        }
-    }
-
-    /// A short bounded wait on `done` before `wait` blocks (the backoff of
-    /// std's and crossbeam's channels: 2^k spin hints for k below 7, then
-    /// three yields; a few microseconds when the machine is otherwise
-    /// idle). A tiny request completes within that: the waiter then never
-    /// sleeps, and the completer never makes the `futex` call to wake it
-    /// (two system calls and a wake-up's latency per round trip; rayon's
-    /// side of the benchmarks, a channel, spins first too). The yields
-    /// matter on a small machine: with the spin alone the waiter held a
-    /// core that the request's worker needed (2 workers on 2 cores: the
-    /// tiny round trip's p50 went from 6 to 9 µs, where with the yields it
-    /// went to 2-3 µs). Only an optimisation: whatever it saw, `wait` then
-    /// takes the lock and decides there. (Not under loom: the model checks
-    /// the protocol, and the spins would multiply its interleavings.)
-    #[cfg(not(loom))]
-    fn spin_until_done(&self) {
-        for step in 0..SPIN_STEPS + YIELD_STEPS {
-            if self.is_done() {
-                return;
-            }
-            if step < SPIN_STEPS {
-                for _ in 0..1u32 << step {
-                    std::hint::spin_loop();
-                }
-            } else {
-                std::thread::yield_now();
             }
         }
     }
