@@ -283,11 +283,13 @@ impl WorkerThread {
     /// thresholds of milliseconds. A thief taking many small tasks read the
     /// clock three times per steal; now twice (`clock_gettime` is about
     /// 30 ns here: a sixth of such a thief's time went to it). The switch to
-    /// the next job still reads the clock: starting its accounting at the
-    /// old reading would charge a request time from before it arrived (the
-    /// latch release in between may wake a thread, and a request submitted
-    /// meanwhile can be the next job), which
-    /// `work_is_accounted_before_a_stolen_task_releases_its_owner` catches.
+    /// the next job may reuse the reading too, but only moved up to that
+    /// request's arrival (`switch_at`): the old reading as such would charge
+    /// a request time from before it arrived (the latch release in between
+    /// may wake a thread, and a request submitted meanwhile can be the next
+    /// job), which `work_is_accounted_before_a_stolen_task_releases_its_owner`
+    /// catches. A request's root that left its request and ran no user code
+    /// after that leaves its reading fresh as well (`clock_is_fresh`).
     pub(crate) fn fresh_now(&self) -> u64 {
         if self.start_is_now.get() {
             self.start.get()
