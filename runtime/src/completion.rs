@@ -56,6 +56,12 @@ impl<T> Completion<T> {
     /// waker's `wake` panicked (the panic is swallowed).
     #[must_use = "a swallowed waker panic should be counted"]
     pub(crate) fn complete(&self, value: T) -> bool {
+        self.complete_reporting(value).1
+    }
+
+    /// [`Self::complete`], also saying whether a waker was called (user
+    /// code ran): `(waker called, waker panicked)`.
+    pub(crate) fn complete_reporting(&self, value: T) -> (bool, bool) {
         let (waker, waiters) = {
             let mut g = lock(&self.slot);
             let old = std::mem::replace(&mut g.slot, Slot::Ready(value));
@@ -69,8 +75,8 @@ impl<T> Completion<T> {
             self.cond.notify_all();
         }
         match waker {
-            Some(w) => call_catching(|| w.wake()),
-            None => false,
+            Some(w) => (true, call_catching(|| w.wake())),
+            None => (false, false),
         }
     }
 

@@ -96,7 +96,7 @@ impl JobRef {
     /// `data` must stay valid until the job has executed, and `T` must be
     /// `#[repr(C)]` with its request tag (`u64`) as first field, never
     /// written after this call.
-    unsafe fn new<T: Job>(data: *const T) -> JobRef {
+    pub(crate) unsafe fn new<T: Job>(data: *const T) -> JobRef {
         JobRef {
             pointer: data as *const (),
             execute_fn: <T as Job>::execute,

@@ -30,7 +30,7 @@
 use crate::completion::Completion;
 use crate::control::{AbortUnwind, Control, PanicHandler, PoolExt};
 use crate::error::{BuildError, RequestPanic};
-use crate::job::{HeapJob, Release};
+use crate::job::{Job, JobRef, Release};
 use crate::policy::Policy;
 use crate::priority::{Priority, PriorityMode};
 use crate::registry::{main_loop, Config, Registry, WorkerThread};
@@ -40,8 +40,9 @@ use crate::shared_state::{
 use crate::threshold::ThresholdTable;
 use crate::time::now_ns;
 use crate::unwind::drop_catching;
+use std::cell::UnsafeCell;
 use std::future::Future;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{catch_unwind, AssertUnwindSafe, RefUnwindSafe, UnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -597,8 +598,22 @@ impl std::fmt::Debug for Pool {
     }
 }
 
-struct RequestShared<T> {
+/// A request's state shared by its handle and the worker that runs it, and
+/// its root job: one allocation per request (an `Arc`; the queued job holds
+/// one reference, the handle another). With the closure in a box of its own,
+/// as it used to be, `malloc` and `free` were a third of the instructions per
+/// request of a stream of tiny requests (callgrind, `examples/submit_probe`).
+/// `#[repr(C)]` with the tag first: the root job's `JobRef` points here
+/// (see `job`). `R` is the closure's cell, `Root<F>` while the request is
+/// being submitted, erased (`dyn RootCell`) in the handle.
+#[repr(C)]
+struct RequestShared<T, R: ?Sized = dyn RootCell> {
+    /// The request's tag (`NO_REQUEST` if untracked), for abort marks and
+    /// the root job's `JobRef::tag`. Never written after the job is made.
+    tag: u64,
     id: u64,
+    /// When the request arrived (`now_ns`).
+    arrival: u64,
     completion: Completion<(Result<T, RequestError>, RequestStats)>,
     /// Worker index + 1 of a worker waiting for this request while it
     /// serves its own pool (0: none); the completer wakes it (see
@@ -606,8 +621,6 @@ struct RequestShared<T> {
     waiter: AtomicUsize,
     /// That worker's pool (this one or another), set before `waiter`.
     waiter_registry: OnceLock<Arc<Registry>>,
-    /// The request's tag (`NO_REQUEST` if untracked), for abort marks.
-    tag: u64,
     /// Started / done / aborted (see `control`).
     control: Control,
     /// The pool's abort marks and panic handler.
@@ -616,6 +629,50 @@ struct RequestShared<T> {
     detached: bool,
     /// The request's priority level.
     level: u8,
+    /// The closure, taken by the worker that executes the root job.
+    root: R,
+}
+
+/// The cell of a request's closure (`RequestShared::root`).
+struct Root<F>(UnsafeCell<Option<F>>);
+
+/// What the handle sees of a request's closure: nothing but its size and
+/// drop (the closure is long gone by the time a handle can drop the last
+/// reference: the root job always takes it, see `run_request`).
+trait RootCell: Send + Sync + UnwindSafe + RefUnwindSafe {}
+
+impl<F: Send> RootCell for Root<F> {}
+
+// SAFETY: the closure is touched only by the one worker that executes the
+// root job (a `JobRef` is executed at most once), which takes it out
+// (`Option::take`); `F: Send` lets it move to that worker. Nobody else ever
+// reads the cell, so shared references across threads cannot race on it.
+unsafe impl<F: Send> Sync for Root<F> {}
+
+// A handle never touches the closure (only the root job does, and it runs
+// it under `catch_unwind` with `AssertUnwindSafe` already), so a panic that
+// unwinds past a handle cannot leave the closure observed in a broken state.
+impl<F> UnwindSafe for Root<F> {}
+impl<F> RefUnwindSafe for Root<F> {}
+
+impl<T, F> Job for RequestShared<T, Root<F>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    unsafe fn execute(this: *const ()) -> Release {
+        // SAFETY: `this` was made by `Arc::into_raw` in `submit_to` for this
+        // type, and a job is executed at most once: this takes back the
+        // reference the queued job held (dropped at the end of
+        // `run_request`, or while unwinding, never twice).
+        let shared = unsafe { Arc::from_raw(this as *const Self) };
+        // SAFETY: only the executor of the root job touches `root` (see the
+        // `Sync` impl of `Root`), and only here, once.
+        let f = unsafe { (*shared.root.0.get()).take() };
+        let f = f.expect("a request's root job ran twice");
+        run_request(f, shared);
+        Release::Nothing
+    }
 }
 
 impl<T> RequestShared<T> {
@@ -687,15 +744,17 @@ impl<T> RequestHandle<T> {
     /// was allocated).
     pub(crate) fn shut_down(ext: &Arc<PoolExt>) -> Self {
         let shared = RequestShared {
+            tag: NO_REQUEST,
             id: u64::MAX,
+            arrival: 0,
             completion: Completion::new(),
             waiter: AtomicUsize::new(0),
             waiter_registry: OnceLock::new(),
-            tag: NO_REQUEST,
             control: Control::new(),
             ext: Arc::clone(ext),
             detached: false,
             level: 0,
+            root: Root::<fn()>(UnsafeCell::new(None)),
         };
         let waker_panicked = shared.completion.complete((
             Err(RequestError::ShutDown),
@@ -1164,15 +1223,17 @@ where
     };
     let tag = tag.unwrap_or(NO_REQUEST);
     let shared = Arc::new(RequestShared {
+        tag,
         id,
+        arrival,
         completion: Completion::new(),
         waiter: AtomicUsize::new(0),
         waiter_registry: OnceLock::new(),
-        tag,
         control: Control::new(),
         ext: Arc::clone(&reg.ext),
         detached,
         level: priority.level(),
+        root: Root(UnsafeCell::new(Some(f))),
     });
     if arrived.is_err() {
         let waker_panicked = shared.completion.complete((
@@ -1183,20 +1244,18 @@ where
             },
         ));
         debug_assert!(!waker_panicked, "nobody polled the handle yet");
-        return (RequestHandle { shared }, Some(f));
+        // Nobody else holds the cell: the closure goes back to the caller.
+        // SAFETY: the request was never queued, so no job references
+        // `shared` and nothing else reads `root`.
+        let f = unsafe { (*shared.root.0.get()).take() };
+        return (RequestHandle { shared }, f);
     }
     reg.counters.submitted.fetch_add(1, Ordering::Relaxed);
-    let s2 = Arc::clone(&shared);
-    let job = HeapJob::new(
-        move || {
-            run_request(tag, arrival, f, s2);
-            Release::Nothing
-        },
-        tag,
-    );
-    // SAFETY: the closure is 'static; the job is executed exactly once by
-    // the worker that admits it.
-    let job_ref = unsafe { job.into_job_ref() };
+    // SAFETY: the job holds one reference to `shared` (taken back by
+    // `execute`, which runs once, on the worker that admits it), so the
+    // pointee stays valid until then; `RequestShared` is `repr(C)` with its
+    // tag first, and the tag is never written again.
+    let job_ref = unsafe { JobRef::new(Arc::into_raw(Arc::clone(&shared))) };
     reg.inject(job_ref, priority.level(), arrival);
     (RequestHandle { shared }, None)
 }
@@ -1206,9 +1265,9 @@ where
 /// (its payload goes to the handle, or to the panic handler). The values
 /// dropped here are user code run outside the closure's `catch_unwind`:
 /// they go through `drop_catching`, and `swallowed` counts their panics.
-fn run_started<F, T>(
+fn run_started<F, T, R: ?Sized>(
     f: F,
-    shared: &RequestShared<T>,
+    shared: &RequestShared<T, R>,
     swallowed: &mut u64,
 ) -> Result<T, RequestError>
 where
@@ -1239,10 +1298,11 @@ where
 /// the waker, a spawned request's panic handler or panic payload, and the
 /// result's destructor when the handle was dropped so that this worker holds
 /// the last reference) is caught, swallowed and counted.
-fn run_request<F, T>(tag: u64, arrival: u64, f: F, shared: Arc<RequestShared<T>>)
+fn run_request<F, T>(f: F, shared: Arc<RequestShared<T, Root<F>>>)
 where
-    F: FnOnce() -> T,
+    F: FnOnce() -> T + Send,
 {
+    let (tag, arrival) = (shared.tag, shared.arrival);
     // SAFETY: root jobs are only executed by workers, whose WorkerThread
     // outlives the job.
     let wt = unsafe { &*WorkerThread::current() };
@@ -1316,7 +1376,8 @@ where
     }
     reg.counters.completed.fetch_add(1, Ordering::Relaxed);
     reg.request_finished();
-    swallowed += u64::from(shared.completion.complete((result, stats)));
+    let (waker_called, waker_panicked) = shared.completion.complete_reporting((result, stats));
+    swallowed += u64::from(waker_panicked);
     // A worker (of this pool or another) may be serving its pool while it
     // waits for us. The fence orders the `done` store above before the
     // `waiter` load (Dekker).
@@ -1329,11 +1390,22 @@ where
             }
         }
     }
+    let mut user_code = waker_called;
     if let Some(p) = spawn_panic {
+        user_code = true;
         swallowed += u64::from(shared.ext.report_spawn_panic(p));
     }
     // If the handle is gone this is the last reference: the result (user
-    // code) is dropped here.
-    swallowed += u64::from(drop_catching(shared));
+    // code) is dropped here. (`into_inner`: of two racing drops, exactly
+    // one gets the value, so `user_code` is exact.)
+    if let Some(inner) = Arc::into_inner(shared) {
+        user_code = true;
+        swallowed += u64::from(drop_catching(inner));
+    }
     wt.count_swallowed_panics(swallowed);
+    if tracked && !user_code {
+        // `leave_request`'s reading is still the time now, up to the steps
+        // above (see `WorkerThread::clock_is_fresh`).
+        wt.clock_is_fresh();
+    }
 }

@@ -88,7 +88,6 @@ pub(crate) struct Registry {
     shutdown: Shutdown,
     pub(crate) cancel: AtomicBool,
     pub(crate) counters: Counters,
-    submit_rng: AtomicU64,
     /// Abort marks, spawn panic handler, handle gate (see `control`).
     pub(crate) ext: Arc<PoolExt>,
     /// Priority levels 1..63: pools, bitfield, counters (see `priority`).
@@ -114,7 +113,6 @@ impl Registry {
             shutdown: Shutdown::new(),
             cancel: AtomicBool::new(false),
             counters: Counters::default(),
-            submit_rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
             ext: cfg.ext,
             prio: PriorityState::new(n, cfg.priority_mode, cfg.search_cpu),
         };
@@ -128,9 +126,18 @@ impl Registry {
     /// Publishes a request's root job according to the policy and wakes a
     /// top-level sleeper.
     pub(crate) fn inject(&self, job: JobRef, level: u8, arrival_ns: u64) {
-        let r = self
-            .submit_rng
-            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+        // A per-thread sequence (it picks the inbox and the first sleeper
+        // to try): a pool-wide counter was one more read-modify-write per
+        // request on a line every submitter writes.
+        let r = SUBMIT_RNG.with(|c| {
+            let seed = match c.get() {
+                0 => c as *const Cell<u64> as u64,
+                r => r,
+            };
+            let r = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            c.set(r);
+            r
+        });
         let r = (r ^ (r >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 32;
         let start = (r as usize) % self.num_workers();
         if level > 0 {
@@ -200,6 +207,9 @@ impl Found {
 }
 
 thread_local! {
+    /// The submitting thread's sequence for `Registry::inject`; 0 until
+    /// seeded from the slot's address (it differs between live threads).
+    static SUBMIT_RNG: Cell<u64> = const { Cell::new(0) };
     static WORKER_THREAD: Cell<*const WorkerThread> = const { Cell::new(std::ptr::null()) };
 }
 
@@ -216,8 +226,9 @@ pub(crate) struct WorkerThread {
     /// When the worker started on `current` (bookkeeping on only).
     start: Cell<u64>,
     /// Whether `start` is the clock as of now (see `fresh_now`): set when
-    /// `execute` switched back after a job, cleared when the worker runs a
-    /// job or waits (spins, yields, sleeps).
+    /// `execute` switched back after a job or a request's root left its
+    /// request with no user code after that (`clock_is_fresh`), cleared
+    /// when the worker runs a job or waits (spins, yields, sleeps).
     start_is_now: Cell<bool>,
     /// Scratch map of the pileup check (tag, elapsed), reused to avoid allocation.
     pub(crate) scratch: RefCell<Vec<(u64, u64)>>,
@@ -272,11 +283,13 @@ impl WorkerThread {
     /// thresholds of milliseconds. A thief taking many small tasks read the
     /// clock three times per steal; now twice (`clock_gettime` is about
     /// 30 ns here: a sixth of such a thief's time went to it). The switch to
-    /// the next job still reads the clock: starting its accounting at the
-    /// old reading would charge a request time from before it arrived (the
-    /// latch release in between may wake a thread, and a request submitted
-    /// meanwhile can be the next job), which
-    /// `work_is_accounted_before_a_stolen_task_releases_its_owner` catches.
+    /// the next job may reuse the reading too, but only moved up to that
+    /// request's arrival (`switch_at`): the old reading as such would charge
+    /// a request time from before it arrived (the latch release in between
+    /// may wake a thread, and a request submitted meanwhile can be the next
+    /// job), which `work_is_accounted_before_a_stolen_task_releases_its_owner`
+    /// catches. A request's root that left its request and ran no user code
+    /// after that leaves its reading fresh as well (`clock_is_fresh`).
     pub(crate) fn fresh_now(&self) -> u64 {
         if self.start_is_now.get() {
             self.start.get()
@@ -477,10 +490,33 @@ impl WorkerThread {
     /// Moves the worker to request `tag`, flushing the time spent on the
     /// previous one (the paper's per-switch bookkeeping).
     fn switch_to(&self, tag: u64) {
+        self.switch_at(tag, false);
+    }
+
+    /// [`Self::switch_to`]; with `fresh` (`start` was read since the last
+    /// job or wait, see `fresh_now`), the switch into request `tag` reuses
+    /// that reading, moved up to the request's arrival if it came later.
+    /// A stream of tiny requests read the clock four times per request
+    /// (arrival, this switch, the end, the next pileup check); at about
+    /// 30 ns a read on this host that was a sixth of a worker's time per
+    /// request, and rayon reads it none. The reading is older than the
+    /// switch by the search's own steps (a steal round, a queue pop), which
+    /// the request is charged for; never by time from before it arrived
+    /// (charging that is what `fresh_now` warns about, and what
+    /// `work_is_accounted_before_a_stolen_task_releases_its_owner` checks).
+    fn switch_at(&self, tag: u64, fresh: bool) {
         let reg = &*self.registry;
         let prev = self.current.get();
         let now = if reg.bookkeeping {
-            let now = now_ns();
+            let now = if fresh && tag != NO_REQUEST {
+                // The request is live (this worker is about to run one of
+                // its jobs), so the slot is still its own; its arrival was
+                // written before the job was published to us.
+                let arrival = reg.shared.request(tag_slot(tag)).arrival_ns();
+                self.start.get().max(arrival)
+            } else {
+                now_ns()
+            };
             if prev != NO_REQUEST {
                 reg.shared
                     .request(tag_slot(prev))
@@ -499,6 +535,14 @@ impl WorkerThread {
     /// on it and moves to no request (see `run_request`). Returns the time
     /// now (the switch's clock reading when bookkeeping is on, so that the
     /// request's latency costs no second one).
+    /// Called by a request's root after it left its request
+    /// (`leave_request`) and ran no user code since (no waker, no panic
+    /// handler, no result dropped): the reading of that switch is as good
+    /// as a new one for the next pileup check and the next switch.
+    pub(crate) fn clock_is_fresh(&self) {
+        self.start_is_now.set(self.registry.bookkeeping);
+    }
+
     pub(crate) fn leave_request(&self) -> u64 {
         if self.current.get() != NO_REQUEST {
             self.switch_to(NO_REQUEST);
@@ -520,7 +564,7 @@ impl WorkerThread {
         let guard = AbortIfPanic;
         let prev = self.current.get();
         // The job is user code of any length (see `fresh_now`).
-        self.start_is_now.set(false);
+        let fresh = self.start_is_now.replace(false);
         let tag = job.tag();
         let release = if tag == prev {
             // SAFETY: every JobRef in our queues is executed exactly once
@@ -530,7 +574,7 @@ impl WorkerThread {
             // job itself; anything else unwinding out aborts (the guard).
             unsafe { job.execute() }
         } else {
-            self.switch_to(tag);
+            self.switch_at(tag, fresh);
             // SAFETY: as above.
             let release = unsafe { job.execute() };
             // Charge the job's time before its latch lets the waiter go on

@@ -156,10 +156,6 @@ pub const MAX_REQUESTS: usize = 1024;
 #[cfg(loom)]
 pub const MAX_REQUESTS: usize = 2;
 
-/// `SharedState::free_hint` before any scan failed: positive, far from 0
-/// either way.
-const FREE_UNKNOWN: u64 = 1 << 40;
-
 /// `Header::magic` of an initialised region ("TCRT").
 ///
 /// ```
@@ -747,15 +743,6 @@ pub struct SharedRegion {
 pub struct SharedState {
     region: NonNull<SharedRegion>,
     owned: bool,
-    alloc_hint: AtomicU32,
-    /// Whether a free slot may exist, as a count read as `i64`: a scan that
-    /// found none sets it to 0, each free adds one, each claim takes one.
-    /// With it at 0 or below, `alloc_request` skips the scan: over capacity
-    /// (requests then go untracked) a scan of every slot per submission cost
-    /// a quarter of the submitting thread's time. A hint only: a count off
-    /// by one, or a slot freed during a failing scan, costs one scan too many
-    /// or leaves one slot unused until the next free.
-    free_hint: AtomicU64,
     /// One sequence counter per worker slot, for the seqlock on the slot's
     /// (`current`, `start_ns`) pair ("Worker slots" above). Runtime-private:
     /// the kernel only reads `current`, alone.
@@ -798,8 +785,6 @@ impl SharedState {
         let s = SharedState {
             region: alloc_region(),
             owned: true,
-            alloc_hint: AtomicU32::new(0),
-            free_hint: AtomicU64::new(FREE_UNKNOWN),
             seqs: new_seqs(),
             _keep_alive: None,
         };
@@ -831,8 +816,6 @@ impl SharedState {
         let s = SharedState {
             region,
             owned: false,
-            alloc_hint: AtomicU32::new(0),
-            free_hint: AtomicU64::new(FREE_UNKNOWN),
             seqs: new_seqs(),
             _keep_alive: None,
         };
@@ -1015,13 +998,27 @@ impl SharedState {
     /// ```
     pub fn alloc_request(&self, arrival_ns: u64) -> (u64, Option<u64>) {
         let h = self.header();
-        h.active.fetch_add(1, Ordering::SeqCst);
+        let before = h.active.fetch_add(1, Ordering::SeqCst);
         let id = h.next_id.fetch_add(1, Ordering::Relaxed);
         let cap = (h.request_capacity().min(MAX_REQUESTS as u32)) as usize;
-        if self.free_hint.load(Ordering::Relaxed) as i64 <= 0 {
+        // A slot is claimed after its request is counted active and freed
+        // before it is not, so `before` bounds the slots the others hold:
+        // with `before < cap` a free slot is all but certain (only arrivals
+        // after this one can race for it; a scan that loses them all leaves
+        // this request untracked), and with `before >= cap` the table is
+        // most likely full, and the request goes untracked without a scan
+        // (a scan of every slot per submission over capacity cost a quarter
+        // of the submitting thread's time). The ids are consecutive, so
+        // with requests completing about in order, slot `id % cap` is
+        // usually free: the scan starts there. Both are read from words
+        // this submission writes anyway; the pool-wide hints they replace
+        // (a claim cursor and a free count, three contended read-modify-
+        // writes per request) were a third of a submitter's time in
+        // `perf` of the `submit` benchmark.
+        if before as usize >= cap {
             return (id, None);
         }
-        let start = self.alloc_hint.fetch_add(1, Ordering::Relaxed) as usize;
+        let start = (id % cap as u64) as usize;
         for k in 0..cap {
             let i = (start + k) % cap;
             let q = &self.region().requests[i];
@@ -1037,11 +1034,9 @@ impl SharedState {
                 // A swap: a late mark's compare-and-swap may race with it
                 // ("Slot reuse"; why a swap, see `free_request`).
                 q.steals_at_serialize.swap(u32::MAX, Ordering::SeqCst);
-                self.free_hint.fetch_sub(1, Ordering::Relaxed);
                 return (id, Some(make_tag(i as u32, q.generation())));
             }
         }
-        self.free_hint.swap(0, Ordering::Relaxed);
         (id, None)
     }
 
@@ -1073,11 +1068,6 @@ impl SharedState {
         // anyway.
         q.gen_flags.swap(next, Ordering::SeqCst);
         q.state.store(REQ_FREE, Ordering::Release);
-        if self.free_hint.fetch_add(1, Ordering::Relaxed) as i64 <= 0 {
-            // The table was full: the next scan starts at this slot.
-            self.alloc_hint
-                .store(tag_slot(tag) as u32, Ordering::Relaxed);
-        }
         self.complete_untracked();
     }
 
