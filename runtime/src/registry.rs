@@ -29,6 +29,7 @@
 
 use crate::control::PoolExt;
 use crate::job::JobRef;
+use crate::mug::mug;
 use crate::policy::{check_pileup, Policy};
 use crate::priority::{above, highest, OwnDeque, PriorityMode, PriorityState, Taken, LEVELS};
 use crate::shared_state::{
@@ -58,6 +59,8 @@ pub(crate) struct Counters {
     pub(crate) steals: CachePadded<AtomicU64>,
     pub(crate) refused_steals: AtomicU64,
     pub(crate) swallowed_panics: AtomicU64,
+    /// Tasks taken from deques of workers the kernel marked descheduled (`mug`).
+    pub(crate) desched_mugs: AtomicU64,
 }
 
 /// Configuration fixed at build time.
@@ -720,6 +723,16 @@ impl WorkerThread {
             return None;
         }
         let reg = &*self.registry;
+        // SAWS: the deques of workers kept off the CPU for the allotment
+        // first, before any admission or ordinary steal (see `mug`). Only a
+        // region a scheduler maps can carry the flags.
+        if reg.shared.is_external() {
+            let start = self.next_random() % reg.num_workers();
+            if let Some((j, v)) = mug(&reg.shared, &reg.stealers, self.index, start) {
+                reg.counters.desched_mugs.fetch_add(1, Ordering::Relaxed);
+                return Some(Found::Stolen(j, v));
+            }
+        }
         match reg.policy {
             Policy::StealFirst | Policy::TailControl => {
                 if reg.policy == Policy::TailControl && reg.bookkeeping {
@@ -768,6 +781,8 @@ impl WorkerThread {
         };
         let q = deques.saturating_add(backlog).min(u32::MAX as usize) as u32;
         reg.shared.header().set_stealable(q);
+        // Over the searches (found + failed), the controller's averaged Q.
+        reg.shared.worker(self.index).add_stealable_seen(q);
     }
 
     /// The priority mode's choice of levels (see `PriorityState::level_mask`).
