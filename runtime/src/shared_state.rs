@@ -532,7 +532,8 @@ impl WorkerSlot {
     pub(crate) fn add_stealable_seen(&self, q: u32) {
         // Own slot, sole writer: a load and a store, no read-modify-write.
         let v = self.stealable_seen.load(Ordering::Relaxed);
-        self.stealable_seen.store(v.wrapping_add(q), Ordering::Relaxed);
+        self.stealable_seen
+            .store(v.wrapping_add(q), Ordering::Relaxed);
     }
 }
 

@@ -251,8 +251,7 @@ impl Inputs {
         if self.steals < prev_steals || self.failed_steals < prev_failed {
             return self.stealable as f64;
         }
-        let searches =
-            (self.steals - prev_steals).saturating_add(self.failed_steals - prev_failed);
+        let searches = (self.steals - prev_steals).saturating_add(self.failed_steals - prev_failed);
         if searches == 0 {
             return self.stealable as f64;
         }
