@@ -21,8 +21,10 @@
 //!   sent back, or waiting for a token), it stores 1 in its worker slot's
 //!   `descheduled` field; when the worker runs again (`ops.running`), or
 //!   leaves the job (unbind), it stores 0. Only the kernel writes the field.
-//! * **Runtime** (`mug`, called from `find_work` before the policy's own
-//!   steal round and admission): a worker out of local work reads the flags
+//! * **Runtime** (`mug`, called by `find_work` wherever its policy steals,
+//!   before the ordinary steal round: after the tail-control pileup check,
+//!   and after an admission the policy puts first, so the policies keep
+//!   their order of admitting and stealing): a worker out of local work reads the flags
 //!   of the pool's other workers (one relaxed load each, only when the region
 //!   is external, i.e. a scheduler may write it) and steals from the first
 //!   marked one whose deque is not empty, from a random start so that

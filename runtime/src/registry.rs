@@ -653,6 +653,21 @@ impl WorkerThread {
         }
     }
 
+    /// A steal, SAWS's way: first from the deques of workers the kernel keeps
+    /// off the CPU for the allotment (see `mug`; only a region a scheduler
+    /// maps can carry the flags), then one ordinary steal round.
+    fn mug_or_steal(&self, with_inboxes: bool) -> Option<Found> {
+        let reg = &*self.registry;
+        if reg.shared.is_external() {
+            let start = self.next_random() % reg.num_workers();
+            if let Some((j, v)) = mug(&reg.shared, &reg.stealers, self.index, start) {
+                reg.counters.desched_mugs.fetch_add(1, Ordering::Relaxed);
+                return Some(Found::Stolen(j, v));
+            }
+        }
+        self.steal_round(with_inboxes)
+    }
+
     /// One steal round over all other workers, from a random start; returns
     /// on the first success (the listing's `try_random_steal` did not).
     fn steal_round(&self, with_inboxes: bool) -> Option<Found> {
@@ -723,22 +738,12 @@ impl WorkerThread {
             return None;
         }
         let reg = &*self.registry;
-        // SAWS: the deques of workers kept off the CPU for the allotment
-        // first, before any admission or ordinary steal (see `mug`). Only a
-        // region a scheduler maps can carry the flags.
-        if reg.shared.is_external() {
-            let start = self.next_random() % reg.num_workers();
-            if let Some((j, v)) = mug(&reg.shared, &reg.stealers, self.index, start) {
-                reg.counters.desched_mugs.fetch_add(1, Ordering::Relaxed);
-                return Some(Found::Stolen(j, v));
-            }
-        }
         match reg.policy {
             Policy::StealFirst | Policy::TailControl => {
                 if reg.policy == Policy::TailControl && reg.bookkeeping {
                     check_pileup(self);
                 }
-                if let Some(f) = self.steal_round(false) {
+                if let Some(f) = self.mug_or_steal(false) {
                     return Some(f);
                 }
                 if top_level {
@@ -752,7 +757,7 @@ impl WorkerThread {
                         return Some(Found::Admitted(j));
                     }
                 }
-                self.steal_round(false)
+                self.mug_or_steal(false)
             }
             Policy::RandomAdmission => {
                 if top_level {
@@ -760,7 +765,7 @@ impl WorkerThread {
                         return Some(Found::Admitted(j));
                     }
                 }
-                self.steal_round(top_level)
+                self.mug_or_steal(top_level)
             }
         }
     }
