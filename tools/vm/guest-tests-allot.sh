@@ -485,6 +485,8 @@ PY
 test_allotmug() {
   local n; n=$(nproc)
   allot_sched equi || { fail allotmug "scheduler did not load with --allot equi: $(sched_why)"; return; }
+  # The scheduler may be shared with the previous test: its counters are taken as deltas.
+  local st0; st0=$(allot_stats)
   "$ktest" -w $((n * 2)) greedy --benign --secs 25 --requests 16 --items 8 --item-us 20000 \
     --watch-desched >"$out/allot-mug.json" 2>>"$out/allot.err" & local mp=$!
   allot_service "$n" 25 >"$out/allot-mug-other.json" 2>>"$out/allot.err" & local op=$!
@@ -495,12 +497,14 @@ test_allotmug() {
   sched_alive || { fail allotmug "scheduler ejected: $(sched_why)"; return; }
   allot_end allotmug || { fail allotmug "scheduler exit non-zero: $(sched_why)"; return; }
   [ $mrc = 0 ] && [ $orc = 0 ] || { fail allotmug "a service failed ($mrc/$orc): $(tail -c 300 "$out/allot.err")"; return; }
-  echo "{\"mug\": $(cat "$out/allot-mug.json"), \"other\": $(cat "$out/allot-mug-other.json"), \"jobs\": $jobs, \"stats\": $st}" >"$out/allotmug.json"
+  echo "{\"mug\": $(cat "$out/allot-mug.json"), \"other\": $(cat "$out/allot-mug-other.json"), \"jobs\": $jobs, \"stats0\": $st0, \"stats\": $st}" >"$out/allotmug.json"
   local verdict
   verdict=$($PY - "$out/allotmug.json" "$mp" "$n" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1])); pid, n = sys.argv[2], int(sys.argv[3])
-m, o, st = d["mug"], d["other"], d["stats"]
+m, o, st, st0 = d["mug"], d["other"], d["stats"], d["stats0"]
+for k in ("allot_descheds", "allot_waits"):
+    st[k] = st.get(k, 0) - st0.get(k, 0)
 j = d["jobs"].get(pid) or {}
 why = []
 if j.get("allot") is not None and j["allot"] >= 2 * n:
@@ -515,7 +519,7 @@ if m["requests"] == 0 or o["requests"] == 0:
     why.append(f"requests completed: {m['requests']} / {o['requests']}")
 msg = (f"service ({2 * n} workers, allot {j.get('allot')}, {j.get('cores')} cores): {m['requests']} requests, "
        f"{m['desched_mugs']} mugged of {m['steals']} stolen tasks; flags set in {m['desched_flagged']} of "
-       f"{m['desched_samples']} samples (at most {m['desched_max']} at once); kernel marks {st.get('allot_descheds')}, "
+       f"{m['desched_samples']} samples (mean {m['desched_mean']:.2f}, at most {m['desched_max']} at once); kernel marks {st.get('allot_descheds')}, "
        f"job-token waits {st.get('allot_waits')}; other job {o['requests']} requests; "
        f"watchdog margin {st.get('watchdog_margin_ms')} ms")
 print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)

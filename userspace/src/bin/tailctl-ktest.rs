@@ -1021,6 +1021,7 @@ fn greedy(
     let cleared = AtomicU64::new(0);
     // Samples of the region's descheduled flags: taken, with any flag set, most set at once.
     let (samples, flagged, max_flagged) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let flagged_sum = AtomicU64::new(0);
     // CLOCK_MONOTONIC (the daemon's and bpf_ktime_get_ns's clock) when the load grew.
     let mut grown_ns: Option<u64> = None;
     std::thread::scope(|s| {
@@ -1039,6 +1040,7 @@ fn greedy(
                         flagged.fetch_add(1, Ordering::Relaxed);
                     }
                     max_flagged.fetch_max(n, Ordering::Relaxed);
+                    flagged_sum.fetch_add(n, Ordering::Relaxed);
                     std::thread::sleep(Duration::from_millis(2));
                 }
             });
@@ -1095,6 +1097,8 @@ fn greedy(
             "desched_samples": samples.load(Ordering::Relaxed),
             "desched_flagged": flagged.load(Ordering::Relaxed),
             "desched_max": max_flagged.load(Ordering::Relaxed),
+            "desched_mean": flagged_sum.load(Ordering::Relaxed) as f64
+                / samples.load(Ordering::Relaxed).max(1) as f64,
         }))?
     );
     Ok(())
