@@ -344,22 +344,12 @@ fn a_panicking_drop_inside_a_join_does_not_unwind_through_it() {
     assert!(every_worker_serves(&pool));
 }
 
-/// A stand-in for `scx_tailctl`: accepts one registration, hands out a
-/// memfd as the region map (mappable like a `BPF_F_MMAPABLE` array) and
-/// accepts the BIND; then holds the connection until the service closes it.
-/// Returns the socket path and the memfd's name (to find its mapping).
-fn fake_daemon(name: &str) -> (std::path::PathBuf, String) {
+/// A memfd named `name`, sized for a region: mappable like the daemon's
+/// `BPF_F_MMAPABLE` region map.
+fn region_memfd(name: &str) -> std::os::fd::OwnedFd {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    use std::os::unix::net::UnixListener;
-    use tailctl_rt::kernel::protocol::Reply;
-    use tailctl_rt::kernel::wire::{recv_line, send_line};
     use tailctl_rt::shared_state::SharedRegion;
-
-    let path = std::env::temp_dir().join(format!("tailctl-rt-{name}-{}.sock", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    let listener = UnixListener::bind(&path).unwrap();
-    let memfd_name = format!("tailctl-rt-{name}-{}", std::process::id());
-    let cname = std::ffi::CString::new(memfd_name.clone()).unwrap();
+    let cname = std::ffi::CString::new(name).unwrap();
     // SAFETY: a valid C string; the returned fd is checked and then owned.
     let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
     assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
@@ -371,6 +361,24 @@ fn fake_daemon(name: &str) -> (std::path::PathBuf, String) {
         unsafe { libc::ftruncate(memfd.as_raw_fd(), len as libc::off_t) },
         0
     );
+    memfd
+}
+
+/// A stand-in for `scx_tailctl`: accepts one registration, hands out a
+/// memfd as the region map (mappable like a `BPF_F_MMAPABLE` array) and
+/// accepts the BIND; then holds the connection until the service closes it.
+/// Returns the socket path and the memfd's name (to find its mapping).
+fn fake_daemon(name: &str) -> (std::path::PathBuf, String) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixListener;
+    use tailctl_rt::kernel::protocol::Reply;
+    use tailctl_rt::kernel::wire::{recv_line, send_line};
+
+    let path = std::env::temp_dir().join(format!("tailctl-rt-{name}-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).unwrap();
+    let memfd_name = format!("tailctl-rt-{name}-{}", std::process::id());
+    let memfd = region_memfd(&memfd_name);
     std::thread::spawn(move || {
         let (stream, _) = listener.accept().unwrap();
         let ok = Reply::Ok { service: 0 }.to_line();
@@ -384,6 +392,72 @@ fn fake_daemon(name: &str) -> (std::path::PathBuf, String) {
         let _ = recv_line(&stream, 4096);
     });
     (path, memfd_name)
+}
+
+/// A daemon that refuses the first BIND (or, alike, does not answer it in
+/// time: an overloaded machine) used to fail `AssistedPool::start`, so the
+/// service did not run at all (a job of the multiprogramming experiment
+/// failed with EAGAIN in the guest). The pool must serve at once without the
+/// kernel and register again, handing back the same region, until bound.
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, mmap of a file and unix sockets: not supported by Miri"
+)]
+fn a_refused_bind_leaves_a_working_pool_that_registers_again() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixListener;
+    use tailctl_rt::kernel::link::AssistedPool;
+    use tailctl_rt::kernel::protocol::Reply;
+    use tailctl_rt::kernel::wire::{recv_line, send_line};
+
+    let path = std::env::temp_dir().join(format!("tailctl-rt-refuse-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).unwrap();
+    let memfd = region_memfd("tailctl-rt-refuse");
+    let daemon = std::thread::spawn(move || {
+        let ok = Reply::Ok { service: 3 }.to_line();
+        // First connection: registered, then the BIND is refused.
+        let (first, _) = listener.accept().unwrap();
+        let (register, _) = recv_line(&first, 4096).unwrap();
+        assert!(register.starts_with("REGISTER"), "{register}");
+        send_line(&first, &ok, Some(memfd.as_raw_fd())).unwrap();
+        let (bind, _) = recv_line(&first, 4096).unwrap();
+        assert!(bind.starts_with("BIND"), "{bind}");
+        send_line(&first, &Reply::Err("busy".into()).to_line(), None).unwrap();
+        // The service hangs up and comes back with the region it was given.
+        let (second, _) = listener.accept().unwrap();
+        let (register, region) = recv_line(&second, 4096).unwrap();
+        assert!(register.starts_with("REGISTER"), "{register}");
+        assert!(
+            region.is_some(),
+            "the second REGISTER must hand the region back"
+        );
+        send_line(&second, &ok, None).unwrap();
+        let (bind, _) = recv_line(&second, 4096).unwrap();
+        assert!(bind.starts_with("BIND"), "{bind}");
+        send_line(&second, &ok, None).unwrap();
+        // Until the service goes away.
+        let _ = recv_line(&second, 4096);
+    });
+    let pool = AssistedPool::start(Pool::builder().workers(2), None, &path)
+        .expect("a refused BIND must not fail the pool");
+    // Serving from the start, assisted or not.
+    assert_eq!(
+        pool.submit(|| join(|| 20, || 22))
+            .wait()
+            .map(|(a, b)| a + b),
+        Ok(42)
+    );
+    assert!(
+        eventually(|| pool.is_kernel_assisted()),
+        "never registered again"
+    );
+    assert_eq!(pool.registrations(), 1);
+    assert_eq!(pool.service(), Some(3));
+    drop(pool);
+    daemon.join().unwrap();
+    let _ = std::fs::remove_file(&path);
 }
 
 /// Whether this process still maps the memfd called `name`.

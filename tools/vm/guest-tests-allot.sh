@@ -251,6 +251,13 @@ PY
 test_allotstarve() {
   local n; n=$(nproc)
   allot_sched equi || { fail allotstarve "scheduler did not load with --allot equi: $(sched_why)"; return; }
+  # Same-load baseline, same scheduler and boot: n unregistered CPU-bound threads (as many as the
+  # two capped services' token holders) beside the same one-thread neighbour. What the neighbour
+  # gets here is what it "should" get beside the capped services; the ratio is reported.
+  local bh; "$ktest" hog --threads "$n" --secs 18 >/dev/null 2>>"$out/allot.err" & local bhp=$!
+  sleep 1
+  bh=$("$ktest" hog --threads 1 --secs 15 2>>"$out/allot.err")
+  wait $bhp
   allot_service $((n * 2)) 55 >"$out/allot-a.json" 2>>"$out/allot.err" & local ap=$!
   allot_service $((n * 2)) 55 >"$out/allot-b.json" 2>>"$out/allot.err" & local bp=$!
   sleep 4
@@ -264,9 +271,13 @@ test_allotstarve() {
   allot_end allotstarve || { fail allotstarve "scheduler exit non-zero: $(sched_why)"; return; }
   [ $arc = 0 ] && [ $brc = 0 ] || { fail allotstarve "a capped service failed ($arc/$brc): $(tail -c 300 "$out/allot.err")"; return; }
   local verdict
-  verdict=$($PY - "$h" "$st" "$jobs" "$n" <<'PY'
+  verdict=$($PY - "$h" "$st" "$jobs" "$n" "$bh" <<'PY'
 import json, sys
 h, st, jobs, n = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4])
+try:
+    base = json.loads(sys.argv[5])["share"]
+except (ValueError, KeyError, IndexError):
+    base = None
 share = h["share"]
 margin = st["watchdog_margin_ms"]
 maxw = st.get("allot_max_wait_ns", 0) / 1e6
@@ -283,7 +294,8 @@ if margin < 25000:
     why.append(f"a job thread waited {maxw:.0f} ms")
 if st.get("allot_waits", 0) == 0:
     why.append("no job thread ever waited for a token: nothing was capped")
-msg = (f"neighbour {share:.2f} CPUs; jobs {[(j['allot'], j['cores']) for j in jobs.values()]} (allot, cores); "
+rel = f" = {share / base:.2f}x its {base:.2f} CPUs beside {n} unregistered hog threads (same boot)" if base else ""
+msg = (f"neighbour {share:.2f} CPUs{rel}; jobs {[(j['allot'], j['cores']) for j in jobs.values()]} (allot, cores); "
        f"longest wait for a job token {maxw:.1f} ms, watchdog margin {margin} ms; "
        f"{st.get('allot_waits')} waits, {st.get('allot_overdue')} past the wait bound")
 print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)

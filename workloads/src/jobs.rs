@@ -356,6 +356,10 @@ pub struct PolicySummary {
     pub utilisation: f64,
     /// Median over rounds of (mean response / baseline's in the same round) - 1.
     pub vs_baseline: Option<f64>,
+    /// Jobs (over all rounds) whose pool was registered with scx_tailctl when it
+    /// finished, and all jobs: an unregistered job was not allotted.
+    #[serde(default)]
+    pub registered_jobs: (usize, usize),
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -401,6 +405,13 @@ impl JobsReport {
                     p95_response_s: median(runs.iter().map(|r| r.p95_response_s).collect()),
                     utilisation: median(runs.iter().map(|r| r.utilisation).collect()),
                     vs_baseline: (!paired.is_empty()).then(|| median(paired)),
+                    registered_jobs: (
+                        runs.iter()
+                            .flat_map(|r| &r.jobs)
+                            .filter(|j| j.registered)
+                            .count(),
+                        runs.iter().map(|r| r.jobs.len()).sum(),
+                    ),
                 }
             })
             .collect()
@@ -409,19 +420,21 @@ impl JobsReport {
     /// The summary as a Markdown table.
     pub fn table_md(&self) -> String {
         let mut s = format!(
-            "{}\n\n| policy | rounds | mean response (s) | p95 response (s) | utilisation | mean vs {} (paired) |\n|---|---:|---:|---:|---:|---:|\n",
+            "{}\n\n| policy | rounds | mean response (s) | p95 response (s) | utilisation | mean vs {} (paired) | jobs registered |\n|---|---:|---:|---:|---:|---:|---:|\n",
             self.config, self.baseline
         );
         for r in self.summary() {
             s += &format!(
-                "| {} | {} | {:.3} | {:.3} | {:.2} | {} |\n",
+                "| {} | {} | {:.3} | {:.3} | {:.2} | {} | {}/{} |\n",
                 r.policy,
                 r.rounds,
                 r.mean_response_s,
                 r.p95_response_s,
                 r.utilisation,
                 r.vs_baseline
-                    .map_or("-".into(), |v| format!("{:+.1}%", v * 100.0))
+                    .map_or("-".into(), |v| format!("{:+.1}%", v * 100.0)),
+                r.registered_jobs.0,
+                r.registered_jobs.1
             );
         }
         s
@@ -541,6 +554,7 @@ mod tests {
         let s = report.summary();
         assert_eq!(s[0].policy, "equi");
         assert_eq!(s[0].vs_baseline, Some(0.0));
+        assert_eq!(s[0].registered_jobs, (2, 2));
         // Rounds: -50% and -25%; median -37.5%.
         assert_eq!(s[1].vs_baseline, Some(-0.375));
         assert!(report.table_md().contains("| deq | 2 |"));

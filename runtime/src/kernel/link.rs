@@ -8,7 +8,9 @@
 //! 2. `mmap` the region and build the pool *on* it, so every store the pool
 //!    makes while serving (current request, active count, ...) is already a
 //!    store into the BPF map: no system call per request switch.
-//! 3. Once the workers run, `BIND` their tids.
+//! 3. Once the workers run, `BIND` their tids. If the daemon refuses or does
+//!    not answer in time (an overloaded machine), the pool runs on without
+//!    kernel assistance and the watcher registers again as in step 4.
 //! 4. A watcher thread blocks on the socket. EOF means the daemon died (the
 //!    kernel then falls back to its default scheduler): the runtime switches
 //!    serialization back to its own (wall-clock) decisions and keeps serving;
@@ -271,10 +273,18 @@ impl AssistedPool {
             unsafe { SharedState::from_raw_kept_alive(region.as_ptr(), workers, region.clone()) };
         let pool = builder.shared_state(shared).build()?;
         let tids = wait_for_tids(&pool, Duration::from_secs(5))?;
-        bind(&stream, &tids)?;
-        pool.shared_state().set_kernel_decides(true);
-        state.connected.store(true, Ordering::SeqCst);
-        state.registrations.fetch_add(1, Ordering::SeqCst);
+        // A daemon that does not bind (no answer within the read timeout: an
+        // overloaded machine; or a refusal) costs the service its kernel
+        // assistance for now, not its pool: hang up (the daemon drops the
+        // registration) and let the watcher register again with the same
+        // region, as after a daemon restart.
+        if bind(&stream, &tids).is_ok() {
+            pool.shared_state().set_kernel_decides(true);
+            state.connected.store(true, Ordering::SeqCst);
+            state.registrations.fetch_add(1, Ordering::SeqCst);
+        } else {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
         let region_fd = Arc::new(region_fd);
         *state.stream.lock().unwrap() = Some(stream.try_clone()?);
 
@@ -377,6 +387,23 @@ fn wait_for_tids(pool: &Pool, limit: Duration) -> io::Result<Vec<u32>> {
     }
 }
 
+/// First pause before registering again after the daemon went away or refused.
+const RETRY_MIN: Duration = Duration::from_millis(200);
+/// Longest pause between two registration attempts.
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Sleep for `d`, or less if the pool is shutting down (Drop joins the watcher).
+fn sleep_unless_stopped(state: &LinkState, d: Duration) {
+    let end = Instant::now() + d;
+    while !state.stop.load(Ordering::SeqCst) {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(50)));
+    }
+}
+
 /// Follow the daemon: on EOF fall back, then re-register with the same region.
 fn watch(
     mut stream: UnixStream,
@@ -405,12 +432,16 @@ fn watch(
         if state.stop.load(Ordering::SeqCst) {
             return;
         }
-        // Re-register with the same region when the daemon is back.
+        // Re-register with the same region when the daemon is back. The
+        // pause doubles after each failure (up to RETRY_MAX), so a daemon that
+        // keeps refusing is not asked five times a second forever.
+        let mut pause = RETRY_MIN;
         loop {
             if state.stop.load(Ordering::SeqCst) {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(200));
+            sleep_unless_stopped(&state, pause);
+            pause = (pause * 2).min(RETRY_MAX);
             let Ok((s, svc, _)) = register(&socket, &kthr, Some(region_fd.as_fd())) else {
                 continue;
             };
