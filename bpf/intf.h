@@ -132,7 +132,14 @@ struct tailctl_worker_slot {
 	/* Searches for work that found nothing / found a task: SAWS's u = found / (found + failed). */
 	u64 failed_steals;
 	u64 found_work;
-	u64 reserved;
+	/*
+	 * [kernel] 1 while the scheduler keeps this worker off the CPU to honour
+	 * its job's allotment (queued in the job's queue), 0 once it runs again:
+	 * the job's running workers mug its deque before stealing (SAWS).
+	 */
+	u32 descheduled;
+	/* Sum (wrapping) of the stealable counts its searches published: SAWS's Q averaged over searches. */
+	u32 stealable_seen;
 };
 
 struct tailctl_request_slot {
@@ -461,6 +468,11 @@ struct tailctl_stats {
 	u64 acct_stale_steps;
 	/* token_leaks by where they were counted (TAILCTL_LEAK_*). */
 	u64 token_leak_sites[TAILCTL_LEAK_SITES];
+	/*
+	 * Mugging (issue 12): times a registered worker was marked descheduled in
+	 * its region (queued in its job's queue, off the CPU for the allotment).
+	 */
+	u64 allot_descheds;
 };
 
 #endif /* __TAILCTL_INTF_H */

@@ -310,6 +310,8 @@ struct task_ctx {
 	bool job_overdue;
 	u64 job_from_ns;
 	u64 job_wait_at_ns;
+	/* Marked descheduled in its worker slot (see set_descheduled). */
+	bool job_desched;
 };
 
 static __always_inline void job_unbind(struct task_ctx *tctx);
@@ -2137,6 +2139,34 @@ static __always_inline void job_stop(struct task_struct *p, struct task_ctx *tct
 		job_check_enforced(j, now, false);
 }
 
+/*
+ * Mugging (issue 12, SAWS): a registered worker kept off the CPU for its
+ * job's allotment is marked in its worker slot, so the job's running workers
+ * take the tasks of its deque before stealing elsewhere (runtime/src/mug.rs);
+ * the mark goes when it runs again. The region is the service's own: the
+ * kernel only writes this field there, at a bounds-checked worker index, and
+ * a service that rewrites it only changes the order of its own steals.
+ * tctx->job_desched remembers the mark, so the running path looks the region
+ * up only for a worker that was marked.
+ */
+static __always_inline void set_descheduled(struct task_ctx *tctx, bool on)
+{
+	struct tailctl_region *r;
+	u32 w = tctx->worker;
+
+	if (tctx->job_desched == on)
+		return;
+	tctx->job_desched = on;
+	if (tctx->cg || w >= TAILCTL_MAX_WORKERS)
+		return;
+	r = service_region(tctx->svc);
+	if (!r)
+		return;
+	WRITE_ONCE(r->workers[w].descheduled, on ? 1 : 0);
+	if (on)
+		STAT_INC(allot_descheds);
+}
+
 /* Everything a thread holds in its job goes back (unbind: rebinding, disable, exit). */
 static __always_inline void job_unbind(struct task_ctx *tctx)
 {
@@ -2153,6 +2183,7 @@ static __always_inline void job_unbind(struct task_ctx *tctx)
 	}
 	tctx->job_lent = false;
 	tctx->job_overdue = false;
+	set_descheduled(tctx, false);
 }
 
 /* A borrowed CPU goes back: preempt one CPU running a borrower that @p may run on. */
@@ -2215,6 +2246,7 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
 	__sync_fetch_and_add(&j->waiting, 1);
 	__sync_fetch_and_add(&j->waits, 1);
 	STAT_INC(allot_waits);
+	set_descheduled(tctx, true);
 	scx_bpf_dsq_insert(p, TAILCTL_JOB_DSQ_BASE + tctx->svc, slice_ns, enq_flags);
 	waiters_set(&job_waiters_mask, tctx->svc);
 	/* Work conserving: an idle CPU borrows it; its own CPU looks again if it was the last task. */
@@ -2363,8 +2395,10 @@ static __always_inline void job_running(struct task_struct *p, struct task_ctx *
 
 	tctx->keep_wait = false;
 	tctx->job_from_ns = p->se.sum_exec_runtime;
-	if (!j)
+	if (!j) {
+		set_descheduled(tctx, false);
 		return;
+	}
 	/* Still marked waiting: taken straight from its job queue by an idle CPU, i.e. lent. */
 	/*
 	 * A waiter its request let through past the wait bound runs this slice
@@ -2401,6 +2435,7 @@ static __always_inline void job_running(struct task_struct *p, struct task_ctx *
 	}
 	tctx->job_on_cpu = true;
 	set_job_cpu(tctx->svc + 1, tctx->job_borrowing);
+	set_descheduled(tctx, false);
 }
 
 /* ops.stopping for a job thread: its token and CPU go back; a waiter of its job may take them now. */

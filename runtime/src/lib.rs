@@ -52,6 +52,7 @@ mod job;
 mod join;
 pub mod kernel;
 mod latch;
+mod mug;
 pub mod policy;
 mod pool;
 pub mod priority;

@@ -198,6 +198,11 @@ pub struct PoolStats {
     /// Tasks taken from a level's mugging queue (deques abandoned by
     /// workers that moved up to a higher level).
     pub muggings: u64,
+    /// Tasks taken from the deques of workers the kernel marked descheduled
+    /// (kept off the CPU for the service's core allotment), before any
+    /// ordinary steal: SAWS's mugging. Zero unless the pool runs on a
+    /// region a scheduler maps (see `kernel::link`).
+    pub desched_mugs: u64,
     /// Checkpoints at which a worker found work of a level above its own
     /// waiting (it then moved up): each is a time a lower level ran while
     /// higher work waited.
@@ -1185,6 +1190,7 @@ pub(crate) fn stats_of(reg: &Registry) -> PoolStats {
         submitted_prioritized: p.submitted_above_default.load(Ordering::Relaxed),
         level_switches: p.level_switches.load(Ordering::Relaxed),
         muggings: p.muggings.load(Ordering::Relaxed),
+        desched_mugs: c.desched_mugs.load(Ordering::Relaxed),
         promptness_violations: p.violations.load(Ordering::Relaxed),
         promptness_violation_ns: p.violation_ns.load(Ordering::Relaxed),
         search_cpu_ns: reg.prio.search_cpu_ns.load(Ordering::Relaxed),

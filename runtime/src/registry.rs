@@ -29,6 +29,7 @@
 
 use crate::control::PoolExt;
 use crate::job::JobRef;
+use crate::mug::mug;
 use crate::policy::{check_pileup, Policy};
 use crate::priority::{above, highest, OwnDeque, PriorityMode, PriorityState, Taken, LEVELS};
 use crate::shared_state::{
@@ -58,6 +59,8 @@ pub(crate) struct Counters {
     pub(crate) steals: CachePadded<AtomicU64>,
     pub(crate) refused_steals: AtomicU64,
     pub(crate) swallowed_panics: AtomicU64,
+    /// Tasks taken from deques of workers the kernel marked descheduled (`mug`).
+    pub(crate) desched_mugs: AtomicU64,
 }
 
 /// Configuration fixed at build time.
@@ -694,6 +697,21 @@ impl WorkerThread {
         }
     }
 
+    /// A steal, SAWS's way: first from the deques of workers the kernel keeps
+    /// off the CPU for the allotment (see `mug`; only a region a scheduler
+    /// maps can carry the flags), then one ordinary steal round.
+    fn mug_or_steal(&self, with_inboxes: bool) -> Option<Found> {
+        let reg = &*self.registry;
+        if reg.shared.is_external() {
+            let start = self.next_random() % reg.num_workers();
+            if let Some((j, v)) = mug(&reg.shared, &reg.stealers, self.index, start) {
+                reg.counters.desched_mugs.fetch_add(1, Ordering::Relaxed);
+                return Some(Found::Stolen(j, v));
+            }
+        }
+        self.steal_round(with_inboxes)
+    }
+
     /// One steal round over all other workers, from a random start; returns
     /// on the first success (the listing's `try_random_steal` did not).
     fn steal_round(&self, with_inboxes: bool) -> Option<Found> {
@@ -769,7 +787,7 @@ impl WorkerThread {
                 if reg.policy == Policy::TailControl && reg.bookkeeping {
                     check_pileup(self);
                 }
-                if let Some(f) = self.steal_round(false) {
+                if let Some(f) = self.mug_or_steal(false) {
                     return Some(f);
                 }
                 if top_level {
@@ -783,7 +801,7 @@ impl WorkerThread {
                         return Some(Found::Admitted(j));
                     }
                 }
-                self.steal_round(false)
+                self.mug_or_steal(false)
             }
             Policy::RandomAdmission => {
                 if top_level {
@@ -791,7 +809,7 @@ impl WorkerThread {
                         return Some(Found::Admitted(j));
                     }
                 }
-                self.steal_round(top_level)
+                self.mug_or_steal(top_level)
             }
         }
     }
@@ -812,6 +830,8 @@ impl WorkerThread {
         };
         let q = deques.saturating_add(backlog).min(u32::MAX as usize) as u32;
         reg.shared.header().set_stealable(q);
+        // Over the searches (found + failed), the controller's averaged Q.
+        reg.shared.worker(self.index).add_stealable_seen(q);
     }
 
     /// The priority mode's choice of levels (see `PriorityState::level_mask`).

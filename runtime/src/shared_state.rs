@@ -49,7 +49,10 @@
 //!   @32 u64 kernel_work_ns   [kernel] CPU time charged to this worker's requests
 //!   @40 u64 failed_steals    searches for work (steal, admit) that found nothing } SAWS's
 //!   @48 u64 found_work       searches that found work (stolen or admitted)     } u
-//!   @56 u64 reserved
+//!   @56 u32 descheduled      [kernel] 1 while the scheduler keeps the worker off the CPU
+//!                            for its job's allotment: others mug its deque first (`mug`)
+//!   @60 u32 stealable_seen   sum (wrapping) of the `stealable` counts its searches
+//!                            published: SAWS's Q averaged over searches
 //!
 //! RequestSlot (64 bytes)
 //!   @0  u64 id               request id (never reused)
@@ -410,7 +413,8 @@ pub struct WorkerSlot {
     kernel_work_ns: AtomicU64,
     failed_steals: AtomicU64,
     found_work: AtomicU64,
-    _reserved: [AtomicU64; 1],
+    descheduled: AtomicU32,
+    stealable_seen: AtomicU32,
 }
 
 impl WorkerSlot {
@@ -499,6 +503,33 @@ impl WorkerSlot {
     }
     pub(crate) fn count_found_work(&self) {
         self.found_work.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Whether the scheduler marked this worker descheduled: kept off the CPU
+    /// to honour its job's allotment (written by the kernel only; a hint).
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert!(!s.worker(0).descheduled());
+    /// ```
+    pub fn descheduled(&self) -> bool {
+        self.descheduled.load(Ordering::Relaxed) != 0
+    }
+    /// Sum (wrapping) of the `stealable` counts this worker's searches
+    /// published: over the searches (`found_work + failed_steals`), SAWS's
+    /// averaged `Q`.
+    ///
+    /// ```
+    /// let s = tailctl_rt::shared_state::SharedState::new(1);
+    /// assert_eq!(s.worker(0).stealable_seen(), 0);
+    /// ```
+    pub fn stealable_seen(&self) -> u32 {
+        self.stealable_seen.load(Ordering::Relaxed)
+    }
+    pub(crate) fn add_stealable_seen(&self, q: u32) {
+        // Own slot, sole writer: a load and a store, no read-modify-write.
+        let v = self.stealable_seen.load(Ordering::Relaxed);
+        self.stealable_seen
+            .store(v.wrapping_add(q), Ordering::Relaxed);
     }
 }
 
@@ -964,6 +995,18 @@ impl SharedState {
         &self.region().header
     }
 
+    /// Whether the region is external ([`SharedState::from_raw`]: a mapped
+    /// BPF region a scheduler may write), not the pool's own heap copy that
+    /// nobody else sees. Only an external region can carry the kernel's
+    /// `descheduled` flags, so only then do thieves read them (`mug`).
+    ///
+    /// ```
+    /// assert!(!tailctl_rt::shared_state::SharedState::new(1).is_external());
+    /// ```
+    pub fn is_external(&self) -> bool {
+        !self.owned
+    }
+
     /// Worker slot `i` (panics if `i >= MAX_WORKERS`).
     ///
     /// ```
@@ -1224,7 +1267,8 @@ fn alloc_region() -> NonNull<SharedRegion> {
             kernel_work_ns: z64(),
             failed_steals: z64(),
             found_work: z64(),
-            _reserved: std::array::from_fn(|_| z64()),
+            descheduled: z32(),
+            stealable_seen: z32(),
         }),
         requests: std::array::from_fn(|_| RequestSlot {
             id: z64(),
@@ -1282,7 +1326,7 @@ pub fn region_layout() -> Vec<FieldLayout> {
     );
     v.extend(
         fields!(WorkerSlot, "tailctl_worker_slot": current, start_ns, tid, state, steals,
-        kernel_work_ns, failed_steals, found_work),
+        kernel_work_ns, failed_steals, found_work, descheduled, stealable_seen),
     );
     v.extend(
         fields!(RequestSlot, "tailctl_request_slot": id, work_ns, arrival_ns, state, steals,

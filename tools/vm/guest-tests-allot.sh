@@ -45,6 +45,14 @@
 #                threads running than its share; starts over the share (a
 #                share that shrank under running holders) are counted and
 #                reported.
+#   allotmug:    mugging (SAWS): a registered service with 2 x CPUs workers
+#                beside another job under --allot equi (allotted CPUs/2,
+#                below its worker count): the kernel marks the workers it
+#                queues in the job queue descheduled in the region (stats
+#                allot_descheds; the service samples its slots' flags every
+#                2 ms), its running workers mug those deques (the runtime's
+#                PoolStats::desched_mugs), and both services complete
+#                requests; the scheduler stays loaded.
 # Verifying the scheduler takes minutes under TCG: consecutive tests that
 # want the same --allot policy share one scheduler (allot_sched/allot_end);
 # its exit status is still checked, by whichever test stops it.
@@ -62,7 +70,7 @@ allot_sched() {
 }
 # The policy an allot test starts with.
 allot_first_policy() {
-  case $1 in allotcgroup) echo cgroup ;; allotreqalloc) echo reqshares ;; allotequi) echo off ;; allotexit | allotstarve) echo equi ;; allotdeq) echo deq ;; *) echo none ;; esac
+  case $1 in allotcgroup) echo cgroup ;; allotreqalloc) echo reqshares ;; allotequi) echo off ;; allotexit | allotstarve | allotmug) echo equi ;; allotdeq) echo deq ;; *) echo none ;; esac
 }
 # allot_end TEST: stop the scheduler unless the next test starts with the same policy.
 allot_end() {
@@ -484,4 +492,50 @@ print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
 )
   case "$verdict" in ok*) pass allotreqalloc "${verdict#ok }";; *) fail allotreqalloc "${verdict#bad }";; esac
+}
+
+test_allotmug() {
+  local n; n=$(nproc)
+  allot_sched equi || { fail allotmug "scheduler did not load with --allot equi: $(sched_why)"; return; }
+  # The scheduler may be shared with the previous test: its counters are taken as deltas.
+  local st0; st0=$(allot_stats)
+  "$ktest" -w $((n * 2)) greedy --benign --secs 25 --requests 16 --items 8 --item-us 20000 \
+    --watch-desched >"$out/allot-mug.json" 2>>"$out/allot.err" & local mp=$!
+  allot_service "$n" 25 >"$out/allot-mug-other.json" 2>>"$out/allot.err" & local op=$!
+  sleep 6
+  allot_jobs_json "$out/m1"; sleep 6; allot_jobs_json "$out/m2"
+  wait $mp; local mrc=$?; wait $op; local orc=$?
+  local st; st=$(allot_stats); local jobs; jobs=$(allot_cores "$out/m1" "$out/m2")
+  sched_alive || { fail allotmug "scheduler ejected: $(sched_why)"; return; }
+  allot_end allotmug || { fail allotmug "scheduler exit non-zero: $(sched_why)"; return; }
+  [ $mrc = 0 ] && [ $orc = 0 ] || { fail allotmug "a service failed ($mrc/$orc): $(tail -c 300 "$out/allot.err")"; return; }
+  echo "{\"mug\": $(cat "$out/allot-mug.json"), \"other\": $(cat "$out/allot-mug-other.json"), \"jobs\": $jobs, \"stats0\": $st0, \"stats\": $st}" >"$out/allotmug.json"
+  local verdict
+  verdict=$($PY - "$out/allotmug.json" "$mp" "$n" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); pid, n = sys.argv[2], int(sys.argv[3])
+m, o, st, st0 = d["mug"], d["other"], d["stats"], d["stats0"]
+for k in ("allot_descheds", "allot_waits"):
+    st[k] = st.get(k, 0) - st0.get(k, 0)
+j = d["jobs"].get(pid) or {}
+why = []
+if j.get("allot") is not None and j["allot"] >= 2 * n:
+    why.append(f"allotted {j['allot']}: not below its {2 * n} workers")
+if st.get("allot_descheds", 0) == 0:
+    why.append("the kernel never marked a worker descheduled")
+if m["desched_flagged"] == 0:
+    why.append(f"no descheduled flag seen set in {m['desched_samples']} samples")
+if m["desched_mugs"] == 0:
+    why.append("no task was mugged")
+if m["requests"] == 0 or o["requests"] == 0:
+    why.append(f"requests completed: {m['requests']} / {o['requests']}")
+msg = (f"service ({2 * n} workers, allot {j.get('allot')}, {j.get('cores')} cores): {m['requests']} requests, "
+       f"{m['desched_mugs']} mugged of {m['steals']} stolen tasks; flags set in {m['desched_flagged']} of "
+       f"{m['desched_samples']} samples (mean {m['desched_mean']:.2f}, at most {m['desched_max']} at once); kernel marks {st.get('allot_descheds')}, "
+       f"job-token waits {st.get('allot_waits')}; other job {o['requests']} requests; "
+       f"watchdog margin {st.get('watchdog_margin_ms')} ms")
+print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
+PY
+)
+  case "$verdict" in ok*) pass allotmug "${verdict#ok }";; *) fail allotmug "${verdict#bad }";; esac
 }

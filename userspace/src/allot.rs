@@ -147,6 +147,8 @@ struct Known {
     /// The region's steal counters (summed over workers) at the last round.
     steals: u64,
     failed_steals: u64,
+    /// The region's wrapping sum of the stealable counts its searches saw.
+    stealable_seen: u32,
 }
 
 /// Timing of the controller itself, logged now and then.
@@ -231,6 +233,10 @@ pub struct Inputs {
     /// re-initialised; only their deltas are used).
     pub steals: u64,
     pub failed_steals: u64,
+    /// The stealable counts (`Q`) the searches published, summed over the
+    /// workers modulo 2^32 (each worker's is a wrapping u32; a difference of
+    /// two such sums is exact while fewer than 2^32 were added between them).
+    pub stealable_seen: u32,
 }
 
 impl Inputs {
@@ -247,7 +253,24 @@ impl Inputs {
             stealable: stealable.min(MAX_STEALABLE),
             steals: 0,
             failed_steals: 0,
+            stealable_seen: 0,
         }
+    }
+
+    /// SAWS's implementable `Q`: the stealable counts thieves saw, averaged
+    /// over the searches since the previous reading (`prev_*`), clamped to
+    /// what a region can hold. With no searches since, or counters that went
+    /// backwards (a re-initialised region), the snapshot `Q'` (`stealable`).
+    pub fn queued_avg(&self, prev_steals: u64, prev_failed: u64, prev_seen: u32) -> f64 {
+        if self.steals < prev_steals || self.failed_steals < prev_failed {
+            return self.stealable as f64;
+        }
+        let searches = (self.steals - prev_steals).saturating_add(self.failed_steals - prev_failed);
+        if searches == 0 {
+            return self.stealable as f64;
+        }
+        let seen = self.stealable_seen.wrapping_sub(prev_seen) as f64;
+        (seen / searches as f64).min(MAX_STEALABLE as f64)
     }
 
     /// SAWS's `u` from two readings of the steal counters: successful searches
@@ -398,6 +421,7 @@ impl Loop {
             for w in r.workers.iter().take(i.workers as usize) {
                 i.steals = i.steals.saturating_add(w.found_work);
                 i.failed_steals = i.failed_steals.saturating_add(w.failed_steals);
+                i.stealable_seen = i.stealable_seen.wrapping_add(w.stealable_seen);
             }
             Some(i)
         };
@@ -464,8 +488,10 @@ impl Loop {
                 k.steal_ns = a.steal_ns;
             }
             let steal_success = inputs.steal_success(k.steals, k.failed_steals);
+            let queued_avg = inputs.queued_avg(k.steals, k.failed_steals, k.stealable_seen);
             k.steals = inputs.steals;
             k.failed_steals = inputs.failed_steals;
+            k.stealable_seen = inputs.stealable_seen;
             let max_par = if inputs.workers > 0 {
                 inputs.workers
             } else {
@@ -479,7 +505,7 @@ impl Loop {
                 work_ns: work,
                 steal_ns: steal,
                 steal_success,
-                queued_avg: inputs.stealable as f64,
+                queued_avg,
                 queued_now: inputs.stealable as f64,
             });
             // No region (a cgroup job, --job): its runnable threads are its demand.
@@ -643,6 +669,7 @@ mod tests {
                 stealable: MAX_STEALABLE,
                 steals: 0,
                 failed_steals: 0,
+                stealable_seen: 0,
             }
         );
         assert_eq!(i.demand(), 64);
@@ -665,5 +692,24 @@ mod tests {
         i.steals = u64::MAX;
         i.failed_steals = u64::MAX;
         assert!(i.steal_success(0, 0).is_finite());
+    }
+
+    #[test]
+    fn queued_avg_over_searches() {
+        let mut i = Inputs::from_header(REGION_MAGIC, 4, 1, 7);
+        i.steals = 10;
+        i.failed_steals = 30;
+        // 40 searches saw 100 stealable tasks in all since the zero reading: Q = 2.5.
+        i.stealable_seen = 100;
+        assert!((i.queued_avg(0, 0, 0) - 2.5).abs() < 1e-12);
+        // The wrapping sum crossed 2^32 between the readings: still 100 / 40.
+        i.stealable_seen = 60;
+        assert!((i.queued_avg(0, 0, u32::MAX - 39) - 2.5).abs() < 1e-12);
+        // No search since, or a re-initialised region: the snapshot Q'.
+        assert_eq!(i.queued_avg(10, 30, 0), 7.0);
+        assert_eq!(i.queued_avg(11, 0, 0), 7.0);
+        // An untrusted sum is clamped.
+        i.stealable_seen = u32::MAX;
+        assert_eq!(i.queued_avg(9, 30, 0), MAX_STEALABLE as f64);
     }
 }

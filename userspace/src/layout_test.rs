@@ -42,6 +42,8 @@ fn c_layout(st: &str, field: &str) -> Option<(usize, usize)> {
         ("tailctl_worker_slot", "kernel_work_ns") => c_field!(tailctl_worker_slot, kernel_work_ns),
         ("tailctl_worker_slot", "failed_steals") => c_field!(tailctl_worker_slot, failed_steals),
         ("tailctl_worker_slot", "found_work") => c_field!(tailctl_worker_slot, found_work),
+        ("tailctl_worker_slot", "descheduled") => c_field!(tailctl_worker_slot, descheduled),
+        ("tailctl_worker_slot", "stealable_seen") => c_field!(tailctl_worker_slot, stealable_seen),
         ("tailctl_request_slot", "id") => c_field!(tailctl_request_slot, id),
         ("tailctl_request_slot", "flags") => c_field!(tailctl_request_slot, flags),
         ("tailctl_request_slot", "generation") => c_field!(tailctl_request_slot, generation),

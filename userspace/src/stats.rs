@@ -90,6 +90,8 @@ pub struct Metrics {
     pub allot_overdue: u64,
     #[stat(desc = "Job threads taken off a CPU because their job was over its allotment")]
     pub allot_preemptions: u64,
+    #[stat(desc = "Workers marked descheduled in their region (for mugging)")]
+    pub allot_descheds: u64,
     #[stat(desc = "Longest wait for a job token so far, ns (a maximum)")]
     pub allot_max_wait_ns: u64,
     #[stat(desc = "Sum of enforcement latencies, ns")]
@@ -211,6 +213,7 @@ impl Metrics {
         self.allot_reclaims += s.allot_reclaims;
         self.allot_overdue += s.allot_overdue;
         self.allot_preemptions += s.allot_preemptions;
+        self.allot_descheds += s.allot_descheds;
         self.allot_max_wait_ns = self.allot_max_wait_ns.max(s.allot_max_wait_ns);
         self.allot_lat_mean_us = if self.allot_enforced > 0 {
             self.allot_lat_sum_ns as f64 / self.allot_enforced as f64 / 1e3
@@ -340,6 +343,7 @@ impl Metrics {
             allot_preemptions: self
                 .allot_preemptions
                 .saturating_sub(prev.allot_preemptions),
+            allot_descheds: self.allot_descheds.saturating_sub(prev.allot_descheds),
             allot_max_wait_ns: self.allot_max_wait_ns,
             prio_switches: self.prio_switches.saturating_sub(prev.prio_switches),
             prio_guard_dispatches: self
@@ -419,7 +423,7 @@ impl Metrics {
             w,
             "[{}] allot: realloc {:>5} enforced {:>5} latency mean {:>7.1} us max {:>8.1} us \
              [<10us {} <25 {} <50 {} <100 {} <250 {} <1ms {} <10ms {} >=10ms {}] \
-             wait {} borrow {} reclaim {} preempt {} overdue {} max-wait {} us | \
+             wait {} borrow {} reclaim {} preempt {} desched {} overdue {} max-wait {} us | \
              at-apply {} stamp->apply mean {:.1} us, apply->enforced by kicks [<100us {} <1ms {} >=1ms {}]",
             crate::SCHEDULER_NAME,
             self.allot_reallocs,
@@ -438,6 +442,7 @@ impl Metrics {
             self.allot_borrows,
             self.allot_reclaims,
             self.allot_preemptions,
+            self.allot_descheds,
             self.allot_overdue,
             self.allot_max_wait_ns / 1000,
             self.allot_enforced_at_apply,

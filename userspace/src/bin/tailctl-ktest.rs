@@ -176,6 +176,10 @@ enum Cmd {
         grow_after: u64,
         #[arg(long, default_value_t = 16)]
         grow_requests: usize,
+        /// Sample the kernel's per-worker `descheduled` flags in the region
+        /// every 2 ms and report how often any was set (mugging, issue 12).
+        #[arg(long)]
+        watch_desched: bool,
     },
     Churn {
         #[arg(long, default_value_t = 20)]
@@ -999,7 +1003,7 @@ fn hog(secs: u64, threads: usize) -> Result<()> {
 fn greedy(
     cli: &Cli,
     secs: u64,
-    (requests, grow_after, grow_requests): (usize, u64, usize),
+    (requests, grow_after, grow_requests, watch_desched): (usize, u64, usize, bool),
     threshold_ns: Option<u64>,
     ignore_cap: bool,
     (items, item_us, sleep_us): (usize, u64, u64),
@@ -1015,11 +1019,31 @@ fn greedy(
     let stop = AtomicBool::new(false);
     let mut done = 0u64;
     let cleared = AtomicU64::new(0);
+    // Samples of the region's descheduled flags: taken, with any flag set, most set at once.
+    let (samples, flagged, max_flagged) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let flagged_sum = AtomicU64::new(0);
     // CLOCK_MONOTONIC (the daemon's and bpf_ktime_get_ns's clock) when the load grew.
     let mut grown_ns: Option<u64> = None;
     std::thread::scope(|s| {
         if ignore_cap {
             s.spawn(|| cleared.store(clear_marks(&pool, &stop), Ordering::Relaxed));
+        }
+        if watch_desched {
+            s.spawn(|| {
+                let st = pool.shared_state();
+                while !stop.load(Ordering::Relaxed) {
+                    let n = (0..pool.workers())
+                        .filter(|&w| st.worker(w).descheduled())
+                        .count() as u64;
+                    samples.fetch_add(1, Ordering::Relaxed);
+                    if n > 0 {
+                        flagged.fetch_add(1, Ordering::Relaxed);
+                    }
+                    max_flagged.fetch_max(n, Ordering::Relaxed);
+                    flagged_sum.fetch_add(n, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            });
         }
         let mut inflight = std::collections::VecDeque::new();
         let submit = || {
@@ -1068,6 +1092,13 @@ fn greedy(
             "kernel_serialized": pool.shared_state().header().kernel_serialized(),
             "marks_cleared": cleared.load(Ordering::Relaxed),
             "grown_ns": grown_ns,
+            "desched_mugs": pool.stats().desched_mugs,
+            "steals": pool.stats().steals,
+            "desched_samples": samples.load(Ordering::Relaxed),
+            "desched_flagged": flagged.load(Ordering::Relaxed),
+            "desched_max": max_flagged.load(Ordering::Relaxed),
+            "desched_mean": flagged_sum.load(Ordering::Relaxed) as f64
+                / samples.load(Ordering::Relaxed).max(1) as f64,
         }))?
     );
     Ok(())
@@ -1679,10 +1710,11 @@ fn main() -> Result<()> {
             sleep_us,
             grow_after,
             grow_requests,
+            watch_desched,
         } => greedy(
             &cli,
             secs,
-            (requests, grow_after, grow_requests),
+            (requests, grow_after, grow_requests, watch_desched),
             (!benign).then_some(threshold_ns),
             ignore_cap,
             (items, item_us, sleep_us),
