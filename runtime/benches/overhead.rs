@@ -38,7 +38,10 @@ use rayon::prelude::*;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tailctl_rt::{join, parallel_for, threshold::ThresholdTable, Policy, Pool};
+use tailctl_rt::{join, parallel_for};
+
+mod common;
+use common::{ours, small_work};
 
 fn fib_ours(n: u64) -> u64 {
     if n < 2 {
@@ -98,24 +101,6 @@ impl Stat {
             min: self.min * k,
             cpu: self.cpu * k,
         }
-    }
-}
-
-fn ours(workers: usize, tc: bool) -> Pool {
-    let b = Pool::builder().workers(workers);
-    if tc {
-        b.policy(Policy::TailControl)
-            .bookkeeping(true)
-            .thresholds(ThresholdTable::from_thresholds(vec![Some(
-                Duration::from_secs(3600),
-            )]))
-            .build()
-            .unwrap()
-    } else {
-        b.policy(Policy::StealFirst)
-            .bookkeeping(false)
-            .build()
-            .unwrap()
     }
 }
 
@@ -351,18 +336,6 @@ fn bench_rtt(rows: &mut Vec<Row>, blocks: usize, per_block: usize) {
             cpu_ratio: None,
         });
     }
-}
-
-/// Work of one small spawn or request: a few dozen cycles.
-#[inline(never)]
-fn small_work(i: u64) -> u64 {
-    let mut x = black_box(i);
-    for _ in 0..16 {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-    }
-    x
 }
 
 fn bench_scope(rows: &mut Vec<Row>, trials: usize) {

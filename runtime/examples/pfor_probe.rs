@@ -17,7 +17,11 @@
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tailctl_rt::{parallel_for_chunks, threshold::ThresholdTable, Policy, Pool};
+use tailctl_rt::parallel_for_chunks;
+
+#[allow(dead_code)]
+#[path = "../benches/common/mod.rs"]
+mod common;
 
 #[repr(align(128))]
 struct Padded(AtomicU64);
@@ -42,15 +46,7 @@ fn main() {
     // PLAIN=1: the benchmark's loops exactly (per-item bodies), times only.
     let plain = std::env::var("PLAIN").is_ok_and(|v| v == "1");
     let body = |i: usize| data[i].store((i as u64).wrapping_mul(i as u64), Ordering::Relaxed);
-    let pool = Pool::builder()
-        .workers(2)
-        .policy(Policy::TailControl)
-        .bookkeeping(true)
-        .thresholds(ThresholdTable::from_thresholds(vec![Some(
-            Duration::from_secs(3600),
-        )]))
-        .build()
-        .unwrap();
+    let pool = common::ours(2, true);
     let ray = rayon::ThreadPoolBuilder::new()
         .num_threads(2)
         .build()
@@ -58,12 +54,7 @@ fn main() {
     // THIRD=1: a second pool of ours (steal-first, no bookkeeping) in the
     // rotation, as in the benchmark.
     let third = std::env::var("THIRD").is_ok_and(|v| v == "1");
-    let off = Pool::builder()
-        .workers(2)
-        .policy(Policy::StealFirst)
-        .bookkeeping(false)
-        .build()
-        .unwrap();
+    let off = common::ours(2, false);
     let sides = ["ours", "rayon", "off"];
     let ns = if third { 3 } else { 2 };
     let mut ms = [Vec::new(), Vec::new(), Vec::new()];

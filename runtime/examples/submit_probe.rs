@@ -14,19 +14,11 @@
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-use tailctl_rt::{threshold::ThresholdTable, Policy, Pool};
 
-/// The benchmark's `small_work`.
-#[inline(never)]
-fn small_work(i: u64) -> u64 {
-    let mut x = black_box(i);
-    for _ in 0..16 {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-    }
-    x
-}
+#[allow(dead_code)]
+#[path = "../benches/common/mod.rs"]
+mod common;
+use common::small_work;
 
 fn cpu_seconds() -> f64 {
     // SAFETY: getrusage writes into the zeroed struct we own.
@@ -45,24 +37,7 @@ fn main() {
     let rayon = std::env::var_os("RAYON").is_some();
     let (submitters, per) = (2u64, 1000u64);
     let off = std::env::var_os("OFF").is_some();
-    let ours = if off {
-        Pool::builder()
-            .workers(2)
-            .policy(Policy::StealFirst)
-            .bookkeeping(false)
-            .build()
-            .unwrap()
-    } else {
-        Pool::builder()
-            .workers(2)
-            .policy(Policy::TailControl)
-            .bookkeeping(true)
-            .thresholds(ThresholdTable::from_thresholds(vec![Some(
-                Duration::from_secs(3600),
-            )]))
-            .build()
-            .unwrap()
-    };
+    let ours = common::ours(2, !off);
     let ray = rayon::ThreadPoolBuilder::new()
         .num_threads(2)
         .build()
