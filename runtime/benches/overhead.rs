@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use tailctl_rt::{join, parallel_for};
 
 mod common;
-use common::{ours, small_work};
+use common::{ours, rayon_submit_batch, small_work};
 
 fn fib_ours(n: u64) -> u64 {
     if n < 2 {
@@ -454,16 +454,7 @@ fn bench_submit(rows: &mut Vec<Row>, trials: usize) {
         std::thread::scope(|s| {
             for t in 0..submitters {
                 let ray = &ray;
-                s.spawn(move || {
-                    let (tx, rx) = std::sync::mpsc::channel();
-                    for i in 0..per {
-                        let tx = tx.clone();
-                        ray.spawn(move || tx.send(small_work(i * 7 + t)).unwrap());
-                    }
-                    for _ in 0..per {
-                        black_box(rx.recv().unwrap());
-                    }
-                });
+                s.spawn(move || rayon_submit_batch(ray, per, t));
             }
         })
     };

@@ -51,14 +51,7 @@ fn main() {
                 let (ours, ray) = (&ours, &ray);
                 s.spawn(move || {
                     if rayon {
-                        let (tx, rx) = std::sync::mpsc::channel();
-                        for i in 0..per {
-                            let tx = tx.clone();
-                            ray.spawn(move || tx.send(small_work(i * 7 + t)).unwrap());
-                        }
-                        for _ in 0..per {
-                            black_box(rx.recv().unwrap());
-                        }
+                        common::rayon_submit_batch(ray, per, t);
                     } else {
                         let hs: Vec<_> = (0..per)
                             .map(|i| ours.submit(move || small_work(i * 7 + t)))

@@ -37,3 +37,17 @@ pub fn small_work(i: u64) -> u64 {
     }
     x
 }
+
+/// One outside submitter's batch on rayon, as the `submit` row runs it:
+/// `per` tiny jobs spawned, each sending its result back over a channel,
+/// then all `per` results received (rayon's spawn has no handle).
+pub fn rayon_submit_batch(ray: &rayon::ThreadPool, per: u64, t: u64) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    for i in 0..per {
+        let tx = tx.clone();
+        ray.spawn(move || tx.send(small_work(i * 7 + t)).unwrap());
+    }
+    for _ in 0..per {
+        black_box(rx.recv().unwrap());
+    }
+}
