@@ -317,14 +317,14 @@ impl Report {
         // The neighbour's column only when some run had one (`--neighbour`).
         let neighbour = runs.values().any(|v| v.get("neighbour_cores").is_some());
         let mut s = String::from(
-            "| run | p50 ms | p95 ms | p99 ms | p99.9 ms | max ms | steals | serialized | kernel-serialized |",
+            "| run | p50 ms | p95 ms | p99 ms | p99.9 ms | max ms | steals | serialized | kernel-serialized | cores before |",
         );
         s.push_str(if neighbour {
             " neighbour cores |\n"
         } else {
             "\n"
         });
-        s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         s.push_str(if neighbour { "---:|\n" } else { "\n" });
         for (name, v) in runs {
             let f = |k: &str| v[k].as_f64().map_or("-".into(), |x| format!("{x:.1}"));
@@ -335,7 +335,7 @@ impl Report {
             };
             let _ = write!(
                 s,
-                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 f("p50_ms"),
                 f("p95_ms"),
                 f("p99_ms"),
@@ -343,7 +343,10 @@ impl Report {
                 f("max_ms"),
                 c("steals"),
                 c("serialized"),
-                c("kernel_serialized")
+                c("kernel_serialized"),
+                v["capacity_cores"]
+                    .as_f64()
+                    .map_or("-".into(), |x| format!("{x:.2}"))
             );
             if neighbour {
                 let n = v["neighbour_cores"]

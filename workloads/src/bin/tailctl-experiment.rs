@@ -569,6 +569,7 @@ fn run(a: Args) -> Result<()> {
         PolicyRow::from_latencies("steal-first", &sf, &targets).miss,
     );
     runs.insert("steal-first".into(), read_summary(&raw, "steal-first"));
+    note_capacity(&mut runs, "steal-first", cores_before);
 
     if a.noise_check {
         let name = "steal-first (rerun)";
@@ -615,6 +616,7 @@ fn run(a: Args) -> Result<()> {
                     results: &mut Vec<(String, Vec<Vec<f64>>)>,
                     tc_ctx: &mut TcContext<'_>|
      -> Result<()> {
+        let cores = probe_effective_cores(&bins, common("sf"))?;
         if p == TAIL_CONTROL {
             let row = run_tail_control(
                 &bins,
@@ -627,6 +629,7 @@ fn run(a: Args) -> Result<()> {
                 |_| Ok(()),
             )?;
             record(results, p, row.miss);
+            note_capacity(runs, &format!("{p}{}", key(round)), cores);
             return Ok(());
         }
         let flag = match p {
@@ -642,6 +645,7 @@ fn run(a: Args) -> Result<()> {
             PolicyRow::from_latencies(p, &lat, &targets).miss,
         );
         runs.insert(format!("{p}{}", key(round)), read_summary(&raw, &name));
+        note_capacity(runs, &format!("{p}{}", key(round)), cores);
         Ok(())
     };
     // The runs under scx_tailctl, as one block: the scheduler starts and stops
@@ -657,6 +661,7 @@ fn run(a: Args) -> Result<()> {
         // Under scx_tailctl but not registered: what the scheduler alone does.
         let label = format!("steal-first {UNDER_SCX_MARK}");
         let name = file("steal-first-scx", round);
+        let cores = probe_effective_cores(&bins, common("sf"))?;
         let lat = run_one(&bins, &name, common("sf"), &trace_path, &raw)?;
         record(
             results,
@@ -664,6 +669,7 @@ fn run(a: Args) -> Result<()> {
             PolicyRow::from_latencies(&label, &lat, &targets).miss,
         );
         runs.insert(format!("{label}{}", key(round)), read_summary(&raw, &name));
+        note_capacity(runs, &format!("{label}{}", key(round)), cores);
         // Registered: kernel-measured work, kernel serialization and caps.
         let kernel_args = |t: Duration| {
             let mut v = tc_args(common("tc"), t);
@@ -671,6 +677,7 @@ fn run(a: Args) -> Result<()> {
             v.extend(["--scx-socket".into(), a.scx_socket.display().to_string()]);
             v
         };
+        let cores = probe_effective_cores(&bins, common("sf"))?;
         let row = run_tail_control(
             &bins,
             TAIL_CONTROL_KERNEL,
@@ -682,6 +689,7 @@ fn run(a: Args) -> Result<()> {
             |name| check_registered(&raw, name),
         )?;
         record(results, TAIL_CONTROL_KERNEL, row.miss);
+        note_capacity(runs, &format!("{TAIL_CONTROL_KERNEL}{}", key(round)), cores);
         drop(scx);
         Ok(())
     };
@@ -734,7 +742,7 @@ fn run(a: Args) -> Result<()> {
     let cores_after = probe_effective_cores(&bins, common("sf"))?;
     let conditions = format!(
         "load average (1/5/15 min) before: {load_before}, after: {}; {} CPUs; \
-         effective cores of a lone request (best of 3 × 200 ms, {} workers) before: {cores_before:.2}, after: {cores_after:.2}{scheduler_note}",
+         effective cores of a lone request (best of 3 × 200 ms, {} workers) before: {cores_before:.2}, after: {cores_after:.2}, and before each run in its `cores before` column (under that run's scheduler){scheduler_note}",
         loadavg(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         cfg.workers
@@ -873,6 +881,16 @@ fn probe_effective_cores(bins: &Path, args: Vec<String>) -> Result<f64> {
         }
     }
     Ok(best)
+}
+
+/// Records the capacity probe taken just before a run in that run's summary:
+/// on a shared host an emulated guest's capacity drifts between runs (a lone
+/// request got 3.1 effective cores in one 4-vCPU run and 1.3 in another), and
+/// a run whose probe is low is slow for that reason, whatever its policy.
+fn note_capacity(runs: &mut serde_json::Map<String, serde_json::Value>, key: &str, cores: f64) {
+    if let Some(run) = runs.get_mut(key).and_then(|v| v.as_object_mut()) {
+        run.insert("capacity_cores".into(), cores.into());
+    }
 }
 
 /// The first three fields of /proc/loadavg (or `unknown`), to record how busy
