@@ -357,7 +357,7 @@ test_experiment() {
     || { fail experiment "driver failed: $(tail -n 4 "$out/experiment.err" | tr '\n"' ' ')"; return; }
   [ "$(state)" = disabled ] || { fail experiment "scheduler left attached: $(state)"; return; }
   local rows
-  rows=$(sed -n '/^{/,$p' <<<"$r" | $PY -c 'import json,sys; r=json.load(sys.stdin); print(" | ".join("%s %s%%" % (x["policy"], "/".join("%.1f" % (m*100) for m in x["miss"])) for x in r["rows"]))') \
+  rows=$(sed -n '/^{/,$p' <<<"$r" | $PY -c 'import json,sys; r=json.load(sys.stdin); print(" | ".join("%s %s%%" % (x["policy"], "/".join("%.1f" % (m*100) for m in x["miss"])) for x in r["rows"]) + "; effective cores before each run: " + ", ".join("%s %s" % (k, "%.2f" % v["capacity_cores"] if isinstance(v, dict) and v.get("capacity_cores") is not None else "-") for k, v in r.get("runs", {}).items()))') \
     || { fail experiment "no JSON report: $(tail -c 300 <<<"$r")"; return; }
   grep -q "tail-control + kernel" <<<"$rows" || { fail experiment "no kernel-assisted row: $rows"; return; }
   # Per-run summaries live in raw/ (the driver keeps raw records apart).
