@@ -97,11 +97,13 @@ def summarise(out):
         if r.get("bench") != "bpf":
             continue
         cb = callback(r["prog"])
-        e = bpf.setdefault(cb, {}).setdefault(r["sched"], {"run_cnt": 0, "run_time_ns": 0, "per_round": []})
+        e = bpf.setdefault(cb, {}).setdefault(r["sched"], {"run_cnt": 0, "run_time_ns": 0, "per_round": [],
+                                                           "by_round": {}})
         e["run_cnt"] += r["run_cnt"]
         e["run_time_ns"] += r["run_time_ns"]
         if r["run_cnt"]:
             e["per_round"].append(r["run_time_ns"] / r["run_cnt"])
+            e["by_round"][r.get("round")] = r["run_time_ns"] / r["run_cnt"]
     callbacks = []
     for cb in sorted(bpf, key=lambda c: -sum(v["run_cnt"] for v in bpf[c].values())):
         row = {"callback": cb}
@@ -111,6 +113,13 @@ def summarise(out):
                 row[s] = {"run_cnt": e["run_cnt"], "run_time_ns": e["run_time_ns"],
                           "mean_ns": e["run_time_ns"] / e["run_cnt"] if e["run_cnt"] else None,
                           "per_round_mean_ns": spread(e["per_round"])}
+        # Paired by round: both schedulers' probes ran minutes apart in the
+        # same boot, so a host that slows the guest for a while slows both
+        # sides of a pair, while the pooled means above carry it whole.
+        t, b = bpf[cb].get(SCHEDS[0]), bpf[cb].get(SCHEDS[1])
+        if t and b:
+            row["paired_ratio"] = spread([t["by_round"][k] / b["by_round"][k]
+                                          for k in t["by_round"] if b["by_round"].get(k)])
         callbacks.append(row)
     return {"config": config, "rounds": len(rounds), "benchmarks": benchmarks, "bpf_callbacks": callbacks}
 
@@ -151,10 +160,11 @@ def table(report, command):
             lines.append(f"| {b['label']} | | | | {fmt_cost(b['scx_tailctl_cost'])} | {fmt_cost(b['scx_bpfland_cost'])} |")
     lines += ["",
               "BPF cost per callback (kernel.bpf_stats_enabled during a fixed hackbench + pipe probe after each "
-              "block): mean ns per call over all rounds [min, max of the per-round means], and calls.",
+              "block): mean ns per call over all rounds [min, max of the per-round means], and calls; "
+              "scx_tailctl / scx_bpfland: the ratio of the two per-round means, paired by round, median [min, max].",
               "",
-              "| callback | scx_tailctl ns | scx_tailctl calls | scx_bpfland ns | scx_bpfland calls |",
-              "|---|---:|---:|---:|---:|"]
+              "| callback | scx_tailctl ns | scx_tailctl calls | scx_bpfland ns | scx_bpfland calls | scx_tailctl / scx_bpfland |",
+              "|---|---:|---:|---:|---:|---:|"]
     for row in report["bpf_callbacks"]:
         cells = []
         for s in SCHEDS:
@@ -164,6 +174,7 @@ def table(report, command):
                 cells += [f"{e['mean_ns']:.0f} [{pr['min']:.0f}, {pr['max']:.0f}]", str(e["run_cnt"])]
             else:
                 cells += ["–", "0" if e else "–"]
+        cells.append(fmt_cost(row["paired_ratio"]) if row.get("paired_ratio") else "–")
         lines.append(f"| {row['callback']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
