@@ -502,6 +502,15 @@ print(json.dumps({"cg": [[k, v["pid"]] for k, v in svc.items() if v["pid"] >= 0x
                   "allot": {str(v["pid"]): v["allot"] for v in svc.values() if v["pid"]}, "ids": ids}))
 PY
 }
+# cgjob_logwait WORDS PATH N0: ms until the scheduler's log has more than N0 lines with "cgroup job PATH"
+# and WORDS (the daemon's own START_JOB/EXIT_JOB lines), polled every 20 ms, up to 10 s; empty if none.
+cgjob_logwait() {
+  local t0 t; t0=$(date +%s%N)
+  for _ in $(seq 1 500); do
+    if [ "$(grep -F "cgroup job $2 " "$out/sched.log" | grep -c "$1")" -gt "$3" ]; then t=$(date +%s%N); echo $(((t - t0) / 1000000)); return; fi
+    sleep 0.02
+  done
+}
 # A hog of 2 x CPUs threads in cgroup $1 (entered before its threads start), for $2 s.
 cgjob_hog() { echo $BASHPID >"$1/cgroup.procs" && exec "$ktest" hog --threads $(($(nproc) * 2)) --secs "$2"; }
 # rmdir a cgroup whose processes were just killed (it stays populated until they are reaped).
@@ -519,14 +528,20 @@ test_allotcgdyn() {
   sleep 3
   # START_JOB: a cgroup created after the start.
   mkdir "$base-a"; cgjob_hog "$base-a" 300 >/dev/null 2>>"$out/allot.err" & local ha=$!
+  local lat_start; lat_start=$(cgjob_logwait started "$base-a" 0)
   local ja; ja=$(cgjob_wait "$base-a")
   if [ -z "$ja" ]; then kill -9 $ha $sp; wait $ha $sp 2>/dev/null; cgjob_rmdir "$base-a"; stop_sched; fail allotcgdyn "a cgroup created after the start did not become a job: $(grep -i cgroup "$out/sched.log" | tail -n 3 | tr '\n"' ' ')"; return; fi
   sleep 3
   allot_jobs_json "$out/d1"; sleep 6; allot_jobs_json "$out/d2"
   local ca; ca=$(allot_cores "$out/d1" "$out/d2")
+  # a runs 8 s more: its CPU time must clearly exceed what b can run before b's first dump.
+  sleep 8
   # EXIT_JOB: its processes exit, the cgroup is removed.
   kill -9 $ha; wait $ha 2>/dev/null
   cgjob_rmdir "$base-a" || { kill -9 $sp; wait $sp 2>/dev/null; stop_sched; fail allotcgdyn "cannot remove $base-a"; return; }
+  local lat_end; lat_end=$(cgjob_logwait ended "$base-a" 0)
+  # a's last job_acct entry (its CPU time in all): what b's entry would start from if it were not reset.
+  "$wl/tailctl" maps dump job_acct --json >"$out/d3.acct" 2>>"$out/allot.err"
   local freed="" st_free=""
   for _ in $(seq 1 30); do
     st_free=$(cgjob_state) || break
@@ -554,11 +569,15 @@ test_allotcgdyn() {
   sched_alive || { fail allotcgdyn "scheduler ejected: $(sched_why)"; return; }
   allot_end allotcgdyn || { fail allotcgdyn "scheduler exit non-zero: $(sched_why)"; return; }
   grep -i "cgroup job" "$out/sched.log" >"$out/allotcgdyn-log.txt"
-  echo "{\"a\": \"$ja\", \"b\": \"$jb\", \"cores_a\": $ca, \"cores_b\": $cb, \"freed\": ${st_free:-null}, \"full\": ${st_full:-null}, \"end\": ${st_end:-null}, \"stats\": $st}" >"$out/allotcgdyn.json"
+  echo "{\"a\": \"$ja\", \"b\": \"$jb\", \"start_ms\": ${lat_start:-null}, \"end_ms\": ${lat_end:-null}, \"cores_a\": $ca, \"cores_b\": $cb, \"freed\": ${st_free:-null}, \"full\": ${st_full:-null}, \"end\": ${st_end:-null}, \"stats\": $st}" >"$out/allotcgdyn.json"
   local verdict
-  verdict=$($PY - "$out/allotcgdyn.json" "$out/e1" "$tb" "$half" "$n" "$sp" "$full_lines" <<'PY'
+  verdict=$($PY - "$out/allotcgdyn.json" "$out/e1" "$tb" "$half" "$n" "$sp" "$full_lines" "$out/d3.acct" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1])); e1, tb, half, n, sp, full_lines = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], int(sys.argv[7])
+try:
+    d3 = {x["key"]: x["value"] for x in json.load(open(sys.argv[8]))}
+except (OSError, ValueError):
+    d3 = {}
 st = d["stats"]; why = []
 if not d["b"]:
     print("bad", "the second new cgroup never became a job (freed state: %s)" % d["freed"]); sys.exit()
@@ -588,10 +607,19 @@ t1 = int(open(e1 + ".t").read())
 b = acct.get(sb, {})
 owner_b = (eb << 32) + 0x80000000 + sb
 age = (t1 - tb) / 1e9
+# a's total CPU time (its entry after its exit): an entry not reset for b would start there.
+a_last = d3.get(sa, {})
+a_cpu = a_last["cpu_ns"] / 1e9 if a_last.get("owner") == (ea << 32) + 0x80000000 + sa else None
 if b.get("owner") != owner_b:
     why.append(f"slot {sb}'s job_acct owner {b.get('owner')} is not b's {owner_b}")
 elif b["cpu_ns"] / 1e9 > age * n * 1.05 + 0.1:
     why.append(f"b's job_acct holds {b['cpu_ns'] / 1e9:.1f} s of CPU at age {age:.1f} s on {n} CPUs: carried over")
+elif a_cpu is None:
+    why.append("a's final job_acct entry was not found: cannot tell b's entry was reset")
+elif b["cpu_ns"] / 1e9 >= a_cpu:
+    why.append(f"b's job_acct holds {b['cpu_ns'] / 1e9:.1f} s of CPU, at least a's {a_cpu:.1f} s: carried over?")
+if d["start_ms"] is None or d["end_ms"] is None:
+    why.append(f"no start/end log line within 10 s (start {d['start_ms']}, end {d['end_ms']})")
 fu = d["full"]
 if not fu or len(fu["cg"]) != 8:
     why.append(f"with 9 matching cgroups, {len(fu['cg']) if fu else None} cgroup jobs (expected 8)")
@@ -602,9 +630,9 @@ if not en or en["cg"] or en["ids"]:
     why.append(f"cgroup jobs left after every cgroup was removed: {en}")
 if st["watchdog_margin_ms"] < 25000:
     why.append(f"a job thread waited {st.get('allot_max_wait_ns', 0) / 1e6:.0f} ms")
-msg = (f"a: slot {sa} epoch {ea}, allot {ja and ja['allot']}, {ja and ja['own']} own + {ja and ja['borrowed']} borrowed cores; "
+msg = (f"mkdir -> start logged {d['start_ms']} ms, rmdir -> end logged {d['end_ms']} ms; a: slot {sa} epoch {ea}, allot {ja and ja['allot']}, {ja and ja['own']} own + {ja and ja['borrowed']} borrowed cores; "
        f"after its exit freed={bool(fr and not fr['cg'])}, service allot {fr and fr['allot'].get(sp)}; "
-       f"b: slot {sb} epoch {eb}, job_acct at age {age:.1f} s: {b.get('cpu_ns', 0) / 1e9:.2f} s CPU; "
+       f"b: slot {sb} epoch {eb}, job_acct at age {age:.1f} s: {b.get('cpu_ns', 0) / 1e9:.2f} s CPU (a's entry ended at {a_cpu and round(a_cpu, 2)} s); "
        f"allot {jb and jb['allot']}, {jb and jb['own']} own + {jb and jb['borrowed']} borrowed cores; "
        f"full table: {len(fu['cg']) if fu else None} cgroup jobs, {full_lines} refusal line(s); "
        f"longest job-token wait {st.get('allot_max_wait_ns', 0) / 1e6:.1f} ms (watchdog margin {st['watchdog_margin_ms']} ms)")
