@@ -502,19 +502,23 @@ print(json.dumps({"cg": [[k, v["pid"]] for k, v in svc.items() if v["pid"] >= 0x
                   "allot": {str(v["pid"]): v["allot"] for v in svc.values() if v["pid"]}, "ids": ids}))
 PY
 }
-# cgjob_logwait WORDS PATH N0: ms until the scheduler's log has more than N0 lines with "cgroup job PATH"
-# and WORDS (the daemon's own START_JOB/EXIT_JOB lines), polled every 20 ms, up to 10 s; empty if none.
+# cgjob_logwait WORD PATH T0_NS: ms from T0_NS (date +%s%N) to the daemon's "cgroup job PATH ... WORD
+# ... (at MS ms)" line (its START_JOB/EXIT_JOB, stamped by the daemon when it acted), waiting up to 10 s
+# for the line; empty if none.
 cgjob_logwait() {
-  local t0 t; t0=$(date +%s%N)
-  for _ in $(seq 1 500); do
-    if [ "$(grep -F "cgroup job $2 " "$out/sched.log" | grep -c "$1")" -gt "$3" ]; then t=$(date +%s%N); echo $(((t - t0) / 1000000)); return; fi
-    sleep 0.02
+  local at
+  for _ in $(seq 1 100); do
+    at=$(grep -F "cgroup job $2 " "$out/sched.log" | grep "$1" | tail -n 1 | sed -n 's/.*(at \([0-9]*\) ms)$/\1/p')
+    if [ -n "$at" ]; then echo $((at - $3 / 1000000)); return; fi
+    sleep 0.1
   done
 }
 # A hog of 2 x CPUs threads in cgroup $1 (entered before its threads start), for $2 s.
 cgjob_hog() { echo $BASHPID >"$1/cgroup.procs" && exec "$ktest" hog --threads $(($(nproc) * 2)) --secs "$2"; }
-# rmdir a cgroup whose processes were just killed (it stays populated until they are reaped).
-cgjob_rmdir() { local i; for i in $(seq 1 50); do rmdir "$1" 2>/dev/null && return 0; [ -d "$1" ] || return 0; sleep 0.1; done; return 1; }
+# rmdir a cgroup whose processes were just killed (it stays populated until they are reaped);
+# cg_rmdir_ns: when the attempt that removed it began.
+cg_rmdir_ns=0
+cgjob_rmdir() { local i; for i in $(seq 1 50); do cg_rmdir_ns=$(date +%s%N); rmdir "$1" 2>/dev/null && return 0; [ -d "$1" ] || return 0; sleep 0.1; done; return 1; }
 
 test_allotcgdyn() {
   local n half base=/sys/fs/cgroup/tailctl-dyn d; n=$(nproc); half=$((n / 2))
@@ -527,8 +531,9 @@ test_allotcgdyn() {
   allot_service $((n * 2)) 400 >"$out/cgdyn-svc.json" 2>>"$out/allot.err" & local sp=$!
   sleep 3
   # START_JOB: a cgroup created after the start.
+  local tmk; tmk=$(date +%s%N)
   mkdir "$base-a"; cgjob_hog "$base-a" 300 >/dev/null 2>>"$out/allot.err" & local ha=$!
-  local lat_start; lat_start=$(cgjob_logwait started "$base-a" 0)
+  local lat_start; lat_start=$(cgjob_logwait started "$base-a" "$tmk")
   local ja; ja=$(cgjob_wait "$base-a")
   if [ -z "$ja" ]; then kill -9 $ha $sp; wait $ha $sp 2>/dev/null; cgjob_rmdir "$base-a"; stop_sched; fail allotcgdyn "a cgroup created after the start did not become a job: $(grep -i cgroup "$out/sched.log" | tail -n 3 | tr '\n"' ' ')"; return; fi
   sleep 3
@@ -539,7 +544,7 @@ test_allotcgdyn() {
   # EXIT_JOB: its processes exit, the cgroup is removed.
   kill -9 $ha; wait $ha 2>/dev/null
   cgjob_rmdir "$base-a" || { kill -9 $sp; wait $sp 2>/dev/null; stop_sched; fail allotcgdyn "cannot remove $base-a"; return; }
-  local lat_end; lat_end=$(cgjob_logwait ended "$base-a" 0)
+  local lat_end; lat_end=$(cgjob_logwait ended "$base-a" "$cg_rmdir_ns")
   # a's last job_acct entry (its CPU time in all): what b's entry would start from if it were not reset.
   "$wl/tailctl" maps dump job_acct --json >"$out/d3.acct" 2>>"$out/allot.err"
   local freed="" st_free=""

@@ -179,6 +179,14 @@ pub(super) struct CgroupJobs {
     scan_cpu: Duration,
 }
 
+/// Wall-clock time in ms, in the start/end log lines: the log's own stamp has
+/// whole seconds, and a test measures the scan's latency from mkdir/rmdir.
+fn unix_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
 /// CPU time of the calling thread.
 fn thread_cpu() -> Duration {
     // SAFETY: all-zero is a valid timespec; the pointer is valid for the call.
@@ -280,9 +288,10 @@ impl CgroupJobs {
         // Tasks already in the cgroup bind at their next event.
         reg.maps.worker_tids.gen.bump();
         info!(
-            "cgroup job {} (cgroup id {id}) started: slot {slot}, pid {}",
+            "cgroup job {} (cgroup id {id}) started: slot {slot}, pid {} (at {} ms)",
             path.display(),
-            svc.pid
+            svc.pid,
+            unix_ms()
         );
         self.jobs.insert(
             id,
@@ -301,9 +310,10 @@ impl CgroupJobs {
         };
         self.unpublish(reg, id, job.slot);
         info!(
-            "cgroup job {} (cgroup id {id}) ended: the cgroup is gone, slot {} freed",
+            "cgroup job {} (cgroup id {id}) ended: the cgroup is gone, slot {} freed (at {} ms)",
             job.path.display(),
-            job.slot
+            job.slot,
+            unix_ms()
         );
         reg.notify();
     }
