@@ -656,8 +656,9 @@ test_allotcgnest() {
   allot_cur=cgnest
   start_sched --allot equi --job "$nest" --job "$nest/inner-*" || { fail allotcgnest "scheduler did not load with --job: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; cgnest_clean; return; }
   # Neither hog is in a cgroup named by --job itself: one in a child of OUTER, one in a child of inner-1.
-  cgjob_hog "$nest/child" 90 >/dev/null 2>>"$out/allot.err" & local ho=$!
-  cgjob_hog "$nest/inner-1/leaf" 90 >/dev/null 2>>"$out/allot.err" & local hi=$!
+  # Both outlive the measurement (map dumps take seconds under TCG) and are killed after it.
+  cgjob_hog "$nest/child" 300 >/dev/null 2>>"$out/allot.err" & local ho=$!
+  cgjob_hog "$nest/inner-1/leaf" 300 >/dev/null 2>>"$out/allot.err" & local hi=$!
   local so si; so=$(cgjob_wait "$nest"); si=$(cgjob_wait "$nest/inner-1")
   sleep 3
   local t1 t2
