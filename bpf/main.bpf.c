@@ -734,11 +734,14 @@ static __always_inline u64 task_cgroup_id(struct task_struct *p)
 
 /*
  * `scx_tailctl --job /sys/fs/cgroup/PATH` makes every task of that cgroup v2
- * (exactly that cgroup, matched by the task's dfl_cgrp id; not its
- * descendants) a thread of one job, which occupies a service slot the daemon
- * reserves for it before attaching: services.pid is TAILCTL_CGROUP_JOB_PID +
- * slot (never a process's pid, so the slot can be told from a registered
- * service's), epoch 0, no region and no thresholds. Such a task is bound like
+ * and of its descendants a thread of one job (nested job cgroups: the nearest
+ * job ancestor of the task's dfl_cgrp wins), which occupies a service slot the
+ * daemon claims for it when the cgroup appears (it re-matches the --job
+ * patterns periodically) and frees when the cgroup is removed: services.pid
+ * is TAILCTL_CGROUP_JOB_PID + slot (never a process's pid, so the slot can be
+ * told from a registered service's), a fresh epoch per job (so a reused slot
+ * is a new owner and its job_acct entry starts clean), no region and no
+ * thresholds. Such a task is bound like
  * a registered worker, without a worker slot (tctx->cg): the region-based
  * parts (requests, serialization, the worker's state) see no region and do
  * nothing, while the job parts (tokens, the job queue, lending, per-job CPU
@@ -747,12 +750,19 @@ static __always_inline u64 task_cgroup_id(struct task_struct *p)
  * CPU time, all of which counts as work. Membership is looked up whenever
  * the task is bound (resolve_task) and checked again where a binding is
  * (still_bound): a task moved out of the cgroup gives back what it held.
+ *
+ * Descendants are found here, not registered by the daemon: the walk up the
+ * task's cgroup's parents (CO-RE reads, at most JOB_CGROUP_DEPTH levels) runs
+ * only when a task is (re)bound, i.e. when its own cgroup id or the binding
+ * generation changed; the hot paths still compare the task's own cgroup id.
+ * A daemon-kept list of descendant ids would miss a child cgroup created
+ * (and filled) between two of its scans, and would need an entry per cgroup.
  */
 
-/* Number of --job cgroups (set by user space before load): 0 skips the look-up. */
+/* Number of --job patterns (set by user space before load): 0 skips the look-up. */
 const volatile u32 nr_job_cgroups;
 
-/* cgroup v2 id -> service slot of its job, written by user space before attach. */
+/* cgroup v2 id -> service slot of its job, kept by the daemon as job cgroups come and go. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, TAILCTL_MAX_SERVICES);
@@ -783,12 +793,37 @@ __noinline int cgroup_job_slot(u64 cgid)
 	return key;
 }
 
-/* The cgroup job slot @p belongs to now, or -1. */
+/* Cgroup levels looked at above a task's own cgroup for a job ancestor. */
+#define JOB_CGROUP_DEPTH 16
+
+/*
+ * The slot of the nearest cgroup job among cgroup @cgrp (a struct cgroup
+ * address, read with CO-RE) and its ancestors, or -1. Global subprogram:
+ * verified once; the cgroup is passed as a number (read, never dereferenced).
+ */
+__noinline int cgroup_job_slot_up(u64 cgrp)
+{
+	struct cgroup *c = (struct cgroup *)cgrp;
+	struct cgroup_subsys_state *parent;
+	int i, slot;
+
+	for (i = 0; i < JOB_CGROUP_DEPTH && c; i++) {
+		slot = cgroup_job_slot(BPF_CORE_READ(c, kn, id));
+		if (slot >= 0)
+			return slot;
+		/* The parent css is the parent cgroup's `self` (NULL at the root). */
+		parent = BPF_CORE_READ(c, self.parent);
+		c = parent ? (struct cgroup *)((void *)parent - bpf_core_field_offset(struct cgroup, self)) : NULL;
+	}
+	return -1;
+}
+
+/* The cgroup job slot @p belongs to now (its cgroup's or the nearest job ancestor's), or -1. */
 static __always_inline s32 task_cgroup_job(struct task_struct *p)
 {
 	if (!nr_job_cgroups || (p->flags & PF_KTHREAD))
 		return -1;
-	return cgroup_job_slot(task_cgroup_id(p));
+	return cgroup_job_slot_up((u64)BPF_CORE_READ(p, cgroups, dfl_cgrp));
 }
 
 /* ---- end of cgroup jobs --------------------------------------------------- */
@@ -830,7 +865,7 @@ static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
 	if (!ref || ref->service >= TAILCTL_MAX_SERVICES || ref->worker >= TAILCTL_MAX_WORKERS || !owner ||
 	    !tid_binding_matches(p, ref)) {
 		/* Not a registered worker: a thread of a cgroup job, if its cgroup is one. */
-		cgsvc = cgid ? cgroup_job_slot(cgid) : -1;
+		cgsvc = cgid ? task_cgroup_job(p) : -1;
 		owner = cgsvc >= 0 && cgsvc < TAILCTL_MAX_SERVICES ? service_owner(cgsvc) : 0;
 		if (!owner) {
 			if (tctx->svc >= 0)

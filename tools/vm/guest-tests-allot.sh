@@ -35,6 +35,26 @@
 #                progresses (per-thread CPU time from /proc), the longest wait
 #                for a job token is reported with the watchdog margin, the
 #                scheduler stays loaded, `tailctl maps` lists the job.
+#   allotcgdyn:  cgroup jobs that start and end at any time (--job with a
+#                `*` pattern that matches nothing at start), beside a
+#                registered wide service under --allot equi: a cgroup created
+#                after the start becomes a job (job_cgroups maps its id to a
+#                slot holding a cgroup job), is allotted CPUs/2 and capped
+#                (job_acct CPU time); after its hog is killed and the cgroup
+#                removed, its slot is freed (services, job_cgroups) and the
+#                service is allotted every CPU; a second new cgroup takes the
+#                same slot with a new epoch and a clean job_acct entry (its
+#                CPU time no more than its age allows) and is capped too;
+#                8 more matching cgroups (9 wanted, 8 at most) give one
+#                clear log line, not a crash, and all slots free again
+#                after they are removed; watchdog margin reported.
+#   allotcgnest: descendants and nested job cgroups: --job OUTER and
+#                --job 'OUTER/inner-*'; a hog in OUTER/child (a descendant,
+#                not itself named) and one in OUTER/inner-1/leaf (nearest job
+#                ancestor: inner-1): both jobs are allotted CPUs/2 and each
+#                runs about that (the child's hog is charged to OUTER, the
+#                leaf's to inner-1, not to OUTER); every hog thread of the
+#                child progresses; watchdog margin reported.
 #   allotreqalloc: per-request allocations within an allotment
 #                (--request-shares): one
 #                service (CPUs workers, alone under --allot equi: allotted
@@ -70,7 +90,7 @@ allot_sched() {
 }
 # The policy an allot test starts with.
 allot_first_policy() {
-  case $1 in allotcgroup) echo cgroup ;; allotreqalloc) echo reqshares ;; allotequi) echo off ;; allotexit | allotstarve | allotmug) echo equi ;; allotdeq) echo deq ;; *) echo none ;; esac
+  case $1 in allotcgroup) echo cgroup ;; allotcgdyn) echo cgdyn ;; allotcgnest) echo cgnest ;; allotreqalloc) echo reqshares ;; allotequi) echo off ;; allotexit | allotstarve | allotmug) echo equi ;; allotdeq) echo deq ;; *) echo none ;; esac
 }
 # allot_end TEST: stop the scheduler unless the next test starts with the same policy.
 allot_end() {
@@ -448,6 +468,249 @@ print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
 )
   case "$verdict" in ok*) pass allotcgroup "${verdict#ok }" "\"detail\": $(cat "$out/allotcgroup.json")";; *) fail allotcgroup "${verdict#bad }";; esac
+}
+
+# cgjob_slot CGROUP: "SLOT EPOCH" when the kernel's job_cgroups maps the cgroup's id to a slot
+# whose services entry is a cgroup job (pid TAILCTL_CGROUP_JOB_PID + slot); nothing otherwise.
+cgjob_slot() {
+  local id; id=$(stat -c %i "$1" 2>/dev/null) || return 0
+  "$wl/tailctl" maps dump job_cgroups --json >"$out/cgj.json" 2>>"$out/allot.err" || return 0
+  "$wl/tailctl" maps dump services --json >"$out/cgs.json" 2>>"$out/allot.err" || return 0
+  $PY - "$id" "$out/cgj.json" "$out/cgs.json" <<'PY'
+import json, sys
+cid = int(sys.argv[1])
+m = {int(e["key"]): e["value"] for e in json.load(open(sys.argv[2]))}
+svc = {int(e["key"]): e["value"] for e in json.load(open(sys.argv[3]))}
+s = m.get(cid)
+if s is not None and svc.get(s, {}).get("pid") == 0x80000000 + s:
+    print(s, svc[s]["epoch"])
+PY
+}
+# cgjob_wait CGROUP: poll cgjob_slot (up to ~60 tries; dumps take seconds under TCG).
+cgjob_wait() {
+  local r=""; for _ in $(seq 1 60); do r=$(cgjob_slot "$1"); [ -n "$r" ] && break; sleep 0.2; done; echo "$r"
+}
+# cgjob_state: JSON {"cg": [[slot, pid], ...] cgroup jobs in services, "allot": {pid: allot}, "ids": [job_cgroups keys]}.
+cgjob_state() {
+  "$wl/tailctl" maps dump job_cgroups --json >"$out/cgj.json" 2>>"$out/allot.err" || return 1
+  "$wl/tailctl" maps dump services --json >"$out/cgs.json" 2>>"$out/allot.err" || return 1
+  $PY - "$out/cgj.json" "$out/cgs.json" <<'PY'
+import json, sys
+ids = [int(e["key"]) for e in json.load(open(sys.argv[1]))]
+svc = {int(e["key"]): e["value"] for e in json.load(open(sys.argv[2]))}
+print(json.dumps({"cg": [[k, v["pid"]] for k, v in svc.items() if v["pid"] >= 0x80000000],
+                  "allot": {str(v["pid"]): v["allot"] for v in svc.values() if v["pid"]}, "ids": ids}))
+PY
+}
+# cgjob_logwait WORD PATH T0_NS: ms from T0_NS (date +%s%N) to the daemon's "cgroup job PATH ... WORD
+# ... (at MS ms)" line (its START_JOB/EXIT_JOB, stamped by the daemon when it acted), waiting up to 10 s
+# for the line; empty if none.
+cgjob_logwait() {
+  local at
+  for _ in $(seq 1 100); do
+    at=$(grep -F "cgroup job $2 " "$out/sched.log" | grep "$1" | tail -n 1 | sed -n 's/.*(at \([0-9]*\) ms)$/\1/p')
+    if [ -n "$at" ]; then echo $((at - $3 / 1000000)); return; fi
+    sleep 0.1
+  done
+}
+# A hog of 2 x CPUs threads in cgroup $1 (entered before its threads start), for $2 s.
+cgjob_hog() { echo $BASHPID >"$1/cgroup.procs" && exec "$ktest" hog --threads $(($(nproc) * 2)) --secs "$2"; }
+# rmdir a cgroup whose processes were just killed (it stays populated until they are reaped);
+# cg_rmdir_ns: when the attempt that removed it began.
+cg_rmdir_ns=0
+cgjob_rmdir() { local i; for i in $(seq 1 50); do cg_rmdir_ns=$(date +%s%N); rmdir "$1" 2>/dev/null && return 0; [ -d "$1" ] || return 0; sleep 0.1; done; return 1; }
+
+test_allotcgdyn() {
+  local n half base=/sys/fs/cgroup/tailctl-dyn d; n=$(nproc); half=$((n / 2))
+  [ "$(stat -f -c %T /sys/fs/cgroup 2>/dev/null)" = cgroup2fs ] || { fail allotcgdyn "no cgroup v2 at /sys/fs/cgroup"; return; }
+  for d in "$base"-*; do [ -d "$d" ] && rmdir "$d"; done
+  if [ -n "$sched_pid" ]; then allot_cur=""; stop_sched || { fail allotcgdyn "previous scheduler exit non-zero: $(sched_why)"; return; }; fi
+  allot_cur=cgdyn
+  # The pattern matches nothing when the scheduler starts.
+  start_sched --allot equi --job "$base-*" || { fail allotcgdyn "scheduler did not load with --job: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; return; }
+  allot_service $((n * 2)) 400 >"$out/cgdyn-svc.json" 2>>"$out/allot.err" & local sp=$!
+  sleep 3
+  # START_JOB: a cgroup created after the start.
+  local tmk; tmk=$(date +%s%N)
+  mkdir "$base-a"; cgjob_hog "$base-a" 300 >/dev/null 2>>"$out/allot.err" & local ha=$!
+  local lat_start; lat_start=$(cgjob_logwait started "$base-a" "$tmk")
+  local ja; ja=$(cgjob_wait "$base-a")
+  if [ -z "$ja" ]; then kill -9 $ha $sp; wait $ha $sp 2>/dev/null; cgjob_rmdir "$base-a"; stop_sched; fail allotcgdyn "a cgroup created after the start did not become a job: $(grep -i cgroup "$out/sched.log" | tail -n 3 | tr '\n"' ' ')"; return; fi
+  sleep 3
+  allot_jobs_json "$out/d1"; sleep 6; allot_jobs_json "$out/d2"
+  local ca; ca=$(allot_cores "$out/d1" "$out/d2")
+  # a runs 8 s more: its CPU time must clearly exceed what b can run before b's first dump.
+  sleep 8
+  # EXIT_JOB: its processes exit, the cgroup is removed.
+  kill -9 $ha; wait $ha 2>/dev/null
+  cgjob_rmdir "$base-a" || { kill -9 $sp; wait $sp 2>/dev/null; stop_sched; fail allotcgdyn "cannot remove $base-a"; return; }
+  local lat_end; lat_end=$(cgjob_logwait ended "$base-a" "$cg_rmdir_ns")
+  # a's last job_acct entry (its CPU time in all): what b's entry would start from if it were not reset.
+  "$wl/tailctl" maps dump job_acct --json >"$out/d3.acct" 2>>"$out/allot.err"
+  local freed="" st_free=""
+  for _ in $(seq 1 30); do
+    st_free=$(cgjob_state) || break
+    freed=$($PY -c 'import json,sys; d=json.loads(sys.argv[1]); print("yes" if not d["cg"] and not d["ids"] and d["allot"].get(sys.argv[2]) == int(sys.argv[3]) else "")' "$st_free" "$sp" "$n")
+    [ -n "$freed" ] && break
+    sleep 0.2
+  done
+  # A second new cgroup takes the freed slot, clean.
+  local tb; tb=$(date +%s%N)
+  mkdir "$base-b"; cgjob_hog "$base-b" 200 >/dev/null 2>>"$out/allot.err" & local hb=$!
+  local jb; jb=$(cgjob_wait "$base-b")
+  allot_jobs_json "$out/e1"; sleep 6; allot_jobs_json "$out/e2"
+  local cb; cb=$(allot_cores "$out/e1" "$out/e2")
+  # A full table: 8 more matching cgroups while b runs (9 wanted, 8 cgroup jobs at most).
+  for d in 1 2 3 4 5 6 7 8; do mkdir "$base-f$d"; done
+  sleep 2
+  local st_full; st_full=$(cgjob_state)
+  local full_lines; full_lines=$(grep -c "matches --job but is not a job" "$out/sched.log")
+  for d in 1 2 3 4 5 6 7 8; do rmdir "$base-f$d"; done
+  kill -9 $hb $sp; wait $hb $sp 2>/dev/null
+  cgjob_rmdir "$base-b"
+  local st_end=""
+  for _ in $(seq 1 30); do st_end=$(cgjob_state) || break; $PY -c 'import json,sys; d=json.loads(sys.argv[1]); sys.exit(0 if not d["cg"] and not d["ids"] else 1)' "$st_end" && break; sleep 0.2; done
+  local st; st=$(allot_stats)
+  sched_alive || { fail allotcgdyn "scheduler ejected: $(sched_why)"; return; }
+  allot_end allotcgdyn || { fail allotcgdyn "scheduler exit non-zero: $(sched_why)"; return; }
+  grep -i "cgroup job" "$out/sched.log" >"$out/allotcgdyn-log.txt"
+  echo "{\"a\": \"$ja\", \"b\": \"$jb\", \"start_ms\": ${lat_start:-null}, \"end_ms\": ${lat_end:-null}, \"cores_a\": $ca, \"cores_b\": $cb, \"freed\": ${st_free:-null}, \"full\": ${st_full:-null}, \"end\": ${st_end:-null}, \"stats\": $st}" >"$out/allotcgdyn.json"
+  local verdict
+  verdict=$($PY - "$out/allotcgdyn.json" "$out/e1" "$tb" "$half" "$n" "$sp" "$full_lines" "$out/d3.acct" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); e1, tb, half, n, sp, full_lines = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], int(sys.argv[7])
+try:
+    d3 = {x["key"]: x["value"] for x in json.load(open(sys.argv[8]))}
+except (OSError, ValueError):
+    d3 = {}
+st = d["stats"]; why = []
+if not d["b"]:
+    print("bad", "the second new cgroup never became a job (freed state: %s)" % d["freed"]); sys.exit()
+sa, ea = (int(x) for x in d["a"].split()); sb, eb = (int(x) for x in d["b"].split())
+def capped(name, jobs, slot):
+    j = jobs.get(str(0x80000000 + slot))
+    if not j:
+        why.append(f"cgroup job {name} not seen in job_acct"); return None
+    if j["allot"] != half:
+        why.append(f"cgroup job {name} allotted {j['allot']}, expected {half}")
+    if j["own"] > half * 1.1 + 0.1:
+        why.append(f"cgroup job {name} ran {j['own']} cores within an allotment of {half}")
+    if j["cores"] < half * 0.4:
+        why.append(f"cgroup job {name} got {j['cores']} cores of its {half}: its tasks are not charged to it")
+    return j
+ja, jb = capped("a", d["cores_a"], sa), capped("b", d["cores_b"], sb)
+fr = d["freed"]
+if not fr or fr["cg"] or fr["ids"] or fr["allot"].get(sp) != n:
+    why.append(f"after a's exit, its slot was not freed or the service not allotted all {n} CPUs: {fr}")
+if sb != sa:
+    why.append(f"the second cgroup took slot {sb}, not the freed {sa}")
+if eb == ea:
+    why.append(f"the reused slot kept epoch {ea}: same owner, stale state")
+# Clean start: b's job_acct entry is b's (its owner) and holds no more CPU time than b's age allows.
+acct = {x["key"]: x["value"] for x in json.load(open(e1 + ".acct"))}
+t1 = int(open(e1 + ".t").read())
+b = acct.get(sb, {})
+owner_b = (eb << 32) + 0x80000000 + sb
+age = (t1 - tb) / 1e9
+# a's total CPU time (its entry after its exit): an entry not reset for b would start there.
+a_last = d3.get(sa, {})
+a_cpu = a_last["cpu_ns"] / 1e9 if a_last.get("owner") == (ea << 32) + 0x80000000 + sa else None
+if b.get("owner") != owner_b:
+    why.append(f"slot {sb}'s job_acct owner {b.get('owner')} is not b's {owner_b}")
+elif b["cpu_ns"] / 1e9 > age * n * 1.05 + 0.1:
+    why.append(f"b's job_acct holds {b['cpu_ns'] / 1e9:.1f} s of CPU at age {age:.1f} s on {n} CPUs: carried over")
+elif a_cpu is None:
+    why.append("a's final job_acct entry was not found: cannot tell b's entry was reset")
+elif b["cpu_ns"] / 1e9 >= a_cpu:
+    why.append(f"b's job_acct holds {b['cpu_ns'] / 1e9:.1f} s of CPU, at least a's {a_cpu:.1f} s: carried over?")
+if d["start_ms"] is None or d["end_ms"] is None:
+    why.append(f"no start/end log line within 10 s (start {d['start_ms']}, end {d['end_ms']})")
+fu = d["full"]
+if not fu or len(fu["cg"]) != 8:
+    why.append(f"with 9 matching cgroups, {len(fu['cg']) if fu else None} cgroup jobs (expected 8)")
+if full_lines < 1:
+    why.append("no log line for the cgroup that found no slot")
+en = d["end"]
+if not en or en["cg"] or en["ids"]:
+    why.append(f"cgroup jobs left after every cgroup was removed: {en}")
+if st["watchdog_margin_ms"] < 25000:
+    why.append(f"a job thread waited {st.get('allot_max_wait_ns', 0) / 1e6:.0f} ms")
+msg = (f"mkdir -> start logged {d['start_ms']} ms, rmdir -> end logged {d['end_ms']} ms; a: slot {sa} epoch {ea}, allot {ja and ja['allot']}, {ja and ja['own']} own + {ja and ja['borrowed']} borrowed cores; "
+       f"after its exit freed={bool(fr and not fr['cg'])}, service allot {fr and fr['allot'].get(sp)}; "
+       f"b: slot {sb} epoch {eb}, job_acct at age {age:.1f} s: {b.get('cpu_ns', 0) / 1e9:.2f} s CPU (a's entry ended at {a_cpu and round(a_cpu, 2)} s); "
+       f"allot {jb and jb['allot']}, {jb and jb['own']} own + {jb and jb['borrowed']} borrowed cores; "
+       f"full table: {len(fu['cg']) if fu else None} cgroup jobs, {full_lines} refusal line(s); "
+       f"longest job-token wait {st.get('allot_max_wait_ns', 0) / 1e6:.1f} ms (watchdog margin {st['watchdog_margin_ms']} ms)")
+print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
+PY
+)
+  case "$verdict" in ok*) pass allotcgdyn "${verdict#ok }" "\"detail\": $(cat "$out/allotcgdyn.json")";; *) fail allotcgdyn "${verdict#bad }";; esac
+}
+
+test_allotcgnest() {
+  local n half nest=/sys/fs/cgroup/tailctl-nest; n=$(nproc); half=$((n / 2))
+  [ "$(stat -f -c %T /sys/fs/cgroup 2>/dev/null)" = cgroup2fs ] || { fail allotcgnest "no cgroup v2 at /sys/fs/cgroup"; return; }
+  mkdir -p "$nest/child" "$nest/inner-1/leaf" || { fail allotcgnest "cannot create the cgroups under $nest"; return; }
+  cgnest_clean() { rmdir "$nest/inner-1/leaf" "$nest/inner-1" "$nest/child" "$nest" 2>/dev/null; }
+  if [ -n "$sched_pid" ]; then allot_cur=""; stop_sched || { fail allotcgnest "previous scheduler exit non-zero: $(sched_why)"; return; }; fi
+  allot_cur=cgnest
+  start_sched --allot equi --job "$nest" --job "$nest/inner-*" || { fail allotcgnest "scheduler did not load with --job: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; cgnest_clean; return; }
+  # Neither hog is in a cgroup named by --job itself: one in a child of OUTER, one in a child of inner-1.
+  # Both outlive the measurement (map dumps take seconds under TCG) and are killed after it.
+  cgjob_hog "$nest/child" 300 >/dev/null 2>>"$out/allot.err" & local ho=$!
+  cgjob_hog "$nest/inner-1/leaf" 300 >/dev/null 2>>"$out/allot.err" & local hi=$!
+  local so si; so=$(cgjob_wait "$nest"); si=$(cgjob_wait "$nest/inner-1")
+  sleep 3
+  local t1 t2
+  t1=$(allot_thread_ticks $ho)
+  allot_jobs_json "$out/g1"; sleep 6; allot_jobs_json "$out/g2"
+  t2=$(allot_thread_ticks $ho)
+  kill -9 $ho $hi; wait $ho $hi 2>/dev/null
+  local st; st=$(allot_stats); local jobs; jobs=$(allot_cores "$out/g1" "$out/g2")
+  sched_alive || { fail allotcgnest "scheduler ejected: $(sched_why)"; cgnest_clean; return; }
+  allot_end allotcgnest || { fail allotcgnest "scheduler exit non-zero: $(sched_why)"; cgnest_clean; return; }
+  cgjob_rmdir "$nest/child"; cgjob_rmdir "$nest/inner-1/leaf"; cgnest_clean
+  echo "{\"outer\": \"$so\", \"inner\": \"$si\", \"jobs\": $jobs, \"stats\": $st}" >"$out/allotcgnest.json"
+  # Reported, not needed: the walk uses CO-RE reads, not the kfunc.
+  local kf; kf=$(grep -cw bpf_cgroup_ancestor /proc/kallsyms 2>/dev/null)
+  local verdict
+  verdict=$($PY - "$out/allotcgnest.json" "$half" "$t1" "$t2" "$kf" <<'PY'
+import json, sys
+d, half = json.load(open(sys.argv[1])), int(sys.argv[2])
+tick = lambda s: dict((int(a), int(b)) for a, b in (w.split(":") for w in s.split()))
+t1, t2 = tick(sys.argv[3]), tick(sys.argv[4])
+st, jobs = d["stats"], d["jobs"]; why = []
+if not d["outer"] or not d["inner"]:
+    print("bad", f"a --job cgroup did not become a job: outer {d['outer']!r}, inner {d['inner']!r}"); sys.exit()
+so, si = int(d["outer"].split()[0]), int(d["inner"].split()[0])
+res = {}
+for name, slot in (("outer (hog in a child)", so), ("inner-1 (hog in a grandchild of outer)", si)):
+    j = jobs.get(str(0x80000000 + slot))
+    res[name] = j
+    if not j:
+        why.append(f"{name}: not in job_acct"); continue
+    if j["allot"] != half:
+        why.append(f"{name}: allotted {j['allot']}, expected {half}")
+    if j["own"] > half * 1.1 + 0.1:
+        why.append(f"{name}: ran {j['own']} cores within an allotment of {half}")
+    if j["cores"] < half * 0.4:
+        why.append(f"{name}: got {j['cores']} cores of its {half}: the descendant's tasks are not charged to it")
+spin = {t: t2[t] - t1.get(t, 0) for t in t2}
+workers = sorted(spin.values())[1:] if len(spin) > 1 else []
+if not workers or workers[0] == 0:
+    why.append(f"a hog thread in the child made no progress: ticks {sorted(spin.values())}")
+if st["watchdog_margin_ms"] < 25000:
+    why.append(f"a job thread waited {st.get('allot_max_wait_ns', 0) / 1e6:.0f} ms")
+msg = "; ".join(f"{k}: slot {0 if not v else v['slot']}, allot {v and v['allot']}, {v and v['own']} own + {v and v['borrowed']} borrowed cores"
+                for k, v in res.items())
+msg += (f"; child hog threads' ticks min {workers[0] if workers else None} max {workers[-1] if workers else None}; "
+        f"longest job-token wait {st.get('allot_max_wait_ns', 0) / 1e6:.1f} ms (watchdog margin {st['watchdog_margin_ms']} ms), "
+        f"{st.get('allot_waits')} waits, {st.get('allot_overdue')} overdue; "
+        f"kfunc bpf_cgroup_ancestor in kallsyms: {'yes' if sys.argv[5] not in ('', '0') else 'no'}")
+print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
+PY
+)
+  case "$verdict" in ok*) pass allotcgnest "${verdict#ok }" "\"detail\": $(cat "$out/allotcgnest.json")";; *) fail allotcgnest "${verdict#bad }";; esac
 }
 
 test_allotreqalloc() {

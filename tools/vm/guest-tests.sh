@@ -13,7 +13,7 @@ ktest=$(dirname "$bin")/tailctl-ktest
 wl=$(dirname "$bin")
 all_tests=(load stress service serialize account isolation fault nosyscall experiment maps top
            pinned greedy leaks races waitbound slotreuse tidreuse bindleak regversion regdos pidns fuzz
-           allotequi allotexit allotstarve allotmug allotdeq prioprompt priostarve priouser priocgroup)
+           allotequi allotexit allotstarve allotmug allotdeq allotcgdyn allotcgnest prioprompt priostarve priouser priocgroup)
 tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=("${all_tests[@]}")
 # --list: print the default tests (tools/test.sh resumes from them).
 if [ "${tests[0]}" = --list ]; then echo "${all_tests[*]}"; exit 0; fi

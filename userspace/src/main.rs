@@ -127,12 +127,15 @@ struct Opts {
     #[arg(long)]
     request_shares: bool,
 
-    /// Make the tasks of a cgroup v2 (unmodified processes) one job for the
-    /// core-allotment controller (--allot): /sys/fs/cgroup/PATH. Repeatable
-    /// (at most 8); a `*` in the last component matches the cgroups there
-    /// when the scheduler starts. The cgroup itself, not its descendants. Each
-    /// job takes a service slot, from the last one down; the kernel runs at
-    /// most `allot` of its threads at once.
+    /// Make the tasks of a cgroup v2 and of its descendants (unmodified
+    /// processes) one job for the core-allotment controller (--allot):
+    /// /sys/fs/cgroup/PATH; a `*` in the last component matches every cgroup
+    /// there. Repeatable. Matched again every 100 ms: a cgroup created later
+    /// becomes a job, a removed one's job ends and frees its slot. Nested job
+    /// cgroups: a task belongs to the nearest. Each job takes a service slot,
+    /// from the last one down (at most 8 cgroup jobs at once; one more is
+    /// logged and waits for a slot); the kernel runs at most `allot` of its
+    /// threads at once. The directory holding the last component must exist.
     #[arg(long, value_name = "PATH")]
     job: Vec<std::path::PathBuf>,
 
@@ -233,93 +236,6 @@ fn parse_priority_cgroup(s: &str) -> Result<(std::path::PathBuf, u8), String> {
         return Err(format!("{s:?}: empty cgroup path"));
     }
     Ok((path.into(), level))
-}
-
-/// The id the kernel gives cgroup v2 directory `path` (its kernfs node id,
-/// which is the directory's inode number; what the BPF side reads from
-/// task->cgroups->dfl_cgrp->kn->id).
-fn cgroup_id(path: &std::path::Path, flag: &str) -> Result<u64> {
-    use std::os::unix::fs::MetadataExt;
-    let md = std::fs::metadata(path).with_context(|| format!("{flag} {}", path.display()))?;
-    if !md.is_dir() {
-        bail!("{flag} {}: not a directory", path.display());
-    }
-    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())?;
-    // SAFETY: all-zero is a valid statfs; `c` is a NUL-terminated path and
-    // `fs` a valid out-pointer for the call.
-    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::statfs(c.as_ptr(), &mut fs) } != 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("{flag} {}", path.display()));
-    }
-    #[allow(clippy::unnecessary_cast)]
-    if fs.f_type as i64 != CGROUP2_SUPER_MAGIC {
-        bail!("{flag} {}: not in a cgroup v2 hierarchy", path.display());
-    }
-    Ok(md.ino())
-}
-
-/// Cgroup jobs at most (the other slots stay for registered services).
-const MAX_CGROUP_JOBS: usize = 8;
-
-/// Does `name` match `pat`, where `*` stands for any run of characters?
-fn wildcard_match(pat: &str, name: &str) -> bool {
-    match pat.split_once('*') {
-        None => pat == name,
-        Some((head, rest)) => {
-            let Some(tail) = name.strip_prefix(head) else {
-                return false;
-            };
-            (0..=tail.len())
-                .filter(|i| tail.is_char_boundary(*i))
-                .any(|i| wildcard_match(rest, &tail[i..]))
-        }
-    }
-}
-
-/// The --job cgroups: (cgroup id, path), a `*` in a last component expanded
-/// to the directories matching it now, duplicates dropped.
-fn job_cgroups(paths: &[std::path::PathBuf]) -> Result<Vec<(u64, std::path::PathBuf)>> {
-    let mut out: Vec<(u64, std::path::PathBuf)> = Vec::new();
-    for p in paths {
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let found = if name.contains('*') {
-            let dir = p.parent().unwrap_or(std::path::Path::new("/"));
-            let mut v: Vec<_> = std::fs::read_dir(dir)
-                .with_context(|| format!("--job {}", p.display()))?
-                .filter_map(|e| e.ok())
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .filter(|e| {
-                    e.file_name()
-                        .to_str()
-                        .is_some_and(|n| wildcard_match(name, n))
-                })
-                .map(|e| e.path())
-                .collect();
-            if v.is_empty() {
-                bail!("--job {}: no cgroup matches", p.display());
-            }
-            v.sort();
-            v
-        } else {
-            vec![p.clone()]
-        };
-        for path in found {
-            let id = cgroup_id(&path, "--job")?;
-            if !out.iter().any(|(i, _)| *i == id) {
-                out.push((id, path));
-            }
-        }
-    }
-    if out.len() > MAX_CGROUP_JOBS {
-        bail!(
-            "--job names {} cgroups; at most {MAX_CGROUP_JOBS} (each takes a service slot)",
-            out.len()
-        );
-    }
-    Ok(out)
 }
 
 fn parse_octal(s: &str) -> Result<u32, String> {
@@ -424,11 +340,18 @@ impl<'a> Scheduler<'a> {
         let prio_cgroups = opts
             .priority_cgroup
             .iter()
-            .map(|(path, level)| Ok((cgroup_id(path, "--priority-cgroup")?, *level, path)))
+            .map(|(path, level)| {
+                Ok((
+                    services::cgjobs::cgroup_id(path, "--priority-cgroup")?,
+                    *level,
+                    path,
+                ))
+            })
             .collect::<Result<Vec<_>>>()?;
         rodata.nr_prio_cgroups = prio_cgroups.len() as u32;
-        let cgroup_jobs = job_cgroups(&opts.job)?;
-        rodata.nr_job_cgroups = cgroup_jobs.len() as u32;
+        services::cgjobs::check_patterns(&opts.job)?;
+        // Non-zero: the kernel looks cgroup jobs up (they may appear at any time).
+        rodata.nr_job_cgroups = opts.job.len() as u32;
         rodata.request_shares = opts.request_shares;
 
         let mut skel = scx_ops_load!(skel, tailctl_ops, uei)?;
@@ -443,14 +366,6 @@ impl<'a> Scheduler<'a> {
                 .with_context(|| format!("setting the level of cgroup {}", path.display()))?;
             info!("cgroup {} (id {id}): priority {level}", path.display());
         }
-
-        // Before attaching: the kernel binds a cgroup job's tasks as soon as it runs.
-        let reserved = services::install_cgroup_jobs(
-            &skel.maps.services,
-            &skel.maps.job_cgroups,
-            &skel.maps.registered,
-            &cgroup_jobs,
-        )?;
 
         // Pin before attaching so an operator never sees a running scheduler
         // without its maps.
@@ -510,8 +425,9 @@ impl<'a> Scheduler<'a> {
                 worker_tids: &skel.maps.worker_tids,
                 registered: &skel.maps.registered,
                 bind_gen: &skel.maps.bind_gen,
+                job_cgroups: &skel.maps.job_cgroups,
             },
-            &reserved,
+            &opts.job,
         )?);
         if let (Some(_), Some(r)) = (&controller, &registration) {
             r.notify_to(events_tx);
@@ -668,21 +584,4 @@ fn main() -> Result<()> {
         break;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod job_tests {
-    use super::wildcard_match;
-
-    #[test]
-    fn job_patterns() {
-        assert!(wildcard_match("batch-*", "batch-1"));
-        assert!(wildcard_match("batch-*", "batch-"));
-        assert!(!wildcard_match("batch-*", "web-1"));
-        assert!(wildcard_match("*.job", "a.job"));
-        assert!(wildcard_match("a*b*c", "aXXbYc"));
-        assert!(!wildcard_match("a*b*c", "aXXbY"));
-        assert!(wildcard_match("plain", "plain"));
-        assert!(!wildcard_match("plain", "plainer"));
-    }
 }

@@ -40,6 +40,7 @@ use tailctl_rt::kernel::wire::{recv_line_until, send_line};
 use crate::bpf_intf::{tailctl_region, tailctl_service, tailctl_worker_ref};
 
 mod binding;
+pub mod cgjobs;
 pub mod identity;
 mod limits;
 
@@ -197,6 +198,7 @@ pub struct ServerMaps<'a, 'b> {
     pub worker_tids: &'a libbpf_rs::MapMut<'b>,
     pub registered: &'a libbpf_rs::MapMut<'b>,
     pub bind_gen: &'a libbpf_rs::MapMut<'b>,
+    pub job_cgroups: &'a libbpf_rs::MapMut<'b>,
 }
 
 /// The listening side; dropping it removes the socket file.
@@ -204,6 +206,8 @@ pub struct RegistrationServer {
     path: PathBuf,
     registry: Arc<Registry>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Re-matches the --job patterns (see `cgjobs`).
+    cgroup_thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl RegistrationServer {
@@ -213,8 +217,9 @@ impl RegistrationServer {
         access: &SocketAccess,
         limits: Limits,
         maps: ServerMaps<'_, '_>,
-        reserved: &[u32],
+        job_patterns: &[PathBuf],
     ) -> Result<Self> {
+        let job_cgroups = MapHandle::try_from(maps.job_cgroups)?;
         let maps = RegistryMaps {
             regions: MapHandle::try_from(maps.regions)?,
             services: MapHandle::try_from(maps.services)?,
@@ -251,20 +256,29 @@ impl RegistrationServer {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(access.mode))
             .with_context(|| format!("setting the mode of {}", path.display()))?;
         listener.set_nonblocking(true)?;
-        // Cgroup jobs' slots (--job): never handed to a service, counted as registered.
-        let mut book = Book::default();
-        for &slot in reserved {
-            book.reserve(slot);
-        }
         let registry = Arc::new(Registry {
             maps,
-            book: Mutex::new(book),
+            book: Mutex::new(Book::default()),
             limits,
             shutdown: AtomicBool::new(false),
             refusals: RateLimit::default(),
             events: Mutex::new(None),
         });
         registry.publish_count(&registry.book.lock().unwrap());
+        // Cgroup jobs (--job): the ones there now before the first registration,
+        // then a thread follows the cgroups as they come and go.
+        let cgroup_thread = if job_patterns.is_empty() {
+            None
+        } else {
+            let mut jobs = cgjobs::CgroupJobs::new(job_patterns.to_vec(), job_cgroups);
+            jobs.rescan(&registry);
+            let r = registry.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("tailctl-cgjobs".into())
+                    .spawn(move || jobs.run(&r))?,
+            )
+        };
         let r = registry.clone();
         let thread = std::thread::Builder::new()
             .name("tailctl-registry".into())
@@ -280,6 +294,7 @@ impl RegistrationServer {
             path: path.to_path_buf(),
             registry,
             thread: Some(thread),
+            cgroup_thread,
         })
     }
 }
@@ -296,6 +311,9 @@ impl Drop for RegistrationServer {
     fn drop(&mut self) {
         self.registry.shutdown.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some(t) = self.cgroup_thread.take() {
             let _ = t.join();
         }
         let _ = std::fs::remove_file(&self.path);
@@ -744,48 +762,6 @@ fn install(
         )
         .map_err(|e| format!("installing the region map: {e}"))?;
     bind_checked(maps, peer, slot, 0, threads)
-}
-
-/// `services.pid` of a cgroup job in slot s: this + s (never a process's pid).
-pub const CGROUP_JOB_PID: u32 = crate::bpf_intf::tailctl_consts_TAILCTL_CGROUP_JOB_PID;
-
-/// Give each cgroup job (`--job`: cgroup id and path) a service slot, from the
-/// last one down, before the scheduler attaches: its `services` entry
-/// (pid CGROUP_JOB_PID + slot, epoch 0: the kernel's `owner` is the pid),
-/// its `job_cgroups` entry (cgroup id -> slot), and the registered count.
-/// Returns the slots, for the registration server to keep.
-pub fn install_cgroup_jobs(
-    services: &libbpf_rs::MapMut<'_>,
-    job_cgroups: &libbpf_rs::MapMut<'_>,
-    registered: &libbpf_rs::MapMut<'_>,
-    jobs: &[(u64, PathBuf)],
-) -> Result<Vec<u32>> {
-    let mut slots = Vec::with_capacity(jobs.len());
-    for (i, (id, path)) in jobs.iter().enumerate() {
-        let slot = MAX_SERVICES as u32 - 1 - i as u32;
-        // SAFETY: tailctl_service is plain old data; all-zero is a valid value.
-        let mut svc: tailctl_service = unsafe { std::mem::zeroed() };
-        svc.pid = CGROUP_JOB_PID + slot;
-        svc.priority = u32::from(PRIORITY_NORMAL);
-        services
-            .update(&slot.to_ne_bytes(), as_bytes(&svc), MapFlags::ANY)
-            .with_context(|| format!("writing the service entry of --job {}", path.display()))?;
-        job_cgroups
-            .update(&id.to_ne_bytes(), &slot.to_ne_bytes(), MapFlags::ANY)
-            .with_context(|| format!("--job {}", path.display()))?;
-        info!(
-            "cgroup job {} (cgroup id {id}): slot {slot}, pid {}",
-            path.display(),
-            svc.pid
-        );
-        slots.push(slot);
-    }
-    registered.update(
-        &0u32.to_ne_bytes(),
-        &(slots.len() as u32).to_ne_bytes(),
-        MapFlags::ANY,
-    )?;
-    Ok(slots)
 }
 
 fn uninstall(maps: &RegistryMaps, slot: u32, threads: &[Thread]) {

@@ -101,10 +101,13 @@ impl Book {
         Ok(i as u32)
     }
 
-    /// Keep `slot` from services for good (a cgroup job's, `--job`): held by
-    /// root, so it counts in [`Book::count`] and no uid's quota.
-    pub fn reserve(&mut self, slot: u32) {
-        self.owners[slot as usize] = Some(0);
+    /// A slot for a cgroup job (`--job`), the highest free one (registered
+    /// services take the lowest): held by root, so it counts in
+    /// [`Book::count`] and no uid's quota. None when every slot is in use.
+    pub fn claim_top(&mut self) -> Option<u32> {
+        let i = self.owners.iter().rposition(Option::is_none)?;
+        self.owners[i] = Some(0);
+        Some(i as u32)
     }
 
     pub fn release(&mut self, slot: u32) {
@@ -141,15 +144,19 @@ mod tests {
     }
 
     #[test]
-    fn reserved_slots_are_never_claimed() {
+    fn cgroup_job_slots_come_from_the_top_and_are_reused() {
         let lim = Limits::default();
         let mut b = Book::default();
-        b.reserve(MAX_SERVICES as u32 - 1);
+        assert_eq!(b.claim_top(), Some(MAX_SERVICES as u32 - 1));
         assert_eq!(b.count(), 1);
         for _ in 0..(MAX_SERVICES - 1) {
             assert_ne!(b.claim(0, &lim).unwrap(), MAX_SERVICES as u32 - 1);
         }
         assert!(b.claim(0, &lim).unwrap_err().contains("slots are in use"));
+        assert_eq!(b.claim_top(), None);
+        // A job that ends frees its slot for the next one.
+        b.release(MAX_SERVICES as u32 - 1);
+        assert_eq!(b.claim_top(), Some(MAX_SERVICES as u32 - 1));
     }
 
     #[test]
