@@ -499,6 +499,15 @@ static __always_inline u32 acct_inc(u32 *v, u64 epoch, u32 limit)
 
 	if (limit > ACCT_CNT_MASK)
 		limit = ACCT_CNT_MASK;
+	/*
+	 * Uncontended (the usual case): one try, without the loop's iterator
+	 * kfuncs (three calls a loop; begin_request and end_request step up to
+	 * six counters per run).
+	 */
+	old = READ_ONCE(*v);
+	if (acct_in(old, epoch) && acnt(old) < limit &&
+	    __sync_val_compare_and_swap(v, old, old + 1) == old)
+		return acnt(old) + 1;
 	bpf_for(i, 0, MAX_CPUS) {
 		old = READ_ONCE(*v);
 		if (!acct_in(old, epoch)) {
@@ -526,6 +535,11 @@ static __always_inline int acct_dec(u32 *v, u64 epoch, u32 floor)
 
 	bool stale = false;
 
+	/* Uncontended: one try without the loop (see acct_inc). */
+	old = READ_ONCE(*v);
+	if (acct_in(old, epoch) && acnt(old) > floor &&
+	    __sync_val_compare_and_swap(v, old, old - 1) == old)
+		return ACCT_DONE;
 	bpf_for(i, 0, MAX_CPUS) {
 		old = READ_ONCE(*v);
 		if (!acct_in(old, epoch)) {
@@ -643,7 +657,8 @@ static __always_inline struct tailctl_request_acct *put_token(struct task_ctx *t
 {
 	struct tailctl_request_acct *a;
 
-	if (__sync_val_compare_and_swap(&tctx->holds_token, 1, 0) != 1)
+	/* A plain read first: most runs hold none, and a failed CAS is still a locked write. */
+	if (!READ_ONCE(tctx->holds_token) || __sync_val_compare_and_swap(&tctx->holds_token, 1, 0) != 1)
 		return NULL;
 	/* An entry that moved on (reset for a new request or registration) took its counts with it. */
 	a = acct_of(tctx);
@@ -799,12 +814,12 @@ static __always_inline s32 task_cgroup_job(struct task_struct *p)
  * looked up at (see bind_gen): while nothing changed, a task costs one
  * comparison here, registered or not, instead of a worker_tids look-up.
  * Unregistration still takes effect at the task's next event: the daemon
- * bumps the generation after removing the bindings.
+ * bumps the generation after removing the bindings. @tctx is @p's
+ * task_ctx, looked up by the caller (ops.running needs it anyway).
  */
-static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
+static __always_inline struct task_ctx *resolve_task_ctx(struct task_struct *p, struct task_ctx *tctx)
 {
 	struct tailctl_worker_ref *ref;
-	struct task_ctx *tctx;
 	u32 tid = p->pid, zero = 0, *nr;
 	u64 owner, gen, cgid;
 
@@ -815,8 +830,6 @@ static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
 	nr = bpf_map_lookup_elem(&registered, &zero);
 	if (!nr || !*nr)
 		return NULL;
-	/* Created by ops.init_task for every task: the hot paths never allocate. */
-	tctx = task_ctx(p);
 	if (!tctx)
 		return NULL;
 	/* Read before the look-ups: a change racing with them bumps it past what is cached. */
@@ -867,6 +880,12 @@ static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
 	tctx->bind_gen = gen;
 	tctx->bind_cgid = cgid;
 	return tctx;
+}
+
+/* resolve_task_ctx with @p's state looked up here (created by ops.init_task: the hot paths never allocate). */
+static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
+{
+	return resolve_task_ctx(p, task_ctx(p));
 }
 
 /* @tctx was unbound outside resolve_task: its cached answer no longer holds. */
@@ -1989,7 +2008,8 @@ static __always_inline void job_put(struct task_ctx *tctx)
 {
 	struct tailctl_job_acct *j;
 
-	if (__sync_val_compare_and_swap(&tctx->job_token, 1, 0) != 1)
+	/* A plain read first (see put_token). */
+	if (!READ_ONCE(tctx->job_token) || __sync_val_compare_and_swap(&tctx->job_token, 1, 0) != 1)
 		return;
 	j = job_entry(tctx->svc, tctx->owner);
 	if (j && !dec_u32(&j->holders))
@@ -2019,7 +2039,8 @@ static __always_inline bool job_leave_wait(struct task_ctx *tctx)
 {
 	struct tailctl_job_acct *j;
 
-	if (__sync_val_compare_and_swap(&tctx->job_waiting, 1, 0) != 1)
+	/* A plain read first (see put_token). */
+	if (!READ_ONCE(tctx->job_waiting) || __sync_val_compare_and_swap(&tctx->job_waiting, 1, 0) != 1)
 		return false;
 	j = job_entry(tctx->svc, tctx->owner);
 	if (j && !dec_u32(&j->waiting))
@@ -3074,12 +3095,15 @@ void BPF_STRUCT_OPS(tailctl_running, struct task_struct *p)
 
 	if (time_before(vtime_now, p->scx.dsq_vtime))
 		vtime_now = p->scx.dsq_vtime;
-	/* Every task has its state (ops.init_task): its vtime is charged from here (charge_vtime). */
+	/*
+	 * Every task has its state (ops.init_task): its vtime is charged from
+	 * here (charge_vtime). The same look-up serves the binding check.
+	 */
 	tctx = task_ctx(p);
 	if (tctx)
 		tctx->vtime_exec_at = p->se.sum_exec_runtime;
 
-	tctx = resolve_task(p);
+	tctx = resolve_task_ctx(p, tctx);
 	prio_running(p, tctx);
 	if (!tctx)
 		return;
