@@ -1095,11 +1095,14 @@ static __always_inline void check_threshold(struct task_ctx *tctx, struct tailct
 	req->kernel_alloc = 1;
 }
 
-/* Charge CPU time since the last charge point to the task's request. */
-static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl_region *r, u64 now,
-					   u64 cpu_ns)
+/*
+ * Charge CPU time since the last charge point to the task's request, whose
+ * entry @a the caller looked up (acct_of: ops.tick and ops.stopping use it
+ * again after the charge).
+ */
+static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl_region *r,
+					   struct tailctl_request_acct *a, u64 now, u64 cpu_ns)
 {
-	struct tailctl_request_acct *a;
 	u32 slot = (u32)tctx->tag, widx = tctx->worker;
 	u64 delta;
 
@@ -1113,7 +1116,6 @@ static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl
 	 * WORKING worker, and the interval that ends because the worker left the
 	 * request (its state already changed) is still the request's time.
 	 */
-	a = acct_of(tctx);
 	if (!a)
 		return;
 	/* A thread sent back for lack of a token did no work for the request; its time is tracked apart. */
@@ -1242,13 +1244,17 @@ static __always_inline void end_request(struct task_struct *p, struct task_ctx *
 
 	if (tctx->tag == NO_TAG)
 		return;
+	/*
+	 * One look-up for the charge and the counts: a reset racing with them
+	 * is caught by the counters' epoch (acct_dec finds the step stale).
+	 */
+	a = acct_of(tctx);
 	if (r)
-		charge_request(tctx, r, now, p->se.sum_exec_runtime);
+		charge_request(tctx, r, a, now, p->se.sum_exec_runtime);
 	if (!tctx->counted_running)
 		return;
 	tctx->counted_running = false;
 	set_cpu_run(NO_TAG, 0);
-	a = acct_of(tctx);
 	if (!a) {
 		tctx->counted_unheld = false;
 		return;
@@ -2487,11 +2493,16 @@ static __always_inline void job_stopping(struct task_struct *p, struct task_ctx 
 /* ops.tick for a job thread: charge; give back a borrowed CPU someone wants; shed a token over the allotment. */
 static __always_inline void job_tick(struct task_struct *p, struct task_ctx *tctx, struct tailctl_region *r)
 {
-	struct tailctl_job_acct *j = job_entry(tctx->svc, tctx->owner);
-	u32 allot = job_allot(tctx->svc);
+	struct tailctl_job_acct *j;
+	u32 allot;
 
-	if (!j || !tctx->job_on_cpu)
+	/* Not running as the job's (no entry at ops.running): no look-ups. */
+	if (!tctx->job_on_cpu)
 		return;
+	j = job_entry(tctx->svc, tctx->owner);
+	if (!j)
+		return;
+	allot = job_allot(tctx->svc);
 	job_charge(p, tctx, j, r);
 	if (!allot)
 		return;
@@ -3123,6 +3134,7 @@ void BPF_STRUCT_OPS(tailctl_running, struct task_struct *p)
 void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 {
 	struct task_ctx *tctx = task_ctx(p);
+	struct tailctl_request_acct *a;
 	struct tailctl_region *r;
 	u32 idx = 0;
 	u64 now, tag;
@@ -3141,19 +3153,17 @@ void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 		begin_request(p, tctx, r, now);
 		return;
 	}
-	charge_request(tctx, r, now, p->se.sum_exec_runtime);
-	if (tctx->tag != NO_TAG) {
-		struct tailctl_request_acct *a = acct_of(tctx);
-
-		if (a && READ_ONCE(a->alloc)) {
-			if (claim_token(tctx, a)) {
-				note_held(tctx, a);
-				/* Its share shrank under it: the excess over the alloc goes within a tick. */
-				if (acnt(READ_ONCE(a->holders)) > READ_ONCE(a->alloc) && req_shed(tctx, a))
-					bounce(p, tctx);
-			} else if (!tctx->overdue) {
+	/* One look-up for the charge and the cap check (NULL with no request). */
+	a = acct_of(tctx);
+	charge_request(tctx, r, a, now, p->se.sum_exec_runtime);
+	if (a && READ_ONCE(a->alloc)) {
+		if (claim_token(tctx, a)) {
+			note_held(tctx, a);
+			/* Its share shrank under it: the excess over the alloc goes within a tick. */
+			if (acnt(READ_ONCE(a->holders)) > READ_ONCE(a->alloc) && req_shed(tctx, a))
 				bounce(p, tctx);
-			}
+		} else if (!tctx->overdue) {
+			bounce(p, tctx);
 		}
 	}
 }
