@@ -2073,10 +2073,16 @@ static __always_inline u32 allot_lat_bucket(u64 lat)
 static __always_inline void job_check_enforced(struct tailctl_job_acct *j, u64 now, bool at_apply)
 {
 	struct tailctl_stats *st;
-	u32 allot = READ_ONCE(j->allot), b;
-	u64 lat, at = READ_ONCE(j->decided_at_ns), applied = READ_ONCE(j->applied_at_ns);
+	u32 allot, b;
+	u64 lat, at, applied;
 
-	if (!READ_ONCE(j->pending) || (allot && READ_ONCE(j->running) > allot))
+	/* Nothing pending (every ops.stopping but the few after a decision): no more reads. */
+	if (!READ_ONCE(j->pending))
+		return;
+	allot = READ_ONCE(j->allot);
+	at = READ_ONCE(j->decided_at_ns);
+	applied = READ_ONCE(j->applied_at_ns);
+	if (allot && READ_ONCE(j->running) > allot)
 		return;
 	if (__sync_val_compare_and_swap(&j->pending, 1, 0) != 1)
 		return;
