@@ -1132,13 +1132,13 @@ static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl
 	check_threshold(tctx, r, a, now);
 }
 
-/* Start charging @p to the request its worker is on now. */
-static __always_inline void begin_request(struct task_struct *p, struct task_ctx *tctx,
-					  struct tailctl_region *r, u64 now)
+/* Start charging @p to request @tag (acct index @idx), the one its worker is on now (current_request). */
+static __always_inline void begin_request_at(struct task_struct *p, struct task_ctx *tctx,
+					     struct tailctl_region *r, u64 now, u64 tag, u32 idx)
 {
 	struct tailctl_request_acct *a;
-	u32 idx = 0, slot, running, od, alloc, arrived;
-	u64 tag = current_request(tctx, r, &idx), e;
+	u32 slot, running, od, alloc, arrived;
+	u64 e;
 
 	if (tag != tctx->tag)
 		release_token(p, tctx);
@@ -1233,6 +1233,16 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 		r->requests[slot].kernel_running = running;
 	if (a->serialized_at_ns && a->settled_at_ns && running > a->max_running_settled)
 		a->max_running_settled = running;
+}
+
+/* Start charging @p to the request its worker is on now. */
+static __always_inline void begin_request(struct task_struct *p, struct task_ctx *tctx,
+					  struct tailctl_region *r, u64 now)
+{
+	u32 idx = 0;
+	u64 tag = current_request(tctx, r, &idx);
+
+	begin_request_at(p, tctx, r, now, tag, idx);
 }
 
 /* Stop charging @p: account the last interval and drop its running count. */
@@ -3156,7 +3166,8 @@ void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 	tag = current_request(tctx, r, &idx);
 	if (tag != tctx->tag) {
 		end_request(p, tctx, r, now);
-		begin_request(p, tctx, r, now);
+		/* The request just read: no second current_request. */
+		begin_request_at(p, tctx, r, now, tag, idx);
 		return;
 	}
 	/* One look-up for the charge and the cap check (NULL with no request). */
