@@ -499,6 +499,15 @@ static __always_inline u32 acct_inc(u32 *v, u64 epoch, u32 limit)
 
 	if (limit > ACCT_CNT_MASK)
 		limit = ACCT_CNT_MASK;
+	/*
+	 * Uncontended (the usual case): one try, without the loop's iterator
+	 * kfuncs (three calls a loop; begin_request and end_request step up to
+	 * six counters per run).
+	 */
+	old = READ_ONCE(*v);
+	if (acct_in(old, epoch) && acnt(old) < limit &&
+	    __sync_val_compare_and_swap(v, old, old + 1) == old)
+		return acnt(old) + 1;
 	bpf_for(i, 0, MAX_CPUS) {
 		old = READ_ONCE(*v);
 		if (!acct_in(old, epoch)) {
@@ -526,6 +535,11 @@ static __always_inline int acct_dec(u32 *v, u64 epoch, u32 floor)
 
 	bool stale = false;
 
+	/* Uncontended: one try without the loop (see acct_inc). */
+	old = READ_ONCE(*v);
+	if (acct_in(old, epoch) && acnt(old) > floor &&
+	    __sync_val_compare_and_swap(v, old, old - 1) == old)
+		return ACCT_DONE;
 	bpf_for(i, 0, MAX_CPUS) {
 		old = READ_ONCE(*v);
 		if (!acct_in(old, epoch)) {
@@ -643,7 +657,8 @@ static __always_inline struct tailctl_request_acct *put_token(struct task_ctx *t
 {
 	struct tailctl_request_acct *a;
 
-	if (__sync_val_compare_and_swap(&tctx->holds_token, 1, 0) != 1)
+	/* A plain read first: most runs hold none, and a failed CAS is still a locked write. */
+	if (!READ_ONCE(tctx->holds_token) || __sync_val_compare_and_swap(&tctx->holds_token, 1, 0) != 1)
 		return NULL;
 	/* An entry that moved on (reset for a new request or registration) took its counts with it. */
 	a = acct_of(tctx);
@@ -834,12 +849,12 @@ static __always_inline s32 task_cgroup_job(struct task_struct *p)
  * looked up at (see bind_gen): while nothing changed, a task costs one
  * comparison here, registered or not, instead of a worker_tids look-up.
  * Unregistration still takes effect at the task's next event: the daemon
- * bumps the generation after removing the bindings.
+ * bumps the generation after removing the bindings. @tctx is @p's
+ * task_ctx, looked up by the caller (ops.running needs it anyway).
  */
-static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
+static __always_inline struct task_ctx *resolve_task_ctx(struct task_struct *p, struct task_ctx *tctx)
 {
 	struct tailctl_worker_ref *ref;
-	struct task_ctx *tctx;
 	u32 tid = p->pid, zero = 0, *nr;
 	u64 owner, gen, cgid;
 
@@ -850,8 +865,6 @@ static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
 	nr = bpf_map_lookup_elem(&registered, &zero);
 	if (!nr || !*nr)
 		return NULL;
-	/* Created by ops.init_task for every task: the hot paths never allocate. */
-	tctx = task_ctx(p);
 	if (!tctx)
 		return NULL;
 	/* Read before the look-ups: a change racing with them bumps it past what is cached. */
@@ -902,6 +915,12 @@ static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
 	tctx->bind_gen = gen;
 	tctx->bind_cgid = cgid;
 	return tctx;
+}
+
+/* resolve_task_ctx with @p's state looked up here (created by ops.init_task: the hot paths never allocate). */
+static __always_inline struct task_ctx *resolve_task(struct task_struct *p)
+{
+	return resolve_task_ctx(p, task_ctx(p));
 }
 
 /* @tctx was unbound outside resolve_task: its cached answer no longer holds. */
@@ -1111,11 +1130,14 @@ static __always_inline void check_threshold(struct task_ctx *tctx, struct tailct
 	req->kernel_alloc = 1;
 }
 
-/* Charge CPU time since the last charge point to the task's request. */
-static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl_region *r, u64 now,
-					   u64 cpu_ns)
+/*
+ * Charge CPU time since the last charge point to the task's request, whose
+ * entry @a the caller looked up (acct_of: ops.tick and ops.stopping use it
+ * again after the charge).
+ */
+static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl_region *r,
+					   struct tailctl_request_acct *a, u64 now, u64 cpu_ns)
 {
-	struct tailctl_request_acct *a;
 	u32 slot = (u32)tctx->tag, widx = tctx->worker;
 	u64 delta;
 
@@ -1129,7 +1151,6 @@ static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl
 	 * WORKING worker, and the interval that ends because the worker left the
 	 * request (its state already changed) is still the request's time.
 	 */
-	a = acct_of(tctx);
 	if (!a)
 		return;
 	/* A thread sent back for lack of a token did no work for the request; its time is tracked apart. */
@@ -1146,13 +1167,13 @@ static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl
 	check_threshold(tctx, r, a, now);
 }
 
-/* Start charging @p to the request its worker is on now. */
-static __always_inline void begin_request(struct task_struct *p, struct task_ctx *tctx,
-					  struct tailctl_region *r, u64 now)
+/* Start charging @p to request @tag (acct index @idx), the one its worker is on now (current_request). */
+static __always_inline void begin_request_at(struct task_struct *p, struct task_ctx *tctx,
+					     struct tailctl_region *r, u64 now, u64 tag, u32 idx)
 {
 	struct tailctl_request_acct *a;
-	u32 idx = 0, slot, running, od, alloc, arrived;
-	u64 tag = current_request(tctx, r, &idx), e;
+	u32 slot, running, od, alloc, arrived;
+	u64 e;
 
 	if (tag != tctx->tag)
 		release_token(p, tctx);
@@ -1249,6 +1270,16 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 		a->max_running_settled = running;
 }
 
+/* Start charging @p to the request its worker is on now. */
+static __always_inline void begin_request(struct task_struct *p, struct task_ctx *tctx,
+					  struct tailctl_region *r, u64 now)
+{
+	u32 idx = 0;
+	u64 tag = current_request(tctx, r, &idx);
+
+	begin_request_at(p, tctx, r, now, tag, idx);
+}
+
 /* Stop charging @p: account the last interval and drop its running count. */
 static __always_inline void end_request(struct task_struct *p, struct task_ctx *tctx,
 					struct tailctl_region *r, u64 now)
@@ -1258,13 +1289,17 @@ static __always_inline void end_request(struct task_struct *p, struct task_ctx *
 
 	if (tctx->tag == NO_TAG)
 		return;
+	/*
+	 * One look-up for the charge and the counts: a reset racing with them
+	 * is caught by the counters' epoch (acct_dec finds the step stale).
+	 */
+	a = acct_of(tctx);
 	if (r)
-		charge_request(tctx, r, now, p->se.sum_exec_runtime);
+		charge_request(tctx, r, a, now, p->se.sum_exec_runtime);
 	if (!tctx->counted_running)
 		return;
 	tctx->counted_running = false;
 	set_cpu_run(NO_TAG, 0);
-	a = acct_of(tctx);
 	if (!a) {
 		tctx->counted_unheld = false;
 		return;
@@ -2024,7 +2059,8 @@ static __always_inline void job_put(struct task_ctx *tctx)
 {
 	struct tailctl_job_acct *j;
 
-	if (__sync_val_compare_and_swap(&tctx->job_token, 1, 0) != 1)
+	/* A plain read first (see put_token). */
+	if (!READ_ONCE(tctx->job_token) || __sync_val_compare_and_swap(&tctx->job_token, 1, 0) != 1)
 		return;
 	j = job_entry(tctx->svc, tctx->owner);
 	if (j && !dec_u32(&j->holders))
@@ -2054,7 +2090,8 @@ static __always_inline bool job_leave_wait(struct task_ctx *tctx)
 {
 	struct tailctl_job_acct *j;
 
-	if (__sync_val_compare_and_swap(&tctx->job_waiting, 1, 0) != 1)
+	/* A plain read first (see put_token). */
+	if (!READ_ONCE(tctx->job_waiting) || __sync_val_compare_and_swap(&tctx->job_waiting, 1, 0) != 1)
 		return false;
 	j = job_entry(tctx->svc, tctx->owner);
 	if (j && !dec_u32(&j->waiting))
@@ -2081,10 +2118,16 @@ static __always_inline u32 allot_lat_bucket(u64 lat)
 static __always_inline void job_check_enforced(struct tailctl_job_acct *j, u64 now, bool at_apply)
 {
 	struct tailctl_stats *st;
-	u32 allot = READ_ONCE(j->allot), b;
-	u64 lat, at = READ_ONCE(j->decided_at_ns), applied = READ_ONCE(j->applied_at_ns);
+	u32 allot, b;
+	u64 lat, at, applied;
 
-	if (!READ_ONCE(j->pending) || (allot && READ_ONCE(j->running) > allot))
+	/* Nothing pending (every ops.stopping but the few after a decision): no more reads. */
+	if (!READ_ONCE(j->pending))
+		return;
+	allot = READ_ONCE(j->allot);
+	at = READ_ONCE(j->decided_at_ns);
+	applied = READ_ONCE(j->applied_at_ns);
+	if (allot && READ_ONCE(j->running) > allot)
 		return;
 	if (__sync_val_compare_and_swap(&j->pending, 1, 0) != 1)
 		return;
@@ -2501,11 +2544,16 @@ static __always_inline void job_stopping(struct task_struct *p, struct task_ctx 
 /* ops.tick for a job thread: charge; give back a borrowed CPU someone wants; shed a token over the allotment. */
 static __always_inline void job_tick(struct task_struct *p, struct task_ctx *tctx, struct tailctl_region *r)
 {
-	struct tailctl_job_acct *j = job_entry(tctx->svc, tctx->owner);
-	u32 allot = job_allot(tctx->svc);
+	struct tailctl_job_acct *j;
+	u32 allot;
 
-	if (!j || !tctx->job_on_cpu)
+	/* Not running as the job's (no entry at ops.running): no look-ups. */
+	if (!tctx->job_on_cpu)
 		return;
+	j = job_entry(tctx->svc, tctx->owner);
+	if (!j)
+		return;
+	allot = job_allot(tctx->svc);
 	job_charge(p, tctx, j, r);
 	if (!allot)
 		return;
@@ -3109,12 +3157,15 @@ void BPF_STRUCT_OPS(tailctl_running, struct task_struct *p)
 
 	if (time_before(vtime_now, p->scx.dsq_vtime))
 		vtime_now = p->scx.dsq_vtime;
-	/* Every task has its state (ops.init_task): its vtime is charged from here (charge_vtime). */
+	/*
+	 * Every task has its state (ops.init_task): its vtime is charged from
+	 * here (charge_vtime). The same look-up serves the binding check.
+	 */
 	tctx = task_ctx(p);
 	if (tctx)
 		tctx->vtime_exec_at = p->se.sum_exec_runtime;
 
-	tctx = resolve_task(p);
+	tctx = resolve_task_ctx(p, tctx);
 	prio_running(p, tctx);
 	if (!tctx)
 		return;
@@ -3134,6 +3185,7 @@ void BPF_STRUCT_OPS(tailctl_running, struct task_struct *p)
 void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 {
 	struct task_ctx *tctx = task_ctx(p);
+	struct tailctl_request_acct *a;
 	struct tailctl_region *r;
 	u32 idx = 0;
 	u64 now, tag;
@@ -3149,22 +3201,21 @@ void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 	tag = current_request(tctx, r, &idx);
 	if (tag != tctx->tag) {
 		end_request(p, tctx, r, now);
-		begin_request(p, tctx, r, now);
+		/* The request just read: no second current_request. */
+		begin_request_at(p, tctx, r, now, tag, idx);
 		return;
 	}
-	charge_request(tctx, r, now, p->se.sum_exec_runtime);
-	if (tctx->tag != NO_TAG) {
-		struct tailctl_request_acct *a = acct_of(tctx);
-
-		if (a && READ_ONCE(a->alloc)) {
-			if (claim_token(tctx, a)) {
-				note_held(tctx, a);
-				/* Its share shrank under it: the excess over the alloc goes within a tick. */
-				if (acnt(READ_ONCE(a->holders)) > READ_ONCE(a->alloc) && req_shed(tctx, a))
-					bounce(p, tctx);
-			} else if (!tctx->overdue) {
+	/* One look-up for the charge and the cap check (NULL with no request). */
+	a = acct_of(tctx);
+	charge_request(tctx, r, a, now, p->se.sum_exec_runtime);
+	if (a && READ_ONCE(a->alloc)) {
+		if (claim_token(tctx, a)) {
+			note_held(tctx, a);
+			/* Its share shrank under it: the excess over the alloc goes within a tick. */
+			if (acnt(READ_ONCE(a->holders)) > READ_ONCE(a->alloc) && req_shed(tctx, a))
 				bounce(p, tctx);
-			}
+		} else if (!tctx->overdue) {
+			bounce(p, tctx);
 		}
 	}
 }

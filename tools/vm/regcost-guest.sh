@@ -12,6 +12,13 @@
 # These figures are counts and per-event costs, which single-threaded TCG
 # distorts far less than latencies; the ratios registered / unregistered are
 # paired by round. Writes OUT_DIR/table.md and OUT_DIR/report.json.
+# A run's mean is at the mercy of the host: a vCPU descheduled by the host in
+# the middle of a BPF program adds that whole time to run_time_ns (one such
+# stall per run made single figures swing 2-20x on a loaded host). So the
+# callbacks are also sampled every 0.5 s from the scheduler's own program fds
+# (/proc/PID/fdinfo: run_time_ns, run_cnt) and the table gives, beside the
+# run's mean, the median of the 0.5 s windows' means, which such stalls in a
+# minority of windows do not move.
 set -uo pipefail
 bin=$(readlink -f "$1"); out=$2; rounds=${3:-5}
 PY=$(command -v /usr/bin/python3 || command -v python3)
@@ -21,6 +28,33 @@ sp=$!
 for _ in $(seq 1 1500); do [ "$(cat /sys/kernel/sched_ext/state)" = enabled ] && break; kill -0 $sp 2>/dev/null || break; sleep 0.2; done
 [ "$(cat /sys/kernel/sched_ext/state)" = enabled ] || { echo "scx_tailctl did not load: $(tail -n 3 "$raw/sched.log")"; exit 1; }
 progs() { bpftool -j prog show 2>/dev/null; }
+# sample PID STOPFILE: every 0.5 s, each BPF program fd of PID's run_time_ns and run_cnt (a JSON line).
+sample() {
+  "$PY" - "$1" "$2" <<'PY'
+import json, os, subprocess, sys, time
+pid, stop = sys.argv[1], sys.argv[2]
+def snap():
+    progs = {}
+    d = f"/proc/{pid}/fdinfo"
+    for fd in os.listdir(d):
+        try:
+            kv = dict(l.split(":", 1) for l in open(f"{d}/{fd}") if ":" in l)
+        except OSError:
+            continue
+        if "prog_id" in kv and "run_cnt" in kv:
+            progs[kv["prog_id"].strip()] = [int(kv["run_time_ns"]), int(kv["run_cnt"])]
+    if not progs:  # the programs' fds not held by the daemon: ask bpftool (slower)
+        out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True).stdout
+        for p in json.loads(out or "[]"):
+            if p.get("type") == "struct_ops":
+                progs[str(p["id"])] = [p.get("run_time_ns", 0), p.get("run_cnt", 0)]
+    return progs
+while not os.path.exists(stop):
+    print(json.dumps({"t": time.monotonic(), "progs": snap()}), flush=True)
+    time.sleep(0.5)
+print(json.dumps({"t": time.monotonic(), "progs": snap()}), flush=True)
+PY
+}
 # Warm-up: the first run of a boot translates the code (TCG) and runs slower.
 "$bin/tailctl-ktest" -w 4 serve --secs 3 >/dev/null 2>&1
 for ((r = 0; r < rounds; r++)); do
@@ -28,14 +62,28 @@ for ((r = 0; r < rounds; r++)); do
   for mode in "${order[@]}"; do
     sock=(); [ "$mode" = unregistered ] && sock=(--socket /nonexistent/tailctl.sock)
     before=$(progs)
+    win=$raw/windows-$r-$mode.jsonl; rm -f "$raw/stop"
     sysctl -q -w kernel.bpf_stats_enabled=1
+    sample "$sp" "$raw/stop" >"$win" &
+    wp=$!
     res=$("$bin/tailctl-ktest" "${sock[@]}" -w 4 serve --secs 8 $([ "$mode" = registered ] && echo --require-kernel) 2>>"$raw/errors.log")
+    touch "$raw/stop"; wait $wp
     sysctl -q -w kernel.bpf_stats_enabled=0
     after=$(progs)
-    "$PY" - "$r" "$mode" "$res" "$before" "$after" >>"$raw/records.jsonl" <<'PY'
-import json, sys
+    "$PY" - "$r" "$mode" "$res" "$before" "$after" "$win" >>"$raw/records.jsonl" <<'PY'
+import json, statistics, sys
 r, mode, res = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3] or "{}")
 before = {p["id"]: p for p in json.loads(sys.argv[4] or "[]")}
+names = {str(p["id"]): p.get("name", "?") for p in json.loads(sys.argv[5] or "[]")}
+snaps = [json.loads(l) for l in open(sys.argv[6]) if l.strip()]
+# Per program, each 0.5 s window's mean cost (windows with at least 10 calls).
+wins = {}
+for a, b in zip(snaps, snaps[1:]):
+    for pid, (t1, n1) in b["progs"].items():
+        t0, n0 = a["progs"].get(pid, (t1, n1))
+        if n1 - n0 >= 10 and pid in names:
+            wins.setdefault(names[pid], []).append((t1 - t0) / (n1 - n0))
+windows = {k: {"windows": len(v), "median_ns_per_call": statistics.median(v)} for k, v in wins.items()}
 cost = {}
 for p in json.loads(sys.argv[5] or "[]"):
     if p.get("type") != "struct_ops":
@@ -45,7 +93,7 @@ for p in json.loads(sys.argv[5] or "[]"):
     t = p.get("run_time_ns", 0) - b.get("run_time_ns", 0)
     if n > 0:
         cost[p.get("name", "?")] = {"calls": n, "ns_per_call": t / n}
-print(json.dumps({"round": r, "mode": mode, "serve": res, "callbacks": cost}))
+print(json.dumps({"round": r, "mode": mode, "serve": res, "callbacks": cost, "windows": windows}))
 PY
   done
   echo "[regcost] round $((r + 1))/$rounds done" >&2
@@ -84,16 +132,23 @@ for cb in cbs:
     regn = [v["registered"]["callbacks"][cb]["calls"] for v in by.values() if cb in v.get("registered", {}).get("callbacks", {})]
     unrn = [v["unregistered"]["callbacks"][cb]["calls"] for v in by.values() if cb in v.get("unregistered", {}).get("callbacks", {})]
     med = lambda x: statistics.median(x) if x else 0
-    crow.append((cb, med(reg), med(unr), med(regn), med(unrn)))
+    wreg = [v["registered"]["windows"][cb]["median_ns_per_call"] for v in by.values() if cb in v.get("registered", {}).get("windows", {})]
+    wunr = [v["unregistered"]["windows"][cb]["median_ns_per_call"] for v in by.values() if cb in v.get("unregistered", {}).get("windows", {})]
+    wrat = [v["registered"]["windows"][cb]["median_ns_per_call"] / v["unregistered"]["windows"][cb]["median_ns_per_call"]
+            for v in by.values() if cb in v.get("registered", {}).get("windows", {}) and cb in v.get("unregistered", {}).get("windows", {})]
+    crow.append((cb, med(reg), med(unr), med(regn), med(unrn), med(wreg), med(wunr), wrat))
 fmt = lambda x: f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
 with open(f"{out}/table.md", "w") as f:
     f.write(f"Kernel {kver}, 4 vCPUs, {rounds} rounds alternating which mode goes first; medians over rounds.\n\n")
     f.write("| per run | registered | unregistered | registered / unregistered (per round) |\n|---|---:|---:|---|\n")
     for m, a, b, rs in rows:
         f.write(f"| {m} | {fmt(a)} | {fmt(b)} | {fmt(statistics.median(rs)) if rs else '-'} ({', '.join(fmt(x) for x in rs)}) |\n")
-    f.write("\n| scx_tailctl callback | ns per call, registered run | unregistered run | calls, registered | unregistered |\n|---|---:|---:|---:|---:|\n")
-    for cb, a, b, n1, n2 in crow:
-        f.write(f"| {cb} | {fmt(a)} | {fmt(b)} | {fmt(n1)} | {fmt(n2)} |\n")
+    f.write("\n| scx_tailctl callback | ns per call, registered run | unregistered run | calls, registered | unregistered "
+            "| 0.5 s windows' median ns per call, registered | unregistered | registered / unregistered (per round) |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---|\n")
+    for cb, a, b, n1, n2, wa, wb, wr in crow:
+        f.write(f"| {cb} | {fmt(a)} | {fmt(b)} | {fmt(n1)} | {fmt(n2)} | {fmt(wa)} | {fmt(wb)} "
+                f"| {fmt(statistics.median(wr)) if wr else '-'} ({', '.join(fmt(x) for x in wr)}) |\n")
 json.dump({"kernel": kver, "rounds": rounds, "records": recs}, open(f"{out}/report.json", "w"), indent=1)
 print(open(f"{out}/table.md").read())
 PY
