@@ -9,10 +9,12 @@
  *  - ops.select_cpu picks an idle CPU with the built-in idle tracking; when one
  *    is found the task is inserted straight into that CPU's local DSQ, which
  *    skips the shared queue entirely (cheap wake-ups on an idle machine).
- *  - ops.enqueue inserts everything else into one shared DSQ ordered by
- *    virtual time, then kicks an idle CPU the task may run on, so that work
- *    never waits while a CPU sleeps.
- *  - ops.dispatch moves the task with the smallest vtime to the local CPU.
+ *  - ops.enqueue inserts everything else into a DSQ ordered by virtual time
+ *    (one per LLC, see "per-LLC normal-level queues"; one shared DSQ with
+ *    --llc-queues off or one LLC), then kicks an idle CPU the task may run
+ *    on, so that work never waits while a CPU sleeps.
+ *  - ops.dispatch moves the task with the smallest vtime to the local CPU,
+ *    from its own LLC's queue first, then from the others'.
  *  - ops.running / ops.stopping advance a task's vtime by the CPU time it
  *    used, scaled inversely by its weight (nice), which is what makes the
  *    vtime order fair.
@@ -1324,6 +1326,159 @@ static __always_inline void charge_vtime(struct task_struct *p, struct task_ctx 
 	p->scx.dsq_vtime += used * scale * TAILCTL_WEIGHT_NICE0 / weight;
 }
 
+/* ---- per-LLC normal-level queues (issue 16) ------------------------------ */
+
+/*
+ * The normal level (every unregistered task) is queued per LLC group
+ * instead of in one shared DSQ, so CPUs of different LLCs do not take the
+ * same DSQ lock and walk the same rbtree at every enqueue and dispatch:
+ *
+ *  - User space maps each CPU to its LLC group (cpu_llc, from scx_utils'
+ *    Topology, or forced groups for tests) and sets nr_llcs before load.
+ *    With nr_llcs <= 1 (--llc-queues off, or one LLC) the normal level is
+ *    TAILCTL_SHARED_DSQ as before and none of this costs anything but one
+ *    rodata read.
+ *  - ops.enqueue inserts a task into the queue of the LLC of the CPU it is
+ *    headed for: an idle CPU it claimed (which it then kicks), else the CPU
+ *    it is on (task_cpu, where a wakeup's ops.select_cpu put it). If @p may
+ *    not run on that CPU (it should, but affinity changes race), a CPU it
+ *    may run on is taken instead: a task is never queued on an LLC none of
+ *    whose CPUs may run it.
+ *  - ops.dispatch moves from its own LLC's queue first and then steals
+ *    from the others (next group id first). scx_bpf_dsq_move_to_local()
+ *    skips tasks this CPU may not run (consume_dispatch_q in ext.c walks
+ *    the whole DSQ and checks task_can_run_on_remote_rq for each), so a
+ *    queue head pinned elsewhere does not block the tasks behind it, and a
+ *    CPU whose own queue holds only tasks it may not run steals: nothing
+ *    is stranded.
+ *  - Fairness: one global vtime_now. A task's vtime means the same thing
+ *    in every queue, so a steal or a migration needs no rebasing; within a
+ *    queue the order is the vtime order as before, across queues a steal
+ *    takes the other queue's lowest vtime. Between two busy LLCs there is
+ *    no balancing beyond that: an idle or drained CPU steals, a CPU with
+ *    work in its own queue does not.
+ *  - The other queues (priority levels other than normal, throttle and job
+ *    queues) stay global: they hold registered work, which is few tasks.
+ */
+
+/* LLC groups (set by user space before load); <= 1: the one shared queue. */
+const volatile u32 nr_llcs = 1;
+/* CPU -> LLC group, 0..nr_llcs-1 (set by user space before load). */
+const volatile u32 cpu_llc[MAX_CPUS];
+
+static __always_inline bool llc_on(void)
+{
+	return nr_llcs > 1;
+}
+
+static __always_inline u32 llc_count(void)
+{
+	return nr_llcs < TAILCTL_MAX_LLCS ? nr_llcs : TAILCTL_MAX_LLCS;
+}
+
+/* @cpu's LLC group (0 for a CPU out of range: every group's queue exists). */
+static __always_inline u32 llc_of(s32 cpu)
+{
+	u32 llc;
+
+	if (cpu < 0 || cpu >= MAX_CPUS)
+		return 0;
+	llc = cpu_llc[cpu];
+	return llc < llc_count() ? llc : 0;
+}
+
+static __always_inline u64 llc_dsq(u32 llc)
+{
+	return TAILCTL_LLC_DSQ_BASE + (llc & (TAILCTL_MAX_LLCS - 1));
+}
+
+/* @cpu if @p may run there, else a CPU it may run on: the LLC @p is queued on. */
+static __always_inline s32 llc_target_cpu(struct task_struct *p, s32 cpu)
+{
+	if (cpu >= 0 && bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+		return cpu;
+	return bpf_cpumask_any_distribute(p->cpus_ptr);
+}
+
+/* The normal-level queue for @p headed for @cpu. */
+static __always_inline u64 normal_dsq(struct task_struct *p, s32 cpu)
+{
+	if (!llc_on())
+		return TAILCTL_SHARED_DSQ;
+	return llc_dsq(llc_of(llc_target_cpu(p, cpu)));
+}
+
+#define LLC_STAT_INC(field, llc)                                          \
+	do {                                                              \
+		struct tailctl_stats *__s = stats_cpu();                  \
+		if (__s)                                                  \
+			__s->field[(llc) & (TAILCTL_MAX_LLCS - 1)]++;     \
+	} while (0)
+
+/* @p was inserted into @dsq: count it under its LLC group if it is one's queue. */
+static __always_inline void llc_note_insert(u64 dsq)
+{
+	if (dsq >= TAILCTL_LLC_DSQ_BASE && dsq < TAILCTL_LLC_DSQ_BASE + TAILCTL_MAX_LLCS)
+		LLC_STAT_INC(llc_enqueues, dsq - TAILCTL_LLC_DSQ_BASE);
+}
+
+/*
+ * Tasks queued at the normal level, all LLC queues together. Global
+ * subprogram (verified once): called from the priority-level checks.
+ */
+__noinline int normal_nr_queued(void)
+{
+	u32 i, n = llc_count();
+	int sum = 0, q;
+
+	if (!llc_on())
+		return scx_bpf_dsq_nr_queued(TAILCTL_SHARED_DSQ);
+	bpf_for(i, 0, n) {
+		q = scx_bpf_dsq_nr_queued(llc_dsq(i));
+		if (q > 0)
+			sum += q;
+	}
+	return sum;
+}
+
+/*
+ * ops.dispatch at the normal level: @cpu's own LLC queue, then the others
+ * (steals). Returns 1 if a task was moved to @cpu. Global subprogram.
+ */
+__noinline int normal_move_to_local(s32 cpu)
+{
+	u32 own, n, i, v;
+
+	if (!llc_on())
+		return scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0);
+	own = llc_of(cpu);
+	if (scx_bpf_dsq_move_to_local(llc_dsq(own), 0)) {
+		LLC_STAT_INC(llc_dispatches, own);
+		return 1;
+	}
+	n = llc_count();
+	bpf_for(i, 1, n) {
+		v = own + i;
+		if (v >= n)
+			v -= n;
+		if (scx_bpf_dsq_move_to_local(llc_dsq(v), 0)) {
+			LLC_STAT_INC(llc_steals, v);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* A released waiter @p whose level's queue is @to: its LLC's queue if @to is the normal one. */
+static __always_inline u64 release_dsq(struct task_struct *p, u64 to)
+{
+	if (to != TAILCTL_SHARED_DSQ || !llc_on())
+		return to;
+	return normal_dsq(p, scx_bpf_task_cpu(p));
+}
+
+/* ---- end of per-LLC queues ----------------------------------------------- */
+
 /* ---- priority levels (issue 13) ----------------------------------------- */
 
 /*
@@ -1500,8 +1655,8 @@ __noinline int prio_top_queued(int above)
 	for (l = TAILCTL_PRIO_LEVELS - 1; l >= 0; l--) {
 		if (l <= above)
 			break;
-		if (scx_bpf_dsq_nr_queued(l == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ
-								    : TAILCTL_PRIO_DSQ_BASE + l))
+		if (l == TAILCTL_PRIO_NORMAL ? normal_nr_queued() > 0
+					     : scx_bpf_dsq_nr_queued(TAILCTL_PRIO_DSQ_BASE + l) > 0)
 			return l;
 	}
 	return -1;
@@ -1511,7 +1666,7 @@ __noinline int prio_top_queued(int above)
 static __always_inline bool prio_any_queued(void)
 {
 	if (!prio_active())
-		return scx_bpf_dsq_nr_queued(TAILCTL_SHARED_DSQ) > 0;
+		return normal_nr_queued() > 0;
 	return prio_top_queued(-1) >= 0;
 }
 
@@ -1567,16 +1722,19 @@ static __always_inline void prio_decided(s32 cpu)
 		pc->decided_at = bpf_ktime_get_ns();
 }
 
-/* Insert @p into level @level's DSQ by vtime (ops.enqueue's last step). */
-static __always_inline void prio_insert(struct task_struct *p, u32 level, u64 vtime, u64 enq_flags)
+/* Insert @p, headed for @cpu, into level @level's DSQ by vtime (ops.enqueue's last step). */
+static __always_inline void prio_insert(struct task_struct *p, u32 level, u64 vtime, u64 enq_flags, s32 cpu)
 {
+	u64 dsq = level == TAILCTL_PRIO_NORMAL ? normal_dsq(p, cpu) : prio_dsq(level);
+
 	if (prio_active()) {
 		u64 now = bpf_ktime_get_ns();
 
 		prio_stamp_enqueue(p, now);
 		prio_note_waiting(level, now);
 	}
-	scx_bpf_dsq_insert_vtime(p, prio_dsq(level), slice_ns, vtime, enq_flags);
+	scx_bpf_dsq_insert_vtime(p, dsq, slice_ns, vtime, enq_flags);
+	llc_note_insert(dsq);
 }
 
 /*
@@ -1619,16 +1777,16 @@ __noinline int prio_dispatch_levels(s32 cpu)
 
 	/* Levels unused: the shared queue, without a clock read or a look-up. */
 	if (!prio_active())
-		return scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0);
+		return normal_move_to_local(cpu);
 	pc = bpf_map_lookup_elem(&prio_cpus, &key);
 	now = bpf_ktime_get_ns();
 	if (pc)
 		pc->decided_at = now;
 	for (l = TAILCTL_PRIO_LEVELS - 1; l >= 0; l--) {
-		u64 dsq = l == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ : TAILCTL_PRIO_DSQ_BASE + l;
 		u64 since = prio_since[l];
 
-		if (!scx_bpf_dsq_nr_queued(dsq)) {
+		if (l == TAILCTL_PRIO_NORMAL ? normal_nr_queued() <= 0
+					     : scx_bpf_dsq_nr_queued(TAILCTL_PRIO_DSQ_BASE + l) <= 0) {
 			if (since)
 				prio_since[l] = 0;
 			continue;
@@ -1647,22 +1805,22 @@ __noinline int prio_dispatch_levels(s32 cpu)
 	/* One CPU wins the starving level's turn; the clock restarts with it. */
 	if (starving >= 0 && starving < TAILCTL_PRIO_LEVELS &&
 	    __sync_val_compare_and_swap(&prio_since[starving], oldest, now) == oldest &&
-	    scx_bpf_dsq_move_to_local(starving == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ
-								  : TAILCTL_PRIO_DSQ_BASE + starving,
-				      0)) {
+	    (starving == TAILCTL_PRIO_NORMAL ? normal_move_to_local(cpu)
+					     : scx_bpf_dsq_move_to_local(TAILCTL_PRIO_DSQ_BASE + starving, 0))) {
 		if (pc)
 			pc->guard_pick = 1;
 		STAT_INC(prio_guard_dispatches);
 		return 1;
 	}
 	for (l = TAILCTL_PRIO_LEVELS - 1; l >= 0; l--) {
-		u64 dsq = l == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ : TAILCTL_PRIO_DSQ_BASE + l;
+		bool normal = l == TAILCTL_PRIO_NORMAL;
+		u64 dsq = TAILCTL_PRIO_DSQ_BASE + l;
 
 		if (l > top)
 			continue;
-		if (scx_bpf_dsq_move_to_local(dsq, 0)) {
+		if (normal ? normal_move_to_local(cpu) : scx_bpf_dsq_move_to_local(dsq, 0)) {
 			/* Served: the level's guard clock restarts (or stops, if it is empty now). */
-			prio_since[l] = scx_bpf_dsq_nr_queued(dsq) ? now : 0;
+			prio_since[l] = (normal ? normal_nr_queued() : scx_bpf_dsq_nr_queued(dsq)) > 0 ? now : 0;
 			return 1;
 		}
 	}
@@ -1688,7 +1846,11 @@ __noinline int prio_waited_before(u32 level, s32 cpu, u64 decided)
 
 	if (level >= TAILCTL_PRIO_LEVELS || cpu < 0)
 		return 0;
-	dsq = level == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ : TAILCTL_PRIO_DSQ_BASE + level;
+	/* The normal level with LLC queues: this CPU's own LLC's queue only (a statistic). */
+	if (level != TAILCTL_PRIO_NORMAL)
+		dsq = TAILCTL_PRIO_DSQ_BASE + level;
+	else
+		dsq = llc_on() ? llc_dsq(llc_of(cpu)) : TAILCTL_SHARED_DSQ;
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct prio_task *pt;
 
@@ -2284,7 +2446,7 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
 __noinline int job_release_waiters(u32 svc, u64 now)
 {
 	struct task_struct *p;
-	u64 dsq = TAILCTL_JOB_DSQ_BASE + svc, to;
+	u64 dsq = TAILCTL_JOB_DSQ_BASE + svc, to, dst;
 	u32 allot;
 
 	if (svc >= TAILCTL_MAX_SERVICES)
@@ -2296,7 +2458,7 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 	if (__sync_val_compare_and_swap(&job_releasing[svc], 0, 1) != 0)
 		return 0;
 	allot = job_allot(svc);
-	/* Released waiters rejoin their service's priority level (normal: the shared queue). */
+	/* Released waiters rejoin their service's priority level (normal: see release_dsq). */
 	to = prio_dsq(prio_svc_level(svc));
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct task_ctx *tctx = task_ctx(p);
@@ -2334,7 +2496,8 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 		}
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
-		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0)) {
+		dst = release_dsq(p, to);
+		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, dst, 0)) {
 			/* Dequeued under us: it comes back through enqueue. */
 			if (tctx) {
 				tctx->job_overdue = false;
@@ -2343,6 +2506,7 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 			}
 			continue;
 		}
+		llc_note_insert(dst);
 		/* A waiter this CPU may not run goes to one that may (its own, if pinned). */
 		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 		if (cpu >= 0)
@@ -2803,7 +2967,7 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	struct task_ctx *tctx;
 	bool woke_idle = false;
 	u32 level;
-	s32 cpu;
+	s32 cpu = -1;
 
 	STAT_INC(enqueues);
 
@@ -2862,19 +3026,23 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 		return;
 	}
 
-	/* Into its priority level's queue (normal: the shared one). */
+	/*
+	 * Work-conserving: claim an idle CPU that may run this task (kicked
+	 * below, once the task is queued), so that with LLC queues it goes
+	 * into that CPU's LLC's queue; not a second one for a wakeup
+	 * ops.select_cpu already placed on an idle CPU (the wakeup reschedules
+	 * that CPU, task_cpu, which then takes it from the queue).
+	 */
+	if (!woke_idle)
+		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+
+	/* Into its priority level's queue (normal: the shared one, or its LLC's). */
 	level = prio_active() || tctx ? prio_level(p, tctx) : TAILCTL_PRIO_NORMAL;
-	prio_insert(p, level, task_vtime(p), enq_flags);
+	prio_insert(p, level, task_vtime(p), enq_flags, cpu >= 0 ? cpu : scx_bpf_task_cpu(p));
 	STAT_INC(shared_enqueues);
 
-	/*
-	 * Work-conserving: wake an idle CPU that may run this task; not a
-	 * second one for a wakeup ops.select_cpu already placed on an idle CPU
-	 * (the wakeup reschedules that CPU, which then takes it from the queue).
-	 */
 	if (woke_idle)
 		return;
-	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 	if (cpu >= 0) {
 		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
 		STAT_INC(idle_kicks);
@@ -2918,7 +3086,7 @@ static u32 releasing[TAILCTL_MAX_SERVICES];
 __noinline int release_waiters(u32 svc, u64 now)
 {
 	struct task_struct *p;
-	u64 dsq = TAILCTL_THROTTLE_DSQ_BASE + svc, to;
+	u64 dsq = TAILCTL_THROTTLE_DSQ_BASE + svc, to, dst;
 
 	if (svc >= TAILCTL_MAX_SERVICES)
 		return 0;
@@ -2929,7 +3097,7 @@ __noinline int release_waiters(u32 svc, u64 now)
 	/* One CPU at a time: two releasing the same waiter would race on its token and wait count. */
 	if (__sync_val_compare_and_swap(&releasing[svc], 0, 1) != 0)
 		return 0;
-	/* Released waiters rejoin their service's priority level (normal: the shared queue). */
+	/* Released waiters rejoin their service's priority level (normal: see release_dsq). */
 	to = prio_dsq(prio_svc_level(svc));
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct tailctl_request_acct *a = NULL;
@@ -2983,7 +3151,8 @@ __noinline int release_waiters(u32 svc, u64 now)
 		 */
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
-		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0)) {
+		dst = release_dsq(p, to);
+		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, dst, 0)) {
 			/* Dequeued under us: it comes back through enqueue, which sorts it out. */
 			if (tctx) {
 				tctx->overdue = false;
@@ -3005,6 +3174,7 @@ __noinline int release_waiters(u32 svc, u64 now)
 				st->max_throttle_wait_ns = waited;
 		}
 		STAT_INC(rotations);
+		llc_note_insert(dst);
 		/* A waiter this CPU may not run goes to one that may (its own, if pinned). */
 		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 		if (cpu >= 0)
@@ -3391,6 +3561,13 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(tailctl_init)
 	ret = scx_bpf_create_dsq(TAILCTL_SHARED_DSQ, -1);
 	if (ret)
 		return ret;
+	if (llc_on()) {
+		bpf_for(svc, 0, llc_count()) {
+			ret = scx_bpf_create_dsq(llc_dsq(svc), -1);
+			if (ret)
+				return ret;
+		}
+	}
 	bpf_for(svc, 0, TAILCTL_PRIO_LEVELS) {
 		if (svc == TAILCTL_PRIO_NORMAL)
 			continue;
