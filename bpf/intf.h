@@ -483,7 +483,8 @@ struct tailctl_stats {
 	u64 allot_descheds;
 	/*
 	 * Per-LLC normal-level queues (issue 16), indexed by LLC group: tasks
-	 * inserted into the group's queue (ops.enqueue and released waiters),
+	 * inserted into the group's queue by ops.enqueue (released throttle
+	 * and job waiters are not counted),
 	 * moved from it to a CPU of the group, and moved from it to a CPU of
 	 * another group (steals: counted under the queue stolen from). All 0
 	 * with one queue (--llc-queues off or one LLC).

@@ -1359,6 +1359,10 @@ static __always_inline void charge_vtime(struct task_struct *p, struct task_ctx 
  *    work in its own queue does not.
  *  - The other queues (priority levels other than normal, throttle and job
  *    queues) stay global: they hold registered work, which is few tasks.
+ *    Released throttle and job waiters at the normal level go to
+ *    TAILCTL_SHARED_DSQ as before, which every CPU takes from after its own
+ *    LLC's queue: choosing an LLC queue per waiter inside the release loops
+ *    took the scheduler over the verifier's limit (E2BIG at load, 6.18).
  */
 
 /* LLC groups (set by user space before load); <= 1: the one shared queue. */
@@ -1400,12 +1404,29 @@ static __always_inline s32 llc_target_cpu(struct task_struct *p, s32 cpu)
 	return bpf_cpumask_any_distribute(p->cpus_ptr);
 }
 
-/* The normal-level queue for @p headed for @cpu. */
+/*
+ * The queue of @cpu's LLC group, with the insert counted if @count. A
+ * global subprogram (verified once, returns an opaque id).
+ */
+__noinline int llc_cpu_dsq(s32 cpu, int count)
+{
+	u32 llc = llc_of(cpu);
+
+	if (count) {
+		struct tailctl_stats *st = stats_cpu();
+
+		if (st)
+			st->llc_enqueues[llc & (TAILCTL_MAX_LLCS - 1)]++;
+	}
+	return TAILCTL_LLC_DSQ_BASE + (llc & (TAILCTL_MAX_LLCS - 1));
+}
+
+/* The normal-level queue for @p headed for @cpu (an insert into it is counted). */
 static __always_inline u64 normal_dsq(struct task_struct *p, s32 cpu)
 {
 	if (!llc_on())
 		return TAILCTL_SHARED_DSQ;
-	return llc_dsq(llc_of(llc_target_cpu(p, cpu)));
+	return llc_cpu_dsq(llc_target_cpu(p, cpu), 1);
 }
 
 #define LLC_STAT_INC(field, llc)                                          \
@@ -1414,13 +1435,6 @@ static __always_inline u64 normal_dsq(struct task_struct *p, s32 cpu)
 		if (__s)                                                  \
 			__s->field[(llc) & (TAILCTL_MAX_LLCS - 1)]++;     \
 	} while (0)
-
-/* @p was inserted into @dsq: count it under its LLC group if it is one's queue. */
-static __always_inline void llc_note_insert(u64 dsq)
-{
-	if (dsq >= TAILCTL_LLC_DSQ_BASE && dsq < TAILCTL_LLC_DSQ_BASE + TAILCTL_MAX_LLCS)
-		LLC_STAT_INC(llc_enqueues, dsq - TAILCTL_LLC_DSQ_BASE);
-}
 
 /*
  * Tasks queued at the normal level, all LLC queues together. Global
@@ -1431,8 +1445,9 @@ __noinline int normal_nr_queued(void)
 	u32 i, n = llc_count();
 	int sum = 0, q;
 
+	sum = scx_bpf_dsq_nr_queued(TAILCTL_SHARED_DSQ);
 	if (!llc_on())
-		return scx_bpf_dsq_nr_queued(TAILCTL_SHARED_DSQ);
+		return sum;
 	bpf_for(i, 0, n) {
 		q = scx_bpf_dsq_nr_queued(llc_dsq(i));
 		if (q > 0)
@@ -1456,6 +1471,9 @@ __noinline int normal_move_to_local(s32 cpu)
 		LLC_STAT_INC(llc_dispatches, own);
 		return 1;
 	}
+	/* Released throttle and job waiters (see the section's comment). */
+	if (scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0))
+		return 1;
 	n = llc_count();
 	bpf_for(i, 1, n) {
 		v = own + i;
@@ -1467,14 +1485,6 @@ __noinline int normal_move_to_local(s32 cpu)
 		}
 	}
 	return 0;
-}
-
-/* A released waiter @p whose level's queue is @to: its LLC's queue if @to is the normal one. */
-static __always_inline u64 release_dsq(struct task_struct *p, u64 to)
-{
-	if (to != TAILCTL_SHARED_DSQ || !llc_on())
-		return to;
-	return normal_dsq(p, scx_bpf_task_cpu(p));
 }
 
 /* ---- end of per-LLC queues ----------------------------------------------- */
@@ -1734,7 +1744,6 @@ static __always_inline void prio_insert(struct task_struct *p, u32 level, u64 vt
 		prio_note_waiting(level, now);
 	}
 	scx_bpf_dsq_insert_vtime(p, dsq, slice_ns, vtime, enq_flags);
-	llc_note_insert(dsq);
 }
 
 /*
@@ -1850,7 +1859,7 @@ __noinline int prio_waited_before(u32 level, s32 cpu, u64 decided)
 	if (level != TAILCTL_PRIO_NORMAL)
 		dsq = TAILCTL_PRIO_DSQ_BASE + level;
 	else
-		dsq = llc_on() ? llc_dsq(llc_of(cpu)) : TAILCTL_SHARED_DSQ;
+		dsq = llc_on() ? llc_cpu_dsq(cpu, 0) : TAILCTL_SHARED_DSQ;
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct prio_task *pt;
 
@@ -2446,7 +2455,7 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
 __noinline int job_release_waiters(u32 svc, u64 now)
 {
 	struct task_struct *p;
-	u64 dsq = TAILCTL_JOB_DSQ_BASE + svc, to, dst;
+	u64 dsq = TAILCTL_JOB_DSQ_BASE + svc, to;
 	u32 allot;
 
 	if (svc >= TAILCTL_MAX_SERVICES)
@@ -2458,7 +2467,7 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 	if (__sync_val_compare_and_swap(&job_releasing[svc], 0, 1) != 0)
 		return 0;
 	allot = job_allot(svc);
-	/* Released waiters rejoin their service's priority level (normal: see release_dsq). */
+	/* Released waiters rejoin their service's priority level (normal: the shared queue). */
 	to = prio_dsq(prio_svc_level(svc));
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct task_ctx *tctx = task_ctx(p);
@@ -2496,8 +2505,7 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 		}
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
-		dst = release_dsq(p, to);
-		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, dst, 0)) {
+		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0)) {
 			/* Dequeued under us: it comes back through enqueue. */
 			if (tctx) {
 				tctx->job_overdue = false;
@@ -2506,7 +2514,6 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 			}
 			continue;
 		}
-		llc_note_insert(dst);
 		/* A waiter this CPU may not run goes to one that may (its own, if pinned). */
 		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 		if (cpu >= 0)
@@ -3086,7 +3093,7 @@ static u32 releasing[TAILCTL_MAX_SERVICES];
 __noinline int release_waiters(u32 svc, u64 now)
 {
 	struct task_struct *p;
-	u64 dsq = TAILCTL_THROTTLE_DSQ_BASE + svc, to, dst;
+	u64 dsq = TAILCTL_THROTTLE_DSQ_BASE + svc, to;
 
 	if (svc >= TAILCTL_MAX_SERVICES)
 		return 0;
@@ -3097,7 +3104,7 @@ __noinline int release_waiters(u32 svc, u64 now)
 	/* One CPU at a time: two releasing the same waiter would race on its token and wait count. */
 	if (__sync_val_compare_and_swap(&releasing[svc], 0, 1) != 0)
 		return 0;
-	/* Released waiters rejoin their service's priority level (normal: see release_dsq). */
+	/* Released waiters rejoin their service's priority level (normal: the shared queue). */
 	to = prio_dsq(prio_svc_level(svc));
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct tailctl_request_acct *a = NULL;
@@ -3151,8 +3158,7 @@ __noinline int release_waiters(u32 svc, u64 now)
 		 */
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
-		dst = release_dsq(p, to);
-		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, dst, 0)) {
+		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0)) {
 			/* Dequeued under us: it comes back through enqueue, which sorts it out. */
 			if (tctx) {
 				tctx->overdue = false;
@@ -3174,7 +3180,6 @@ __noinline int release_waiters(u32 svc, u64 now)
 				st->max_throttle_wait_ns = waited;
 		}
 		STAT_INC(rotations);
-		llc_note_insert(dst);
 		/* A waiter this CPU may not run goes to one that may (its own, if pinned). */
 		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 		if (cpu >= 0)

@@ -400,7 +400,7 @@ fn qemu_opts(args: &RunArgs) -> Result<Vec<String>> {
         opts.push("-accel tcg,thread=single".to_string());
     }
     if args.sockets > 1 {
-        if args.cpus % args.sockets != 0 {
+        if !args.cpus.is_multiple_of(args.sockets) {
             bail!(
                 "--sockets {} does not divide --cpus {}",
                 args.sockets,

@@ -45,7 +45,8 @@ test_llcqueues() {
   # One L3 (or none) in the guest: force two groups so the stealing path runs.
   l3=$(cat /sys/devices/system/cpu/cpu*/cache/index3/shared_cpu_list 2>/dev/null | sort -u | wc -l)
   [ "$l3" -ge 2 ] || extra=(--llc-groups 2)
-  start_sched --stats 1 "${extra[@]}" || { fail llcqueues "scheduler did not load: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; return; }
+  # -v: libbpf's verifier log lands in the saved log if the load fails.
+  start_sched -v --stats 1 "${extra[@]}" || { cp "$out/sched.log" "$out/llcqueues-sched.log"; fail llcqueues "scheduler did not load: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; return; }
   # The groups as the daemon logged them: "llc0=[0,1] llc1=[2,3]".
   local line g0 g1
   line=$(grep -m1 "normal-level queues:" "$out/sched.log")
@@ -86,7 +87,7 @@ test_llcqueues() {
   [ $alive = 1 ] || { fail llcqueues "scheduler not loaded under the load: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; stop_sched; return; }
   stop_sched; local rc=$?
   [ $rc = 0 ] || { fail llcqueues "scheduler exit status $rc: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; return; }
-  grep -qi "stall" "$out/sched.log" && { fail llcqueues "watchdog: $(grep -i -m1 stall "$out/sched.log" | tr '"' ' ')"; return; }
+  grep -qi "task stall" "$out/sched.log" && { fail llcqueues "watchdog: $(grep -i -m1 "task stall" "$out/sched.log" | tr '"' ' ')"; return; }
   local busy hz; busy=$(cpu_busy "$out/stat.a" "$out/stat.b"); hz=$(getconf CLK_TCK)
   # The --stats lines are per-second deltas: "llc queues 2 [queue:enq/local/stolen 0:a/b/c 1:...]".
   local verdict

@@ -166,7 +166,7 @@ pub struct Metrics {
     pub allot_kick_ge1ms: u64,
     #[stat(desc = "Normal-level queues (LLC groups; 1: one shared queue)")]
     pub nr_llcs: u64,
-    #[stat(desc = "Per LLC queue: tasks inserted")]
+    #[stat(desc = "Per LLC queue: tasks inserted by ops.enqueue")]
     pub llc_enqueues: Vec<u64>,
     #[stat(desc = "Per LLC queue: tasks moved to a CPU of its own LLC")]
     pub llc_dispatches: Vec<u64>,
