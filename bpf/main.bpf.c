@@ -1360,9 +1360,10 @@ static __always_inline void charge_vtime(struct task_struct *p, struct task_ctx 
  *  - The other queues (priority levels other than normal, throttle and job
  *    queues) stay global: they hold registered work, which is few tasks.
  *    Released throttle and job waiters at the normal level go to
- *    TAILCTL_SHARED_DSQ as before, which every CPU takes from after its own
- *    LLC's queue: choosing an LLC queue per waiter inside the release loops
- *    took the scheduler over the verifier's limit (E2BIG at load, 6.18).
+ *    TAILCTL_SHARED_DSQ as before, which every CPU weighs against its own
+ *    LLC's queue by head vtime (normal_move_to_local): choosing an LLC
+ *    queue per waiter inside the release loops took the scheduler over the
+ *    verifier's limit (E2BIG at load, 6.18).
  */
 
 /* LLC groups (set by user space before load); <= 1: the one shared queue. */
@@ -1456,23 +1457,46 @@ __noinline int normal_nr_queued(void)
 	return sum;
 }
 
+/* The vtime of the first task of @dsq (~0: empty). */
+static __always_inline u64 dsq_head_vtime(u64 dsq)
+{
+	struct task_struct *p;
+	u64 vtime = ~0ULL;
+
+	bpf_for_each(scx_dsq, p, dsq, 0) {
+		vtime = p->scx.dsq_vtime;
+		break;
+	}
+	return vtime;
+}
+
 /*
  * ops.dispatch at the normal level: @cpu's own LLC queue, then the others
- * (steals). Returns 1 if a task was moved to @cpu. Global subprogram.
+ * (steals). Released waiters in the shared queue compete with the own
+ * queue by vtime (its head against the own queue's head), as they did in
+ * the one shared queue: first would let a throttled service jump the fair
+ * order at every rotation, last could leave them behind a queue that never
+ * drains (no bound: a watchdog stall). Returns 1 if a task was moved to
+ * @cpu. Global subprogram.
  */
 __noinline int normal_move_to_local(s32 cpu)
 {
 	u32 own, n, i, v;
+	u64 shared_vtime;
 
 	if (!llc_on())
 		return scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0);
 	own = llc_of(cpu);
+	shared_vtime = scx_bpf_dsq_nr_queued(TAILCTL_SHARED_DSQ) > 0 ? dsq_head_vtime(TAILCTL_SHARED_DSQ) : ~0ULL;
+	if (shared_vtime != ~0ULL && (s64)(shared_vtime - dsq_head_vtime(llc_dsq(own))) <= 0 &&
+	    scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0))
+		return 1;
 	if (scx_bpf_dsq_move_to_local(llc_dsq(own), 0)) {
 		LLC_STAT_INC(llc_dispatches, own);
 		return 1;
 	}
 	/* Released throttle and job waiters (see the section's comment). */
-	if (scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0))
+	if (shared_vtime != ~0ULL && scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0))
 		return 1;
 	n = llc_count();
 	bpf_for(i, 1, n) {
