@@ -40,6 +40,14 @@ enum tailctl_consts {
 	TAILCTL_PRIO_LEVELS = 8,
 	TAILCTL_PRIO_NORMAL = 3,
 	TAILCTL_PRIO_DSQ_BASE = 1 + 16 + 16,
+	/*
+	 * Per-LLC normal-level queues (issue 16): with more than one LLC
+	 * group (and --llc-queues on), LLC group g's normal-level queue is
+	 * DSQ TAILCTL_LLC_DSQ_BASE + g instead of TAILCTL_SHARED_DSQ. At most
+	 * TAILCTL_MAX_LLCS groups (user space folds more into that many).
+	 */
+	TAILCTL_LLC_DSQ_BASE = 64,
+	TAILCTL_MAX_LLCS = 32,
 	/* Buckets of the allotment latency histogram (tailctl_stats.allot_lat_hist). */
 	TAILCTL_ALLOT_LAT_BUCKETS = 8,
 	/* Slots of a service's region (must match tailctl-rt's shared_state.rs). */
@@ -473,6 +481,17 @@ struct tailctl_stats {
 	 * its region (queued in its job's queue, off the CPU for the allotment).
 	 */
 	u64 allot_descheds;
+	/*
+	 * Per-LLC normal-level queues (issue 16), indexed by LLC group: tasks
+	 * inserted into the group's queue by ops.enqueue (released throttle
+	 * and job waiters are not counted),
+	 * moved from it to a CPU of the group, and moved from it to a CPU of
+	 * another group (steals: counted under the queue stolen from). All 0
+	 * with one queue (--llc-queues off or one LLC).
+	 */
+	u64 llc_enqueues[TAILCTL_MAX_LLCS];
+	u64 llc_dispatches[TAILCTL_MAX_LLCS];
+	u64 llc_steals[TAILCTL_MAX_LLCS];
 };
 
 #endif /* __TAILCTL_INTF_H */

@@ -9,10 +9,12 @@
  *  - ops.select_cpu picks an idle CPU with the built-in idle tracking; when one
  *    is found the task is inserted straight into that CPU's local DSQ, which
  *    skips the shared queue entirely (cheap wake-ups on an idle machine).
- *  - ops.enqueue inserts everything else into one shared DSQ ordered by
- *    virtual time, then kicks an idle CPU the task may run on, so that work
- *    never waits while a CPU sleeps.
- *  - ops.dispatch moves the task with the smallest vtime to the local CPU.
+ *  - ops.enqueue inserts everything else into a DSQ ordered by virtual time
+ *    (one per LLC, see "per-LLC normal-level queues"; one shared DSQ with
+ *    --llc-queues off or one LLC), then kicks an idle CPU the task may run
+ *    on, so that work never waits while a CPU sleeps.
+ *  - ops.dispatch moves the task with the smallest vtime to the local CPU,
+ *    from its own LLC's queue first, then from the others'.
  *  - ops.running / ops.stopping advance a task's vtime by the CPU time it
  *    used, scaled inversely by its weight (nice), which is what makes the
  *    vtime order fair.
@@ -1394,6 +1396,193 @@ static __always_inline void charge_vtime(struct task_struct *p, struct task_ctx 
 	p->scx.dsq_vtime += used * scale * TAILCTL_WEIGHT_NICE0 / weight;
 }
 
+/* ---- per-LLC normal-level queues (issue 16) ------------------------------ */
+
+/*
+ * The normal level (every unregistered task) is queued per LLC group
+ * instead of in one shared DSQ, so CPUs of different LLCs do not take the
+ * same DSQ lock and walk the same rbtree at every enqueue and dispatch:
+ *
+ *  - User space maps each CPU to its LLC group (cpu_llc, from scx_utils'
+ *    Topology, or forced groups for tests) and sets nr_llcs before load.
+ *    With nr_llcs <= 1 (--llc-queues off, or one LLC) the normal level is
+ *    TAILCTL_SHARED_DSQ as before and none of this costs anything but one
+ *    rodata read.
+ *  - ops.enqueue inserts a task into the queue of the LLC of the CPU it is
+ *    headed for: an idle CPU it claimed (which it then kicks), else the CPU
+ *    it is on (task_cpu, where a wakeup's ops.select_cpu put it). If @p may
+ *    not run on that CPU (it should, but affinity changes race), a CPU it
+ *    may run on is taken instead: a task is never queued on an LLC none of
+ *    whose CPUs may run it.
+ *  - ops.dispatch moves from its own LLC's queue first and then steals
+ *    from the others (next group id first). scx_bpf_dsq_move_to_local()
+ *    skips tasks this CPU may not run (consume_dispatch_q in ext.c walks
+ *    the whole DSQ and checks task_can_run_on_remote_rq for each), so a
+ *    queue head pinned elsewhere does not block the tasks behind it, and a
+ *    CPU whose own queue holds only tasks it may not run steals: nothing
+ *    is stranded.
+ *  - Fairness: one global vtime_now. A task's vtime means the same thing
+ *    in every queue, so a steal or a migration needs no rebasing; within a
+ *    queue the order is the vtime order as before, across queues a steal
+ *    takes the other queue's lowest vtime. Between two busy LLCs there is
+ *    no balancing beyond that: an idle or drained CPU steals, a CPU with
+ *    work in its own queue does not.
+ *  - The other queues (priority levels other than normal, throttle and job
+ *    queues) stay global: they hold registered work, which is few tasks.
+ *    Released throttle and job waiters at the normal level go to
+ *    TAILCTL_SHARED_DSQ as before, which every CPU weighs against its own
+ *    LLC's queue by head vtime (normal_move_to_local): choosing an LLC
+ *    queue per waiter inside the release loops took the scheduler over the
+ *    verifier's limit (E2BIG at load, 6.18).
+ */
+
+/* LLC groups (set by user space before load); <= 1: the one shared queue. */
+const volatile u32 nr_llcs = 1;
+/* CPU -> LLC group, 0..nr_llcs-1 (set by user space before load). */
+const volatile u32 cpu_llc[MAX_CPUS];
+
+static __always_inline bool llc_on(void)
+{
+	return nr_llcs > 1;
+}
+
+static __always_inline u32 llc_count(void)
+{
+	return nr_llcs < TAILCTL_MAX_LLCS ? nr_llcs : TAILCTL_MAX_LLCS;
+}
+
+/* @cpu's LLC group (0 for a CPU out of range: every group's queue exists). */
+static __always_inline u32 llc_of(s32 cpu)
+{
+	u32 llc;
+
+	if (cpu < 0 || cpu >= MAX_CPUS)
+		return 0;
+	llc = cpu_llc[cpu];
+	return llc < llc_count() ? llc : 0;
+}
+
+static __always_inline u64 llc_dsq(u32 llc)
+{
+	return TAILCTL_LLC_DSQ_BASE + (llc & (TAILCTL_MAX_LLCS - 1));
+}
+
+/* @cpu if @p may run there, else a CPU it may run on: the LLC @p is queued on. */
+static __always_inline s32 llc_target_cpu(struct task_struct *p, s32 cpu)
+{
+	if (cpu >= 0 && bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+		return cpu;
+	return bpf_cpumask_any_distribute(p->cpus_ptr);
+}
+
+/*
+ * The queue of @cpu's LLC group, with the insert counted if @count. A
+ * global subprogram (verified once, returns an opaque id).
+ */
+__noinline int llc_cpu_dsq(s32 cpu, int count)
+{
+	u32 llc = llc_of(cpu);
+
+	if (count) {
+		struct tailctl_stats *st = stats_cpu();
+
+		if (st)
+			st->llc_enqueues[llc & (TAILCTL_MAX_LLCS - 1)]++;
+	}
+	return TAILCTL_LLC_DSQ_BASE + (llc & (TAILCTL_MAX_LLCS - 1));
+}
+
+/* The normal-level queue for @p headed for @cpu (an insert into it is counted). */
+static __always_inline u64 normal_dsq(struct task_struct *p, s32 cpu)
+{
+	if (!llc_on())
+		return TAILCTL_SHARED_DSQ;
+	return llc_cpu_dsq(llc_target_cpu(p, cpu), 1);
+}
+
+#define LLC_STAT_INC(field, llc)                                          \
+	do {                                                              \
+		struct tailctl_stats *__s = stats_cpu();                  \
+		if (__s)                                                  \
+			__s->field[(llc) & (TAILCTL_MAX_LLCS - 1)]++;     \
+	} while (0)
+
+/*
+ * Tasks queued at the normal level, all LLC queues together. Global
+ * subprogram (verified once): called from the priority-level checks.
+ */
+__noinline int normal_nr_queued(void)
+{
+	u32 i, n = llc_count();
+	int sum = 0, q;
+
+	sum = scx_bpf_dsq_nr_queued(TAILCTL_SHARED_DSQ);
+	if (!llc_on())
+		return sum;
+	bpf_for(i, 0, n) {
+		q = scx_bpf_dsq_nr_queued(llc_dsq(i));
+		if (q > 0)
+			sum += q;
+	}
+	return sum;
+}
+
+/* The vtime of the first task of @dsq (~0: empty). */
+static __always_inline u64 dsq_head_vtime(u64 dsq)
+{
+	struct task_struct *p;
+	u64 vtime = ~0ULL;
+
+	bpf_for_each(scx_dsq, p, dsq, 0) {
+		vtime = p->scx.dsq_vtime;
+		break;
+	}
+	return vtime;
+}
+
+/*
+ * ops.dispatch at the normal level: @cpu's own LLC queue, then the others
+ * (steals). Released waiters in the shared queue compete with the own
+ * queue by vtime (its head against the own queue's head), as they did in
+ * the one shared queue: first would let a throttled service jump the fair
+ * order at every rotation, last could leave them behind a queue that never
+ * drains (no bound: a watchdog stall). Returns 1 if a task was moved to
+ * @cpu. Global subprogram.
+ */
+__noinline int normal_move_to_local(s32 cpu)
+{
+	u32 own, n, i, v;
+	u64 shared_vtime;
+
+	if (!llc_on())
+		return scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0);
+	own = llc_of(cpu);
+	shared_vtime = scx_bpf_dsq_nr_queued(TAILCTL_SHARED_DSQ) > 0 ? dsq_head_vtime(TAILCTL_SHARED_DSQ) : ~0ULL;
+	if (shared_vtime != ~0ULL && (s64)(shared_vtime - dsq_head_vtime(llc_dsq(own))) <= 0 &&
+	    scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0))
+		return 1;
+	if (scx_bpf_dsq_move_to_local(llc_dsq(own), 0)) {
+		LLC_STAT_INC(llc_dispatches, own);
+		return 1;
+	}
+	/* Released throttle and job waiters (see the section's comment). */
+	if (shared_vtime != ~0ULL && scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0))
+		return 1;
+	n = llc_count();
+	bpf_for(i, 1, n) {
+		v = own + i;
+		if (v >= n)
+			v -= n;
+		if (scx_bpf_dsq_move_to_local(llc_dsq(v), 0)) {
+			LLC_STAT_INC(llc_steals, v);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* ---- end of per-LLC queues ----------------------------------------------- */
+
 /* ---- priority levels (issue 13) ----------------------------------------- */
 
 /*
@@ -1570,8 +1759,8 @@ __noinline int prio_top_queued(int above)
 	for (l = TAILCTL_PRIO_LEVELS - 1; l >= 0; l--) {
 		if (l <= above)
 			break;
-		if (scx_bpf_dsq_nr_queued(l == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ
-								    : TAILCTL_PRIO_DSQ_BASE + l))
+		if (l == TAILCTL_PRIO_NORMAL ? normal_nr_queued() > 0
+					     : scx_bpf_dsq_nr_queued(TAILCTL_PRIO_DSQ_BASE + l) > 0)
 			return l;
 	}
 	return -1;
@@ -1581,7 +1770,7 @@ __noinline int prio_top_queued(int above)
 static __always_inline bool prio_any_queued(void)
 {
 	if (!prio_active())
-		return scx_bpf_dsq_nr_queued(TAILCTL_SHARED_DSQ) > 0;
+		return normal_nr_queued() > 0;
 	return prio_top_queued(-1) >= 0;
 }
 
@@ -1637,16 +1826,18 @@ static __always_inline void prio_decided(s32 cpu)
 		pc->decided_at = bpf_ktime_get_ns();
 }
 
-/* Insert @p into level @level's DSQ by vtime (ops.enqueue's last step). */
-static __always_inline void prio_insert(struct task_struct *p, u32 level, u64 vtime, u64 enq_flags)
+/* Insert @p, headed for @cpu, into level @level's DSQ by vtime (ops.enqueue's last step). */
+static __always_inline void prio_insert(struct task_struct *p, u32 level, u64 vtime, u64 enq_flags, s32 cpu)
 {
+	u64 dsq = level == TAILCTL_PRIO_NORMAL ? normal_dsq(p, cpu) : prio_dsq(level);
+
 	if (prio_active()) {
 		u64 now = bpf_ktime_get_ns();
 
 		prio_stamp_enqueue(p, now);
 		prio_note_waiting(level, now);
 	}
-	scx_bpf_dsq_insert_vtime(p, prio_dsq(level), slice_ns, vtime, enq_flags);
+	scx_bpf_dsq_insert_vtime(p, dsq, slice_ns, vtime, enq_flags);
 }
 
 /*
@@ -1689,16 +1880,16 @@ __noinline int prio_dispatch_levels(s32 cpu)
 
 	/* Levels unused: the shared queue, without a clock read or a look-up. */
 	if (!prio_active())
-		return scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0);
+		return normal_move_to_local(cpu);
 	pc = bpf_map_lookup_elem(&prio_cpus, &key);
 	now = bpf_ktime_get_ns();
 	if (pc)
 		pc->decided_at = now;
 	for (l = TAILCTL_PRIO_LEVELS - 1; l >= 0; l--) {
-		u64 dsq = l == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ : TAILCTL_PRIO_DSQ_BASE + l;
 		u64 since = prio_since[l];
 
-		if (!scx_bpf_dsq_nr_queued(dsq)) {
+		if (l == TAILCTL_PRIO_NORMAL ? normal_nr_queued() <= 0
+					     : scx_bpf_dsq_nr_queued(TAILCTL_PRIO_DSQ_BASE + l) <= 0) {
 			if (since)
 				prio_since[l] = 0;
 			continue;
@@ -1717,22 +1908,22 @@ __noinline int prio_dispatch_levels(s32 cpu)
 	/* One CPU wins the starving level's turn; the clock restarts with it. */
 	if (starving >= 0 && starving < TAILCTL_PRIO_LEVELS &&
 	    __sync_val_compare_and_swap(&prio_since[starving], oldest, now) == oldest &&
-	    scx_bpf_dsq_move_to_local(starving == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ
-								  : TAILCTL_PRIO_DSQ_BASE + starving,
-				      0)) {
+	    (starving == TAILCTL_PRIO_NORMAL ? normal_move_to_local(cpu)
+					     : scx_bpf_dsq_move_to_local(TAILCTL_PRIO_DSQ_BASE + starving, 0))) {
 		if (pc)
 			pc->guard_pick = 1;
 		STAT_INC(prio_guard_dispatches);
 		return 1;
 	}
 	for (l = TAILCTL_PRIO_LEVELS - 1; l >= 0; l--) {
-		u64 dsq = l == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ : TAILCTL_PRIO_DSQ_BASE + l;
+		bool normal = l == TAILCTL_PRIO_NORMAL;
+		u64 dsq = TAILCTL_PRIO_DSQ_BASE + l;
 
 		if (l > top)
 			continue;
-		if (scx_bpf_dsq_move_to_local(dsq, 0)) {
+		if (normal ? normal_move_to_local(cpu) : scx_bpf_dsq_move_to_local(dsq, 0)) {
 			/* Served: the level's guard clock restarts (or stops, if it is empty now). */
-			prio_since[l] = scx_bpf_dsq_nr_queued(dsq) ? now : 0;
+			prio_since[l] = (normal ? normal_nr_queued() : scx_bpf_dsq_nr_queued(dsq)) > 0 ? now : 0;
 			return 1;
 		}
 	}
@@ -1758,7 +1949,11 @@ __noinline int prio_waited_before(u32 level, s32 cpu, u64 decided)
 
 	if (level >= TAILCTL_PRIO_LEVELS || cpu < 0)
 		return 0;
-	dsq = level == TAILCTL_PRIO_NORMAL ? TAILCTL_SHARED_DSQ : TAILCTL_PRIO_DSQ_BASE + level;
+	/* The normal level with LLC queues: this CPU's own LLC's queue only (a statistic). */
+	if (level != TAILCTL_PRIO_NORMAL)
+		dsq = TAILCTL_PRIO_DSQ_BASE + level;
+	else
+		dsq = llc_on() ? llc_cpu_dsq(cpu, 0) : TAILCTL_SHARED_DSQ;
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct prio_task *pt;
 
@@ -2886,7 +3081,7 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	struct task_ctx *tctx;
 	bool woke_idle = false;
 	u32 level;
-	s32 cpu;
+	s32 cpu = -1;
 
 	STAT_INC(enqueues);
 
@@ -2945,19 +3140,23 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 		return;
 	}
 
-	/* Into its priority level's queue (normal: the shared one). */
+	/*
+	 * Work-conserving: claim an idle CPU that may run this task (kicked
+	 * below, once the task is queued), so that with LLC queues it goes
+	 * into that CPU's LLC's queue; not a second one for a wakeup
+	 * ops.select_cpu already placed on an idle CPU (the wakeup reschedules
+	 * that CPU, task_cpu, which then takes it from the queue).
+	 */
+	if (!woke_idle)
+		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+
+	/* Into its priority level's queue (normal: the shared one, or its LLC's). */
 	level = prio_active() || tctx ? prio_level(p, tctx) : TAILCTL_PRIO_NORMAL;
-	prio_insert(p, level, task_vtime(p), enq_flags);
+	prio_insert(p, level, task_vtime(p), enq_flags, cpu >= 0 ? cpu : scx_bpf_task_cpu(p));
 	STAT_INC(shared_enqueues);
 
-	/*
-	 * Work-conserving: wake an idle CPU that may run this task; not a
-	 * second one for a wakeup ops.select_cpu already placed on an idle CPU
-	 * (the wakeup reschedules that CPU, which then takes it from the queue).
-	 */
 	if (woke_idle)
 		return;
-	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 	if (cpu >= 0) {
 		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
 		STAT_INC(idle_kicks);
@@ -3477,6 +3676,13 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(tailctl_init)
 	ret = scx_bpf_create_dsq(TAILCTL_SHARED_DSQ, -1);
 	if (ret)
 		return ret;
+	if (llc_on()) {
+		bpf_for(svc, 0, llc_count()) {
+			ret = scx_bpf_create_dsq(llc_dsq(svc), -1);
+			if (ret)
+				return ret;
+		}
+	}
 	bpf_for(svc, 0, TAILCTL_PRIO_LEVELS) {
 		if (svc == TAILCTL_PRIO_NORMAL)
 			continue;

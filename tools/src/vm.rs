@@ -63,6 +63,12 @@ struct RunArgs {
     /// Number of vCPUs.
     #[arg(short, long, default_value_t = 4)]
     cpus: u32,
+    /// Spread the vCPUs over this many sockets (qemu `-smp
+    /// N,sockets=S,cores=N/S,threads=1`). Under TCG each socket shows up in
+    /// the guest as its own L3 (cpu*/cache/index3/shared_cpu_list), so 2
+    /// gives the guest two LLCs; 1 leaves vng's plain `-smp N`.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    sockets: u32,
     /// Guest memory (qemu syntax).
     #[arg(short, long, default_value = "2G")]
     memory: String,
@@ -312,8 +318,8 @@ fn run_command(args: RunArgs) -> Result<i32> {
         std::env::var("PATH").unwrap_or_default()
     );
     eprintln!(
-        "[tailctl vm] booting {} ({} vCPUs, {}) under qemu TCG",
-        kernel.release, args.cpus, args.memory
+        "[tailctl vm] booting {} ({} vCPUs in {} socket(s), {}) under qemu TCG",
+        kernel.release, args.cpus, args.sockets, args.memory
     );
     let mut cmd = Command::new(&vng);
     cmd.arg("--run")
@@ -338,9 +344,11 @@ fn run_command(args: RunArgs) -> Result<i32> {
         .arg(format!("sh {}", shell_quote(&wrapper.to_string_lossy())))
         .env("PATH", path)
         .stdin(std::process::Stdio::null());
-    if args.tcg_threads == TcgThreads::Single {
-        // qemu_opts must come last on vng's command line.
-        cmd.arg("--qemu-opts=-accel tcg,thread=single");
+    // qemu_opts must come last on vng's command line (one argument: vng
+    // splits it). A second -smp after vng's own is merged into it by qemu.
+    let qemu_opts = qemu_opts(&args)?;
+    if !qemu_opts.is_empty() {
+        cmd.arg(format!("--qemu-opts={}", qemu_opts.join(" ")));
     }
     let mut tail = Vec::new();
     let status = match &args.console {
@@ -385,6 +393,30 @@ fn run_command(args: RunArgs) -> Result<i32> {
     }
 }
 
+/// The extra qemu options for `args` (TCG threading, socket layout).
+fn qemu_opts(args: &RunArgs) -> Result<Vec<String>> {
+    let mut opts = Vec::new();
+    if args.tcg_threads == TcgThreads::Single {
+        opts.push("-accel tcg,thread=single".to_string());
+    }
+    if args.sockets > 1 {
+        if !args.cpus.is_multiple_of(args.sockets) {
+            bail!(
+                "--sockets {} does not divide --cpus {}",
+                args.sockets,
+                args.cpus
+            );
+        }
+        opts.push(format!(
+            "-smp {},sockets={},cores={},threads=1",
+            args.cpus,
+            args.sockets,
+            args.cpus / args.sockets
+        ));
+    }
+    Ok(opts)
+}
+
 pub fn run(args: Args) -> Result<()> {
     match args.command {
         VmCommand::Provision { series } => provision(&series),
@@ -399,6 +431,39 @@ pub fn run(args: Args) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sockets_become_an_smp_layout() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct T {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let parse = |a: &[&str]| T::try_parse_from(a).unwrap().run;
+        let two = parse(&[
+            "t",
+            "-c",
+            "4",
+            "--sockets",
+            "2",
+            "--tcg-threads",
+            "single",
+            "--",
+            "x",
+        ]);
+        assert_eq!(
+            qemu_opts(&two).unwrap(),
+            [
+                "-accel tcg,thread=single",
+                "-smp 4,sockets=2,cores=2,threads=1"
+            ]
+        );
+        assert!(qemu_opts(&parse(&["t", "-c", "4", "--", "x"]))
+            .unwrap()
+            .is_empty());
+        assert!(qemu_opts(&parse(&["t", "-c", "3", "--sockets", "2", "--", "x"])).is_err());
+    }
 
     #[test]
     fn quoting_survives_the_shell() {

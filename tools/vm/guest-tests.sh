@@ -13,7 +13,8 @@ ktest=$(dirname "$bin")/tailctl-ktest
 wl=$(dirname "$bin")
 all_tests=(load stress service serialize account isolation fault nosyscall experiment maps top
            pinned greedy leaks races waitbound slotreuse tidreuse bindleak regversion regdos pidns fuzz
-           allotequi allotexit allotstarve allotmug allotdeq allotcgdyn allotcgnest prioprompt priostarve priouser priocgroup)
+           allotequi allotexit allotstarve allotmug allotdeq allotcgdyn allotcgnest prioprompt priostarve priouser priocgroup
+           llcqueues)
 tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=("${all_tests[@]}")
 # --list: print the default tests (tools/test.sh resumes from them).
 if [ "${tests[0]}" = --list ]; then echo "${all_tests[*]}"; exit 0; fi
@@ -388,6 +389,11 @@ allot_tests="$(dirname "$(readlink -f "$0")")/guest-tests-allot.sh"
 prio_tests="$(dirname "$(readlink -f "$0")")/guest-tests-prio.sh"
 # shellcheck source=/dev/null
 [ -f "$prio_tests" ] && . "$prio_tests"
+
+# Per-LLC queue tests (issue 16: per-LLC normal-level queues, stealing).
+llc_tests="$(dirname "$(readlink -f "$0")")/guest-tests-llc.sh"
+# shellcheck source=/dev/null
+[ -f "$llc_tests" ] && . "$llc_tests"
 
 [ -e /sys/kernel/sched_ext/state ] || { echo "FAIL setup: kernel $kver has no sched_ext"; echo "guest: 0 passed, 1 failed"; exit 1; }
 log "$(nproc) CPUs; running: ${tests[*]}"

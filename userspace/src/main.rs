@@ -16,6 +16,7 @@ mod bpf_intf;
 mod bpf_skel;
 #[cfg(test)]
 mod layout_test;
+mod llc;
 mod pins;
 mod services;
 mod stats;
@@ -167,6 +168,18 @@ struct Opts {
     #[arg(long, requires = "monitor")]
     json: bool,
 
+    /// Queue normal-level (unregistered) tasks per last-level cache, with
+    /// stealing between the queues (`on`), or on one shared queue (`off`,
+    /// for A/B runs). A machine with one LLC has one queue either way.
+    #[arg(long, value_enum, default_value = "on")]
+    llc_queues: OnOff,
+
+    /// Testing aid: with --llc-queues on, split the online CPUs into this
+    /// many groups of consecutive CPUs, each with its own queue, instead of
+    /// one per LLC of the topology (0: the topology).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=32))]
+    llc_groups: u32,
+
     /// Exit debug dump buffer length. 0 means the kernel's default.
     #[arg(long, default_value_t = 0)]
     exit_dump_len: u32,
@@ -174,6 +187,12 @@ struct Opts {
     /// Enable libbpf debug output.
     #[arg(short = 'v', long)]
     verbose: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum OnOff {
+    On,
+    Off,
 }
 
 /// Give the daemon's threads nice `nice` (threads created later inherit it).
@@ -310,6 +329,8 @@ struct Scheduler<'a> {
     registration: Option<services::RegistrationServer>,
     controller: Option<allot::Controller>,
     stats_server: StatsServer<(), Metrics>,
+    /// Normal-level queues (LLC groups) the BPF side was loaded with.
+    nr_llcs: u32,
 }
 
 impl<'a> Scheduler<'a> {
@@ -353,6 +374,13 @@ impl<'a> Scheduler<'a> {
         // Non-zero: the kernel looks cgroup jobs up (they may appear at any time).
         rodata.nr_job_cgroups = opts.job.len() as u32;
         rodata.request_shares = opts.request_shares;
+        let llcs = llc::groups(opts.llc_queues == OnOff::On, opts.llc_groups)?;
+        rodata.nr_llcs = llcs.nr;
+        for &(cpu, group) in &llcs.cpus {
+            if let Some(slot) = rodata.cpu_llc.get_mut(cpu) {
+                *slot = group;
+            }
+        }
 
         let mut skel = scx_ops_load!(skel, tailctl_ops, uei)?;
         for (id, level, path) in &prio_cgroups {
@@ -448,6 +476,7 @@ impl<'a> Scheduler<'a> {
             registration,
             controller,
             stats_server,
+            nr_llcs: llcs.nr,
         })
     }
 
@@ -461,7 +490,10 @@ impl<'a> Scheduler<'a> {
             .lookup_percpu(&key, MapFlags::ANY)
             .context("reading the stats map")?
             .unwrap_or_default();
-        let mut m = Metrics::default();
+        let mut m = Metrics {
+            nr_llcs: u64::from(self.nr_llcs),
+            ..Metrics::default()
+        };
         for bytes in per_cpu {
             if bytes.len() < std::mem::size_of::<tailctl_stats>() {
                 bail!(

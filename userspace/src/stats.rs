@@ -164,6 +164,14 @@ pub struct Metrics {
     pub allot_kick_lt1ms: u64,
     #[stat(desc = "... 1 ms or more")]
     pub allot_kick_ge1ms: u64,
+    #[stat(desc = "Normal-level queues (LLC groups; 1: one shared queue)")]
+    pub nr_llcs: u64,
+    #[stat(desc = "Per LLC queue: tasks inserted by ops.enqueue")]
+    pub llc_enqueues: Vec<u64>,
+    #[stat(desc = "Per LLC queue: tasks moved to a CPU of its own LLC")]
+    pub llc_dispatches: Vec<u64>,
+    #[stat(desc = "Per LLC queue: tasks stolen by a CPU of another LLC")]
+    pub llc_steals: Vec<u64>,
 }
 
 /// sched_ext's watchdog timeout when ops.timeout_ms is 0 (ours is): a runnable
@@ -173,6 +181,18 @@ pub const WATCHDOG_TIMEOUT_MS: i64 = 30_000;
 impl Metrics {
     /// Add one CPU's counters.
     pub fn add(&mut self, s: &tailctl_stats) {
+        // Per LLC queue, for the nr_llcs queues in use (set before the first add).
+        let n = (self.nr_llcs as usize).min(s.llc_enqueues.len());
+        for (sum, cpu) in [
+            (&mut self.llc_enqueues, &s.llc_enqueues),
+            (&mut self.llc_dispatches, &s.llc_dispatches),
+            (&mut self.llc_steals, &s.llc_steals),
+        ] {
+            sum.resize(n.max(sum.len()), 0);
+            for (a, b) in sum.iter_mut().zip(&cpu[..n]) {
+                *a += b;
+            }
+        }
         self.enqueues += s.enqueues;
         self.direct_dispatches += s.direct_dispatches;
         self.shared_enqueues += s.shared_enqueues;
@@ -387,6 +407,10 @@ impl Metrics {
                 .saturating_sub(prev.allot_kick_lt100us),
             allot_kick_lt1ms: self.allot_kick_lt1ms.saturating_sub(prev.allot_kick_lt1ms),
             allot_kick_ge1ms: self.allot_kick_ge1ms.saturating_sub(prev.allot_kick_ge1ms),
+            nr_llcs: self.nr_llcs,
+            llc_enqueues: vec_delta(&self.llc_enqueues, &prev.llc_enqueues),
+            llc_dispatches: vec_delta(&self.llc_dispatches, &prev.llc_dispatches),
+            llc_steals: vec_delta(&self.llc_steals, &prev.llc_steals),
         }
     }
 
@@ -476,8 +500,36 @@ impl Metrics {
             self.prio_preempt_kicks,
             levels.join(" "),
         )?;
+        if self.nr_llcs > 1 {
+            let queues: Vec<String> = (0..self.llc_enqueues.len())
+                .map(|i| {
+                    let at = |v: &Vec<u64>| v.get(i).copied().unwrap_or(0);
+                    format!(
+                        "{i}:{}/{}/{}",
+                        at(&self.llc_enqueues),
+                        at(&self.llc_dispatches),
+                        at(&self.llc_steals)
+                    )
+                })
+                .collect();
+            writeln!(
+                w,
+                "[{}] llc queues {} [queue:enq/local/stolen {}]",
+                crate::SCHEDULER_NAME,
+                self.nr_llcs,
+                queues.join(" "),
+            )?;
+        }
         Ok(())
     }
+}
+
+/// Element-wise `cur - prev` (a restart resets the counters: saturating).
+fn vec_delta(cur: &[u64], prev: &[u64]) -> Vec<u64> {
+    cur.iter()
+        .enumerate()
+        .map(|(i, c)| c.saturating_sub(prev.get(i).copied().unwrap_or(0)))
+        .collect()
 }
 
 /// The stats server's handlers: each reader gets deltas since its last read.
