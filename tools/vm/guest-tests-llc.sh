@@ -45,8 +45,8 @@ test_llcqueues() {
   # One L3 (or none) in the guest: force two groups so the stealing path runs.
   l3=$(cat /sys/devices/system/cpu/cpu*/cache/index3/shared_cpu_list 2>/dev/null | sort -u | wc -l)
   [ "$l3" -ge 2 ] || extra=(--llc-groups 2)
-  # -v: libbpf's verifier log lands in the saved log if the load fails.
-  start_sched -v --stats 1 "${extra[@]}" || { cp "$out/sched.log" "$out/llcqueues-sched.log"; fail llcqueues "scheduler did not load: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; return; }
+  # (libbpf prints the verifier's log on its own when a load fails.)
+  start_sched --stats 1 "${extra[@]}" || { cp "$out/sched.log" "$out/llcqueues-sched.log"; fail llcqueues "scheduler did not load: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; return; }
   # The groups as the daemon logged them: "llc0=[0,1] llc1=[2,3]".
   local line g0 g1
   line=$(grep -m1 "normal-level queues:" "$out/sched.log")
