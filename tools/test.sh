@@ -5,6 +5,8 @@
 #   KERNELS="6.18" tools/test.sh     only some kernel series
 #   SKIP_VM=1 tools/test.sh          host only (no scheduler tests)
 #   GUEST_TESTS="load fault" tools/test.sh   only some scheduler tests
+#   GUEST_SOCKETS=1 tools/test.sh    the first series on one LLC too (default:
+#                            two sockets, so per-LLC queues get the suite)
 #   SKIP_LINT=1 / SKIP_HOST=1 / SKIP_FRESH=1  skip fmt+clippy / host tests /
 #                            the fresh-machine provisioning check
 # Ends with "all: N passed, M failed"; exits non-zero on any failure.
@@ -83,12 +85,17 @@ if [ "${SKIP_VM:-0}" != 1 ]; then
     # $out/progress), at most three boots; each boot's console is kept and its
     # tail printed. Every reported failure counts.
     all=${GUEST_TESTS:-$(bash tools/vm/guest-tests.sh target/debug/scx_tailctl "$out" --list)}
+    # The first series boots with two sockets (two LLCs under TCG), so the
+    # whole suite runs once on per-LLC queues and once on the single queue a
+    # one-LLC machine gets. GUEST_SOCKETS=1 boots every series with one.
+    local sockets=1
+    [ "$k" = "${kernels%% *}" ] && sockets=${GUEST_SOCKETS:-2}
     for attempt in 1 2 3; do
       todo=$(for t in $all; do grep -qE "^(PASS|FAIL) $t\$" "$out/progress" 2>/dev/null || echo "$t"; done)
       [ -n "$todo" ] || break
       [ "$attempt" = 1 ] || echo "(the guest died before reporting; boot $attempt runs: $(echo $todo))"
       # shellcheck disable=SC2086
-      timeout 2400 target/debug/tailctl vm run -k "$k" -c 4 --tcg-threads "${TCG_THREADS:-single}" \
+      timeout 2400 target/debug/tailctl vm run -k "$k" -c 4 --sockets "$sockets" --tcg-threads "${TCG_THREADS:-single}" \
         --console "$out/console-$attempt.log" --rwdir .cache/vm/results -- \
         tools/vm/guest-tests.sh target/debug/scx_tailctl "$out" $todo 2>&1
     done
