@@ -48,7 +48,7 @@ const WAKER: u32 = 4;
 const TAKEN: u32 = 8;
 
 /// `repr(C)`: the state word first, so a request's state can put it on the
-/// same cache line as its other hot fields (see `pool::RequestShared`).
+/// same 64 bytes as its other hot fields (see `pool::RequestShared`).
 #[repr(C)]
 pub(crate) struct Completion<T> {
     state: FutexWord,

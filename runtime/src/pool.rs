@@ -655,9 +655,9 @@ struct RequestShared<T, R: ?Sized = dyn RootCell> {
     detached: bool,
     /// The request's priority level.
     level: u8,
-    /// Its state word ends the first cache line (after the `Arc`'s two
-    /// counts and the fields above: what the executing worker reads first),
-    /// its value fills the second.
+    /// Its state word ends the first 64 bytes of the allocation (after the
+    /// `Arc`'s two counts and the fields above: what the executing worker
+    /// reads first), its value follows.
     completion: Completion<(Result<T, RequestError>, PackedStats)>,
     /// Worker index + 1 of a worker waiting for this request while it
     /// serves its own pool (0: none); the completer wakes it (see
