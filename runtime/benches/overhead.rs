@@ -28,6 +28,9 @@
 //!   `ThreadPool::install` called from the same outside thread, in blocks of
 //!   round trips on one pool, alternating pools, with a pause before each
 //!   block (so that each side never runs while the other's workers spin).
+//!   With `RTT_TAIL=1` in the environment it also prints, per block, how
+//!   many round trips took over 3x the side's median (where the p99 comes
+//!   from).
 //!
 //! Every timed row is paired: one trial of each side per round, rounds
 //! interleaved (the order rotates), with a pause before each trial so that the
@@ -309,15 +312,29 @@ fn bench_rtt(rows: &mut Vec<Row>, blocks: usize, per_block: usize) {
     let ray = rayon_pool(2);
     let n = blocks * per_block;
     let (mut a, mut b) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let tail = std::env::var_os("RTT_TAIL").is_some();
+    // With RTT_TAIL: per block of ours, the round trips whose request ran
+    // on the submitting thread's CPU.
+    let mut same_cpu = Vec::new();
     for block in 0..blocks * 2 {
         settle();
         // Alternate which side goes first in each pair of blocks.
         if (block % 2 == 0) == (block / 2 % 2 == 0) {
+            let mut same = 0;
             for _ in 0..per_block {
                 let t = Instant::now();
-                black_box(pool.submit(|| black_box(1u64)).wait().unwrap());
+                if tail {
+                    // SAFETY: sched_getcpu has no preconditions.
+                    let here = unsafe { libc::sched_getcpu() };
+                    // SAFETY: as above.
+                    let there = pool.submit(|| unsafe { libc::sched_getcpu() }).wait();
+                    same += usize::from(there == Ok(here));
+                } else {
+                    black_box(pool.submit(|| black_box(1u64)).wait().unwrap());
+                }
                 a.push(t.elapsed().as_secs_f64() * 1e6);
             }
+            same_cpu.push(same);
         } else {
             for _ in 0..per_block {
                 let t = Instant::now();
@@ -325,6 +342,22 @@ fn bench_rtt(rows: &mut Vec<Row>, blocks: usize, per_block: usize) {
                 b.push(t.elapsed().as_secs_f64() * 1e6);
             }
         }
+    }
+    if std::env::var_os("RTT_TAIL").is_some() {
+        // Where the tail comes from: per block of each side, the round
+        // trips over 3x that side's median. A host episode (another
+        // process's burst) shows as a few blocks holding most of them; a
+        // slow path of the runtime as a count spread over every block.
+        for (side, v) in [("ours", &a), ("rayon", &b)] {
+            let mut sorted = v.clone();
+            let cut = 3.0 * percentile(&mut sorted, 0.5);
+            let slow: Vec<usize> = v
+                .chunks(per_block)
+                .map(|c| c.iter().filter(|&&x| x > cut).count())
+                .collect();
+            eprintln!("rtt tail {side}: over {cut:.1} us per block {slow:?}");
+        }
+        eprintln!("rtt ours: on the submitter's CPU per block {same_cpu:?}");
     }
     for (name, p) in [("rtt/2t p50", 0.5), ("rtt/2t p99", 0.99)] {
         rows.push(Row {

@@ -143,6 +143,13 @@ impl From<BuildError> for std::io::Error {
 /// assert_eq!(*p.into_payload().downcast::<u8>().unwrap(), 42);
 /// ```
 pub struct RequestPanic {
+    /// Boxed: every request's completion holds a `Result<T, RequestError>`
+    /// in place, and a panic is rare, so it pays for the allocation rather
+    /// than every request paying for 48 bytes of room.
+    inner: Box<PanicInner>,
+}
+
+struct PanicInner {
     message: String,
     /// Never locked: see the module comment.
     payload: Mutex<Box<dyn Any + Send>>,
@@ -151,8 +158,10 @@ pub struct RequestPanic {
 impl RequestPanic {
     pub(crate) fn new(payload: Box<dyn Any + Send>) -> Self {
         RequestPanic {
-            message: panic_message(&*payload),
-            payload: Mutex::new(payload),
+            inner: Box::new(PanicInner {
+                message: panic_message(&*payload),
+                payload: Mutex::new(payload),
+            }),
         }
     }
 
@@ -169,7 +178,7 @@ impl RequestPanic {
     /// }
     /// ```
     pub fn message(&self) -> &str {
-        &self.message
+        &self.inner.message
     }
 
     /// The payload, by mutable reference (e.g. to `downcast_mut`).
@@ -184,6 +193,7 @@ impl RequestPanic {
     /// ```
     pub fn payload_mut(&mut self) -> &mut (dyn Any + Send) {
         &mut **self
+            .inner
             .payload
             .get_mut()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -200,7 +210,8 @@ impl RequestPanic {
     /// assert_eq!(*p.into_payload().downcast::<&str>().unwrap(), "boom");
     /// ```
     pub fn into_payload(self) -> Box<dyn Any + Send> {
-        self.payload
+        self.inner
+            .payload
             .into_inner()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -240,7 +251,7 @@ impl From<Box<dyn Any + Send>> for RequestPanic {
 impl std::fmt::Debug for RequestPanic {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RequestPanic")
-            .field("message", &self.message)
+            .field("message", &self.inner.message)
             .finish_non_exhaustive()
     }
 }
@@ -253,13 +264,13 @@ impl std::fmt::Display for RequestPanic {
     /// assert_eq!(err.to_string(), "request panicked: oops");
     /// ```
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
+        f.write_str(&self.inner.message)
     }
 }
 
 impl PartialEq for RequestPanic {
     fn eq(&self, other: &Self) -> bool {
-        self.message == other.message
+        self.inner.message == other.inner.message
     }
 }
 

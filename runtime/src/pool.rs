@@ -149,6 +149,34 @@ pub struct RequestStats {
     pub missed_target: bool,
 }
 
+/// [`RequestStats`] as a request's completion holds it until the handle
+/// asks: 32 bytes instead of 56 (no id, which the request state has, and
+/// nanoseconds instead of `Duration`s), so the state every request
+/// allocates is smaller.
+#[derive(Clone, Copy, Default)]
+struct PackedStats {
+    latency_ns: u64,
+    work_ns: u64,
+    steals: u32,
+    steals_at_serialize: Option<u32>,
+    serialized: bool,
+    missed_target: bool,
+}
+
+impl PackedStats {
+    fn unpack(self, id: u64) -> RequestStats {
+        RequestStats {
+            id,
+            latency: Duration::from_nanos(self.latency_ns),
+            work: Duration::from_nanos(self.work_ns),
+            steals: self.steals,
+            serialized: self.serialized,
+            steals_at_serialize: self.steals_at_serialize,
+            missed_target: self.missed_target,
+        }
+    }
+}
+
 /// Pool-wide counters.
 ///
 /// ```
@@ -616,24 +644,27 @@ struct RequestShared<T, R: ?Sized = dyn RootCell> {
     /// The request's tag (`NO_REQUEST` if untracked), for abort marks and
     /// the root job's `JobRef::tag`. Never written after the job is made.
     tag: u64,
-    id: u64,
     /// When the request arrived (`now_ns`).
     arrival: u64,
-    completion: Completion<(Result<T, RequestError>, RequestStats)>,
+    /// The pool's abort marks and panic handler.
+    ext: Arc<PoolExt>,
+    id: u64,
+    /// Started / done / aborted (see `control`).
+    control: Control,
+    /// Spawned: nobody waits, a panic goes to the panic handler.
+    detached: bool,
+    /// The request's priority level.
+    level: u8,
+    /// Its state word ends the first 64 bytes of the allocation (after the
+    /// `Arc`'s two counts and the fields above: what the executing worker
+    /// reads first), its value follows.
+    completion: Completion<(Result<T, RequestError>, PackedStats)>,
     /// Worker index + 1 of a worker waiting for this request while it
     /// serves its own pool (0: none); the completer wakes it (see
     /// `help_until_done`).
     waiter: AtomicUsize,
     /// That worker's pool (this one or another), set before `waiter`.
     waiter_registry: OnceLock<Arc<Registry>>,
-    /// Started / done / aborted (see `control`).
-    control: Control,
-    /// The pool's abort marks and panic handler.
-    ext: Arc<PoolExt>,
-    /// Spawned: nobody waits, a panic goes to the panic handler.
-    detached: bool,
-    /// The request's priority level.
-    level: u8,
     /// The closure, taken by the worker that executes the root job.
     root: R,
 }
@@ -761,13 +792,12 @@ impl<T> RequestHandle<T> {
             level: 0,
             root: Root::<fn()>(UnsafeCell::new(None)),
         };
-        let waker_panicked = shared.completion.complete((
-            Err(RequestError::ShutDown),
-            RequestStats {
-                id: u64::MAX,
-                ..RequestStats::default()
-            },
-        ));
+        // SAFETY: the only completion: this request is never queued.
+        let waker_panicked = unsafe {
+            shared
+                .completion
+                .complete((Err(RequestError::ShutDown), PackedStats::default()))
+        };
         debug_assert!(!waker_panicked, "nobody polled the handle yet");
         RequestHandle {
             shared: Arc::new(shared),
@@ -801,7 +831,8 @@ impl<T> RequestHandle<T> {
     /// ```
     pub fn wait_with_stats(self) -> (Result<T, RequestError>, RequestStats) {
         self.shared.help_until_done();
-        self.shared.completion.wait()
+        let (r, stats) = self.shared.completion.wait();
+        (r, stats.unpack(self.shared.id))
     }
 
     /// Whether the request has completed (its result is ready).
@@ -1242,13 +1273,12 @@ where
         root: Root(UnsafeCell::new(Some(f))),
     });
     if arrived.is_err() {
-        let waker_panicked = shared.completion.complete((
-            Err(RequestError::ShutDown),
-            RequestStats {
-                id,
-                ..RequestStats::default()
-            },
-        ));
+        // SAFETY: the only completion: a refused request is never queued.
+        let waker_panicked = unsafe {
+            shared
+                .completion
+                .complete((Err(RequestError::ShutDown), PackedStats::default()))
+        };
         debug_assert!(!waker_panicked, "nobody polled the handle yet");
         // Nobody else holds the cell: the closure goes back to the caller.
         // SAFETY: the request was never queued, so no job references
@@ -1358,15 +1388,14 @@ where
     let now = wt.leave_request();
     let latency = Duration::from_nanos(now.saturating_sub(arrival));
     let missed_target = reg.target_latency.is_some_and(|t| latency > t);
-    let mut stats = RequestStats {
-        id: shared.id,
-        latency,
+    let mut stats = PackedStats {
+        latency_ns: now.saturating_sub(arrival),
         missed_target,
-        ..RequestStats::default()
+        ..PackedStats::default()
     };
     match slot {
         Some(q) => {
-            stats.work = Duration::from_nanos(q.work_ns());
+            stats.work_ns = q.work_ns();
             stats.steals = q.steals();
             stats.serialized = q.is_serialized(tag_generation(tag));
             // Only a serialized request has a snapshot of its own (a late
@@ -1382,7 +1411,10 @@ where
     }
     reg.counters.completed.fetch_add(1, Ordering::Relaxed);
     reg.request_finished();
-    let (waker_called, waker_panicked) = shared.completion.complete_reporting((result, stats));
+    // SAFETY: the only completion: the root job runs once (and a queued
+    // request is never completed by `submit_to`).
+    let (waker_called, waker_panicked) =
+        unsafe { shared.completion.complete_reporting((result, stats)) };
     swallowed += u64::from(waker_panicked);
     // A worker (of this pool or another) may be serving its pool while it
     // waits for us. The fence orders the `done` store above before the

@@ -24,7 +24,9 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     }
 }
 
-/// `Condvar::wait` with the same poisoning policy as [`lock`].
+/// `Condvar::wait` with the same poisoning policy as [`lock`] (only loom's
+/// stand-ins block without a bound).
+#[cfg(loom)]
 pub(crate) fn wait<'a, T>(c: &Condvar, g: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
     match c.wait(g) {
         Ok(g) => g,
@@ -159,4 +161,90 @@ mod membarrier {
     }
 
     pub(super) fn private_expedited() {}
+}
+
+/// A 32-bit atomic that a thread can sleep on until its value changes: the
+/// Linux `futex` on the word itself (no lock, no allocation, and no system
+/// call for the waking side unless the protocol above says that somebody
+/// sleeps). Under loom, which has no futex, a mutex and condition variable
+/// stand in with the same contract: `wait(v)` sleeps only while the word
+/// still holds `v` (checked under the lock that `wake_all` takes after the
+/// word changed, so a change between the check and the sleep is not missed),
+/// and may return spuriously.
+pub(crate) struct FutexWord {
+    word: AtomicU32,
+    #[cfg(loom)]
+    lock: Mutex<()>,
+    #[cfg(loom)]
+    cond: Condvar,
+}
+
+impl std::ops::Deref for FutexWord {
+    type Target = AtomicU32;
+    fn deref(&self) -> &AtomicU32 {
+        &self.word
+    }
+}
+
+impl FutexWord {
+    pub(crate) fn new(v: u32) -> Self {
+        FutexWord {
+            word: AtomicU32::new(v),
+            #[cfg(loom)]
+            lock: Mutex::new(()),
+            #[cfg(loom)]
+            cond: Condvar::new(),
+        }
+    }
+
+    /// Sleeps while the word holds `expected`; may return spuriously (the
+    /// caller re-reads the word and loops).
+    #[cfg(not(loom))]
+    pub(crate) fn wait(&self, expected: u32) {
+        // SAFETY: the address is a live, aligned `AtomicU32` borrowed for
+        // the whole call; FUTEX_WAIT only reads it (atomically, in the
+        // kernel) and a null timeout means no timeout. Errors (EAGAIN: the
+        // word changed; EINTR) are spurious returns, which callers handle.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.word.as_ptr(),
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                expected,
+                std::ptr::null::<libc::timespec>(),
+            )
+        };
+    }
+
+    /// Wakes every thread sleeping in [`wait`](Self::wait); call after the
+    /// word changed.
+    #[cfg(not(loom))]
+    pub(crate) fn wake_all(&self) {
+        // SAFETY: as in `wait`; FUTEX_WAKE does not touch the memory, only
+        // the kernel's queue keyed by the address.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.word.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                i32::MAX,
+            )
+        };
+    }
+
+    /// Loom stand-in for the futex wait (see the type).
+    #[cfg(loom)]
+    pub(crate) fn wait(&self, expected: u32) {
+        let g = lock(&self.lock);
+        if self.word.load(std::sync::atomic::Ordering::SeqCst) == expected {
+            drop(wait(&self.cond, g));
+        }
+    }
+
+    /// Loom stand-in for the futex wake (see the type).
+    #[cfg(loom)]
+    pub(crate) fn wake_all(&self) {
+        let _g = lock(&self.lock);
+        self.cond.notify_all();
+    }
 }

@@ -501,7 +501,8 @@ mod loom_tests {
             let waiter = Arc::new(AtomicUsize::new(0));
             let (s2, d2, w2) = (sleep.clone(), done.clone(), waiter.clone());
             let completer = loom::thread::spawn(move || {
-                assert!(!d2.complete(1u8));
+                // SAFETY: the only completion of this latch.
+                assert!(!unsafe { d2.complete(1u8) });
                 fence(SeqCst);
                 if let w @ 1.. = w2.load(SeqCst) {
                     s2.notify_worker(w - 1);
