@@ -95,7 +95,7 @@ if [ "${SKIP_VM:-0}" != 1 ]; then
       [ -n "$todo" ] || break
       [ "$attempt" = 1 ] || echo "(the guest died before reporting; boot $attempt runs: $(echo $todo))"
       # shellcheck disable=SC2086
-      timeout 2400 target/debug/tailctl vm run -k "$k" -c 4 --sockets "$sockets" --tcg-threads "${TCG_THREADS:-single}" \
+      timeout 3000 target/debug/tailctl vm run -k "$k" -c 4 --sockets "$sockets" --tcg-threads "${TCG_THREADS:-single}" \
         --console "$out/console-$attempt.log" --rwdir .cache/vm/results -- \
         tools/vm/guest-tests.sh target/debug/scx_tailctl "$out" $todo 2>&1
     done
