@@ -96,16 +96,21 @@ pub struct Handles {
 /// allotment the job had going into the round.
 pub const TRACE_HEADER: &str = "seq,round_ns,quantum,slot,owner,runnable,work_ns,steal_ns,steal_success,queued_avg,queued_now,demand,allot_before,allot";
 
-/// The per-round trace: buffered, written once per round; a write error turns
-/// it off with one warning and never stops the controller.
+/// The per-round trace: buffered and flushed about once a second (a write
+/// per round would put a syscall, on a VM's shared folder a round trip to the
+/// host, into every quantum), and when the controller stops (`BufWriter`'s
+/// drop). A write error turns it off with one warning and never stops the
+/// controller.
 struct RoundTrace {
     out: Option<std::io::BufWriter<std::fs::File>>,
+    flushed: Instant,
 }
 
 impl RoundTrace {
     fn new(file: Option<std::fs::File>) -> Self {
         let mut t = Self {
-            out: file.map(std::io::BufWriter::new),
+            out: file.map(|f| std::io::BufWriter::with_capacity(1 << 16, f)),
+            flushed: Instant::now(),
         };
         t.write(|w| writeln!(w, "{TRACE_HEADER}"));
         t
@@ -121,7 +126,10 @@ impl RoundTrace {
     }
 
     fn end_round(&mut self) {
-        self.write(|w| w.flush());
+        if self.flushed.elapsed() >= Duration::from_secs(1) {
+            self.flushed = Instant::now();
+            self.write(|w| w.flush());
+        }
     }
 }
 
