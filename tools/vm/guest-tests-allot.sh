@@ -23,9 +23,12 @@
 #                and the busy one the rest, which it uses (more than an equal
 #                share of the machine within its own allotment); then the low
 #                one's load grows (16 requests in flight): its allotment
-#                rises and the busy one's falls; the quanta from the growth
-#                to the decision are counted from the ktest's and the
-#                daemon's CLOCK_MONOTONIC stamps and reported.
+#                rises and the busy one's falls. From the controller's own
+#                trace (--allot-trace): the low one's allotment in each
+#                phase-1 round (most must be its desire), and the number of
+#                controller rounds from the ktest's growth stamp to the
+#                rise (with the wall-clock quanta and the round period,
+#                which TCG stretches), reported.
 #   allotcgroup: a cgroup job (--job): an unmodified CPU-bound process with
 #                2 x CPUs threads (tailctl-ktest hog) in a cgroup named with
 #                --job, beside a registered wide service, under --allot equi:
@@ -86,7 +89,8 @@ allot_sched() {
     stop_sched || return 2
   fi
   allot_cur=$1
-  if [ "$1" = off ]; then start_sched; else start_sched --allot "$1"; fi
+  # The controller's per-round trace (--allot-trace): allotdeq counts rounds from it.
+  if [ "$1" = off ]; then start_sched; else start_sched --allot "$1" --allot-trace "$out/allot-trace-$1.csv"; fi
 }
 # The policy an allot test starts with.
 allot_first_policy() {
@@ -359,21 +363,41 @@ for e in json.load(sys.stdin):
   [ $lrc = 0 ] && [ $brc = 0 ] || { fail allotdeq "a service failed ($lrc/$brc): $(tail -c 300 "$out/allot.err")"; return; }
   echo "{\"before\": $before, \"after\": $after, \"decided\": \"$decided\", \"grown_ns\": ${grown:-null}, \"stats\": $st}" >"$out/allotdeq.json"
   local verdict
-  verdict=$($PY - "$before" "$after" "$lp" "$bp" "$n" "$decided" "${grown:-0}" <<'PY'
-import json, sys
+  verdict=$($PY - "$before" "$after" "$lp" "$bp" "$n" "$decided" "${grown:-0}" "$out/allot-trace-deq.csv" "$(cat "$out/d1.t")" "$(cat "$out/d2.t")" "$out/allotdeq-rounds.json" <<'PY'
+import collections, csv, json, statistics, sys
 before, after, lp, bp, n = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
-decided, grown_ns = sys.argv[6], int(sys.argv[7])
+decided, grown_ns, trace_path, p1a, p1b, rounds_out = sys.argv[6], int(sys.argv[7]), sys.argv[8], int(sys.argv[9]), int(sys.argv[10]), sys.argv[11]
+# The dumps are stamped with `date` (CLOCK_REALTIME), the trace with CLOCK_MONOTONIC.
+import time
+p1a, p1b = (t - (time.time_ns() - time.monotonic_ns()) for t in (p1a, p1b))
 half = n // 2
 l1, b1, l2, b2 = before.get(lp), before.get(bp), after.get(lp), after.get(bp)
 if not (l1 and b1 and l2 and b2):
     print("bad", "a service was not seen in job_acct:", before, after); sys.exit()
 why = []
-# Phase 1: the low service's desire is its one busy worker (SAWS: u*a + 2Q with no queue);
-# rounding and a momentary queue may make it 2, never an equal share or more on 4+ CPUs.
-if not (1 <= l1["allot"] <= max(1, half - 1) or (n < 4 and l1["allot"] == 1)):
-    why.append(f"low-desire service allotted {l1['allot']} (desire {l1['desire']})")
-if b1["allot"] != n - l1["allot"]:
-    why.append(f"busy service allotted {b1['allot']}, not the rest ({n} - {l1['allot']})")
+# The controller's rounds (--allot-trace), per job: {seq: row}.
+try:
+    rows = list(csv.DictReader(open(trace_path)))
+except OSError as e:
+    print("bad", f"no allotment trace: {e}"); sys.exit()
+def job(pid):
+    return {int(r["seq"]): r for r in rows if int(r["owner"]) & 0xffffffff == int(pid)}
+low, busy = job(lp), job(bp)
+if not low or not busy:
+    print("bad", f"the trace ({len(rows)} lines) has no rounds of both services"); sys.exit()
+# Phase 1 (between the first two dumps): the low service's desire is its one busy worker
+# (SAWS: u*a + 2Q with no queue). A round that sees a queue for a moment may give it 2; most
+# rounds must give it its desire, never an equal share on 4+ CPUs, and the busy one the rest.
+p1 = [s for s in sorted(low) if p1a <= int(low[s]["round_ns"]) <= p1b and s in busy]
+if len(p1) < 10:
+    why.append(f"only {len(p1)} controller rounds in phase 1")
+la = collections.Counter(int(low[s]["allot"]) for s in p1)
+mode, at_mode = la.most_common(1)[0] if la else (0, 0)
+if not (1 <= mode <= max(1, half - 1) or (n < 4 and mode == 1)):
+    why.append(f"low-desire service allotted {mode} in most rounds ({dict(la)})")
+rest = sum(1 for s in p1 if int(busy[s]["allot"]) == n - int(low[s]["allot"]))
+if p1 and rest < len(p1) / 2:
+    why.append(f"busy service allotted the rest in {rest} of {len(p1)} rounds")
 # It uses the rest: more than an equal share within its own allotment (EQUI would cap it at half).
 if b1["own"] <= half:
     why.append(f"busy service ran {b1['own']} cores within its allotment of {b1['allot']}")
@@ -386,17 +410,32 @@ if l2["allot"] <= l1["allot"] or b2["allot"] >= b1["allot"]:
     why.append(f"allotments after the growth {l2['allot']}/{b2['allot']} (before {l1['allot']}/{b1['allot']})")
 if l2["allot"] + b2["allot"] > n:
     why.append(f"allotments {l2['allot']} + {b2['allot']} over {n} CPUs")
-quanta = None
-if decided and grown_ns:
-    dec_ns = int(decided.split()[0])
-    quanta = round((dec_ns - grown_ns) / 10e6, 1)
-msg = (f"before: low allot {l1['allot']} (desire {l1['desire']}) {l1['cores']} cores, busy allot {b1['allot']} "
-       f"{b1['own']} own + {b1['borrowed']} borrowed | after the low one's growth: allot {l2['allot']}/{b2['allot']} "
-       f"(desire {l2['desire']}/{b2['desire']}), cores {l2['cores']}/{b2['cores']}; growth -> decision {quanta} quanta of 10 ms")
+# Rounds from the growth to the rise: the first round that started after the service stamped
+# its growth is round 1 (its inputs cover part of the growth); the rise within round 2 is
+# "within two quanta" counted by the controller, whatever TCG does to the wall clock.
+rounds = wall_q = period = None
+after_g = [s for s in sorted(low) if grown_ns and int(low[s]["round_ns"]) >= grown_ns]
+rise = next((i + 1 for i, s in enumerate(after_g) if int(low[s]["allot"]) > mode), None)
+q_ns = [int(low[b]["round_ns"]) - int(low[a]["round_ns"]) for a, b in zip(p1, p1[1:]) if b == a + 1]
+if q_ns:
+    period = round(statistics.median(q_ns) / 1e6, 2)
+if rise:
+    rounds = rise
+    wall_q = round((int(low[after_g[rise - 1]]["round_ns"]) - grown_ns) / 10e6, 1)
+elif grown_ns:
+    why.append(f"no round after the growth raised the low service's allotment ({len(after_g)} rounds traced)")
+json.dump({"phase1_rounds": len(p1), "phase1_low_allot": dict(la), "phase1_busy_rest_rounds": rest,
+           "round_period_ms": period, "rounds_to_rise": rounds, "wall_quanta_to_rise": wall_q,
+           "rise_rows": [low[s] for s in after_g[:(rise or 3) + 1]]}, open(rounds_out, "w"))
+msg = (f"before: low allot {mode} in {at_mode} of {len(p1)} rounds ({dict(la)}), busy the rest in {rest}, "
+       f"{l1['cores']} / {b1['own']} own + {b1['borrowed']} borrowed cores | after the low one's growth: "
+       f"allot {l2['allot']}/{b2['allot']} (desire {l2['desire']}/{b2['desire']}), cores {l2['cores']}/{b2['cores']}; "
+       f"growth -> rise in controller round {rounds} after it ({wall_q} quanta of 10 ms by the wall clock; "
+       f"median round period {period} ms)")
 print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
 )
-  case "$verdict" in ok*) pass allotdeq "${verdict#ok }" "\"detail\": $(cat "$out/allotdeq.json")";; *) fail allotdeq "${verdict#bad }";; esac
+  case "$verdict" in ok*) pass allotdeq "${verdict#ok }" "\"detail\": $(cat "$out/allotdeq.json"), \"rounds\": $(cat "$out/allotdeq-rounds.json")";; *) fail allotdeq "${verdict#bad }";; esac
 }
 
 # Per-thread CPU ticks (utime + stime) of process $1, as "tid:ticks" words.

@@ -47,6 +47,7 @@
 //! line) and compared with the quantum in the guest tests, while enforcement
 //! itself (the kicks and the token checks) happens in the kernel.
 
+use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -76,13 +77,60 @@ pub struct Config {
     pub quantum: Duration,
 }
 
-/// The maps and the program the controller uses (its own handles).
+/// The maps and the program the controller uses (its own handles), and
+/// where it writes its per-round trace (`--allot-trace`).
 pub struct Handles {
     pub services: MapHandle,
     pub regions: MapHandle,
     pub job_acct: MapHandle,
     /// The `apply_allot` syscall program.
     pub apply_allot: OwnedFd,
+    /// One CSV line per job per round ([`TRACE_HEADER`]); `None`: no trace.
+    pub trace: Option<std::fs::File>,
+}
+
+/// The columns of `--allot-trace`: per job per round, what the policy saw and
+/// what it decided. `round_ns` is CLOCK_MONOTONIC when the round started (the
+/// clock of the kernel's and the services' stamps); `quantum` is 1 for a
+/// quantum round, 0 for one run for a job start or exit; `allot_before` is the
+/// allotment the job had going into the round.
+pub const TRACE_HEADER: &str = "seq,round_ns,quantum,slot,owner,runnable,work_ns,steal_ns,steal_success,queued_avg,queued_now,demand,allot_before,allot";
+
+/// The per-round trace: buffered and flushed about once a second (a write
+/// per round would put a syscall, on a VM's shared folder a round trip to the
+/// host, into every quantum), and when the controller stops (`BufWriter`'s
+/// drop). A write error turns it off with one warning and never stops the
+/// controller.
+struct RoundTrace {
+    out: Option<std::io::BufWriter<std::fs::File>>,
+    flushed: Instant,
+}
+
+impl RoundTrace {
+    fn new(file: Option<std::fs::File>) -> Self {
+        let mut t = Self {
+            out: file.map(|f| std::io::BufWriter::with_capacity(1 << 16, f)),
+            flushed: Instant::now(),
+        };
+        t.write(|w| writeln!(w, "{TRACE_HEADER}"));
+        t
+    }
+
+    fn write(&mut self, f: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>) {
+        if let Some(w) = self.out.as_mut() {
+            if let Err(e) = f(w) {
+                warn!("allotment trace: {e}; no more trace lines");
+                self.out = None;
+            }
+        }
+    }
+
+    fn end_round(&mut self) {
+        if self.flushed.elapsed() >= Duration::from_secs(1) {
+            self.flushed = Instant::now();
+            self.write(|w| w.flush());
+        }
+    }
 }
 
 /// The running controller; dropping it stops the thread.
@@ -178,6 +226,7 @@ struct Loop {
     regions: Vec<(JobId, RegionView)>,
     seq: u64,
     timing: Timing,
+    trace: RoundTrace,
 }
 
 /// CPU time of the calling thread (zero if the clock cannot be read).
@@ -242,15 +291,24 @@ pub struct Inputs {
 impl Inputs {
     /// From a region header's raw fields: a bad magic means "nothing published";
     /// counts are clamped to what a region can hold (see the unit test).
-    pub fn from_header(magic: u32, workers: u32, busy: u32, stealable: u32) -> Self {
+    ///
+    /// `stealable` is what the last thief saw; it goes stale while no worker
+    /// searches (a job held to one core whose one worker runs a long task
+    /// publishes nothing until the task ends: in the guest, three quanta
+    /// after 16 requests arrived). `active` (requests between submit and
+    /// completion, counted at submit) is always current, and every active
+    /// request beyond one per busy worker is waiting parallelism, so `Q'` is
+    /// at least that backlog.
+    pub fn from_header(magic: u32, workers: u32, busy: u32, stealable: u32, active: u32) -> Self {
         if magic != REGION_MAGIC {
             return Self::default();
         }
         let workers = workers.min(MAX_WORKERS);
+        let busy = busy.min(workers);
         Self {
             workers,
-            busy: busy.min(workers),
-            stealable: stealable.min(MAX_STEALABLE),
+            busy,
+            stealable: stealable.max(active.saturating_sub(busy)).min(MAX_STEALABLE),
             steals: 0,
             failed_steals: 0,
             stealable_seen: 0,
@@ -297,7 +355,8 @@ impl Inputs {
 }
 
 impl Loop {
-    fn new(cfg: Config, h: Handles, policy: Box<dyn AllotPolicy>, cores: u32) -> Self {
+    fn new(cfg: Config, mut h: Handles, policy: Box<dyn AllotPolicy>, cores: u32) -> Self {
+        let trace = RoundTrace::new(h.trace.take());
         Self {
             cfg,
             h,
@@ -307,6 +366,7 @@ impl Loop {
             regions: Vec::new(),
             seq: 0,
             timing: Timing::default(),
+            trace,
         }
     }
 
@@ -416,7 +476,13 @@ impl Loop {
             let r = views.iter().find(|(j, _)| *j == job)?.1.head();
             let hd = &r.header;
             let mut i =
-                Inputs::from_header(hd.magic, hd.worker_count, hd.busy_workers, hd.stealable);
+                Inputs::from_header(
+                hd.magic,
+                hd.worker_count,
+                hd.busy_workers,
+                hd.stealable,
+                hd.active,
+            );
             // Untrusted counters: only the workers in use, sums saturate.
             for w in r.workers.iter().take(i.workers as usize) {
                 i.steals = i.steals.saturating_add(w.found_work);
@@ -432,6 +498,7 @@ impl Loop {
     }
 
     fn round(&mut self, quantum: bool) -> Result<()> {
+        let round_ns = monotonic_ns();
         let now_jobs = self.scan();
         let mut events = Vec::new();
         for (id, _) in &self.jobs {
@@ -529,6 +596,23 @@ impl Loop {
         self.seq += 1;
         for (i, (id, k)) in self.jobs.iter_mut().enumerate() {
             let want = allot[i].max(1);
+            let (v, seq) = (&views[i], self.seq);
+            self.trace.write(|w| {
+                writeln!(
+                    w,
+                    "{seq},{round_ns},{},{},{id},{},{},{},{:.3},{:.3},{:.0},{},{},{want}",
+                    quantum as u8,
+                    k.slot,
+                    v.runnable,
+                    v.work_ns,
+                    v.steal_ns,
+                    v.steal_success,
+                    v.queued_avg,
+                    v.queued_now,
+                    demands[i],
+                    k.allot
+                )
+            });
             let cmd = tailctl_allot_cmd {
                 svc: k.slot,
                 allot: want,
@@ -553,6 +637,7 @@ impl Loop {
                 Err(e) => warn!("applying the allotment of slot {}: {e:#}", k.slot),
             }
         }
+        self.trace.end_round();
         Ok(())
     }
 }
@@ -660,7 +745,7 @@ mod tests {
 
     #[test]
     fn region_inputs_are_validated() {
-        let i = Inputs::from_header(REGION_MAGIC, 1000, 999, u32::MAX);
+        let i = Inputs::from_header(REGION_MAGIC, 1000, 999, u32::MAX, u32::MAX);
         assert_eq!(
             i,
             Inputs {
@@ -673,15 +758,21 @@ mod tests {
             }
         );
         assert_eq!(i.demand(), 64);
-        assert_eq!(Inputs::from_header(0xdead, 4, 4, 4), Inputs::default());
-        let i = Inputs::from_header(REGION_MAGIC, 8, 2, 3);
+        assert_eq!(Inputs::from_header(0xdead, 4, 4, 4, 4), Inputs::default());
+        let i = Inputs::from_header(REGION_MAGIC, 8, 2, 3, 0);
         assert_eq!(i.demand(), 5);
-        assert_eq!(Inputs::from_header(REGION_MAGIC, 4, 9, 9).demand(), 4);
+        assert_eq!(Inputs::from_header(REGION_MAGIC, 4, 9, 9, 0).demand(), 4);
+        // Requests waiting beyond the busy workers count as queued even when no
+        // thief has looked (stealable stale at 0); a fresher, larger stealable wins.
+        let i = Inputs::from_header(REGION_MAGIC, 8, 1, 0, 17);
+        assert_eq!((i.stealable, i.demand()), (16, 8));
+        assert_eq!(Inputs::from_header(REGION_MAGIC, 8, 2, 5, 3).stealable, 5);
+        assert_eq!(Inputs::from_header(REGION_MAGIC, 8, 3, 0, 2).stealable, 0);
     }
 
     #[test]
     fn steal_success_from_counter_deltas() {
-        let mut i = Inputs::from_header(REGION_MAGIC, 4, 1, 0);
+        let mut i = Inputs::from_header(REGION_MAGIC, 4, 1, 0, 0);
         i.steals = 13;
         i.failed_steals = 130;
         // 3 successful and 27 failed rounds since the last reading.
@@ -696,7 +787,7 @@ mod tests {
 
     #[test]
     fn queued_avg_over_searches() {
-        let mut i = Inputs::from_header(REGION_MAGIC, 4, 1, 7);
+        let mut i = Inputs::from_header(REGION_MAGIC, 4, 1, 7, 0);
         i.steals = 10;
         i.failed_steals = 30;
         // 40 searches saw 100 stealable tasks in all since the zero reading: Q = 2.5.

@@ -109,6 +109,13 @@ struct Opts {
     #[arg(long, default_value = "10ms", value_parser = parse_duration)]
     quantum: Duration,
 
+    /// With --allot: write the controller's rounds to FILE as CSV, one line
+    /// per job per round (what the policy saw, the allotment before and
+    /// after; columns in the first line). For seeing how fast allotments
+    /// follow load; about 100 bytes per job per quantum.
+    #[arg(long, value_name = "FILE")]
+    allot_trace: Option<std::path::PathBuf>,
+
     /// Highest priority level (0..=7, normal 3) a non-root user's service may
     /// register at. Levels above normal are served before every other task on
     /// the machine, so by default only root may use them.
@@ -430,6 +437,12 @@ impl<'a> Scheduler<'a> {
                     apply_allot: std::os::fd::AsFd::as_fd(&skel.progs.apply_allot)
                         .try_clone_to_owned()
                         .context("duplicating the apply_allot program fd")?,
+                    trace: match &opts.allot_trace {
+                        None => None,
+                        Some(p) => Some(std::fs::File::create(p).with_context(|| {
+                            format!("--allot-trace: cannot create {}", p.display())
+                        })?),
+                    },
                 },
                 events_rx,
             )?),

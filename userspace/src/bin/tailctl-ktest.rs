@@ -1058,20 +1058,18 @@ fn greedy(
         };
         let grow_at = (grow_after > 0).then(|| t0 + Duration::from_secs(grow_after));
         while Instant::now() < deadline {
-            let want = match grow_at {
-                Some(g) if Instant::now() >= g => {
-                    if grown_ns.is_none() {
-                        let t = mono_ns();
-                        grown_ns = Some(t);
-                        // Now, not at the end: a test may stop this process before then.
-                        eprintln!("grown_ns {t}");
-                    }
-                    grow_requests
-                }
-                _ => requests,
-            };
+            let growing = grow_at.is_some_and(|g| Instant::now() >= g);
+            let want = if growing { grow_requests } else { requests };
             while inflight.len() < want {
                 inflight.push_back(submit());
+            }
+            if growing && grown_ns.is_none() {
+                // Stamped once the grown load is in the region (every request
+                // submitted, counted active): what a controller can see from now.
+                let t = mono_ns();
+                grown_ns = Some(t);
+                // Now, not at the end: a test may stop this process before then.
+                eprintln!("grown_ns {t}");
             }
             let h: RequestHandle<()> = inflight.pop_front().unwrap();
             if h.wait().is_ok() {
