@@ -492,6 +492,12 @@ struct tailctl_stats {
 	u64 llc_enqueues[TAILCTL_MAX_LLCS];
 	u64 llc_dispatches[TAILCTL_MAX_LLCS];
 	u64 llc_steals[TAILCTL_MAX_LLCS];
+	/*
+	 * Wake-up preemption (issue 16): CPUs kicked (SCX_KICK_PREEMPT) because
+	 * a waking unregistered task found no idle CPU and the CPU's task had
+	 * run past the floor and was far ahead of it in vtime.
+	 */
+	u64 wake_preempt_kicks;
 };
 
 #endif /* __TAILCTL_INTF_H */

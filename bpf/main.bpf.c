@@ -3056,6 +3056,130 @@ static __always_inline u32 job_vtime_scale(struct task_ctx *tctx)
 
 /* ---- end of per-job core allotments -------------------------------------- */
 
+/* ---- wake-up preemption (issue 16) ---------------------------------------- */
+
+/*
+ * A task that wakes with no idle CPU is queued by vtime, and a sleeper's
+ * vtime is at most one slice behind vtime_now, so it is usually the queue's
+ * head. But a CPU only takes from the queue when its current task's slice
+ * ends: beside CPU hogs with the default 5 ms slice (two ticks at HZ=250)
+ * a sleeper waited for a slice end (cyclictest's mean wake-up latency
+ * beside hogs was 1.5x the default scheduler's, which preempts at wake-up).
+ * So a waking task preempts a CPU whose current task has run at least
+ * wake_preempt_ns since it started (or had its slice extended) and is at
+ * least wake_preempt_ns ahead of the waking task in vtime: the task's own
+ * CPU if it qualifies (cache-warm, and a timer wake-up runs there, so the
+ * kick needs no IPI), else the one furthest ahead; the kicked CPU's ops.dispatch then takes the queue's head by
+ * vtime as always (the waking task, or one with a lower vtime still).
+ *
+ *  - The run floor keeps tasks that run briefly between sleeps (hackbench,
+ *    ping-pong pairs) from preempting one another on every wake-up; the
+ *    vtime gap keeps preemption for a task that really is behind.
+ *  - cpu_curs[cpu] is what the CPU runs: the vtime its task started with
+ *    and when (ops.running, and ops.dispatch's slice extension, where the
+ *    task's vtime is charged without a new ops.running), cleared by
+ *    ops.stopping. A CPU kicked here is cleared too, so two wake-ups do not
+ *    preempt the same CPU.
+ *  - Only unregistered tasks at the normal level, with levels unused
+ *    (prio_active: prio_preempt_lower already preempts for a higher level,
+ *    and a CPU running a higher level must not be taken), that may run on
+ *    every CPU (a narrower affinity would need the task's mask here: it
+ *    waits for a slice end as before). With LLC queues only the CPUs of the
+ *    LLC whose queue the task went into are candidates (the others take
+ *    their own queue first). Registered workers keep their paths
+ *    (throttle and job queues) unchanged.
+ *  - Cost: ops.running and ops.stopping one array store each; ops.enqueue
+ *    scans the CPUs only for a wake-up that found no idle CPU.
+ */
+
+/* 0: no wake-up preemption (set by user space before load). */
+const volatile u64 wake_preempt_ns = 1000000ULL;
+
+struct cpu_cur {
+	/* The running task's vtime when it started (or was extended). */
+	u64 vtime;
+	/* When it started; 0: nothing of ours runs (or the CPU was just kicked). */
+	u64 at;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_CPUS);
+	__type(key, u32);
+	__type(value, struct cpu_cur);
+} cpu_curs SEC(".maps");
+
+static __always_inline void cpu_cur_set(u64 vtime, u64 at)
+{
+	u32 key = bpf_get_smp_processor_id();
+	struct cpu_cur *cr = bpf_map_lookup_elem(&cpu_curs, &key);
+
+	if (cr) {
+		cr->vtime = vtime;
+		cr->at = at;
+	}
+}
+
+/* @cpu's current task's vtime at @now (0: not a candidate: none, or it ran too briefly). */
+static __always_inline u64 cpu_cur_vtime(u32 cpu, u64 now)
+{
+	struct cpu_cur *cr = bpf_map_lookup_elem(&cpu_curs, &cpu);
+	u64 at;
+
+	if (!cr)
+		return 0;
+	at = READ_ONCE(cr->at);
+	if (!at || now < at || now - at < wake_preempt_ns)
+		return 0;
+	/* Its vtime now: what it started with plus what it ran since (nice 0's rate). */
+	return READ_ONCE(cr->vtime) + (now - at);
+}
+
+/*
+ * A task with vtime @vtime woke, was queued for @target's LLC and found no
+ * idle CPU: preempt a CPU running a task far ahead of it (see the section's
+ * comment). Returns the CPU kicked, or -1. Global subprogram.
+ */
+__noinline int wake_preempt(u64 vtime, s32 target)
+{
+	u32 n = scx_bpf_nr_cpu_ids(), i, llc = llc_of(target), key;
+	u64 now = bpf_ktime_get_ns(), floor = vtime + wake_preempt_ns, best_vtime = floor, v;
+	struct cpu_cur *cr;
+	s32 best = -1;
+
+	if (n > MAX_CPUS)
+		n = MAX_CPUS;
+	/* Its own CPU first: cache-warm, and a timer wake-up runs there (no IPI). */
+	if (target >= 0 && target < n) {
+		v = cpu_cur_vtime(target, now);
+		if (v && (s64)(v - floor) > 0)
+			best = target;
+	}
+	if (best < 0) {
+		bpf_for(i, 0, n) {
+			if (llc_on() && llc_of(i) != llc)
+				continue;
+			v = cpu_cur_vtime(i, now);
+			if (v && (s64)(v - best_vtime) > 0) {
+				best = i;
+				best_vtime = v;
+			}
+		}
+	}
+	if (best < 0)
+		return -1;
+	/* Claimed: a second wake-up before it reschedules picks another CPU. */
+	key = best;
+	cr = bpf_map_lookup_elem(&cpu_curs, &key);
+	if (cr)
+		WRITE_ONCE(cr->at, 0);
+	scx_bpf_kick_cpu(best, SCX_KICK_PREEMPT);
+	STAT_INC(wake_preempt_kicks);
+	return best;
+}
+
+/* ---- end of wake-up preemption -------------------------------------------- */
+
 s32 BPF_STRUCT_OPS(tailctl_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
 {
 	struct task_ctx *tctx;
@@ -3166,6 +3290,10 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 		/* ... and preempt a CPU running a lower level (promptness). */
 		if (prio_active())
 			prio_preempt_lower(level);
+		/* ... or, for a sleeper lagging behind, the CPU furthest ahead (wake-up preemption). */
+		else if (wake_preempt_ns && !tctx && (enq_flags & SCX_ENQ_WAKEUP) &&
+			 p->nr_cpus_allowed >= scx_bpf_nr_cpu_ids())
+			wake_preempt(task_vtime(p), scx_bpf_task_cpu(p));
 	}
 }
 
@@ -3345,6 +3473,9 @@ void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 		}
 		charge_vtime(prev, ptctx, job_vtime_scale(ptctx));
 		prev->scx.slice = slice_ns;
+		/* Charged without a new ops.running: its run restarts here (wake-up preemption). */
+		if (wake_preempt_ns)
+			cpu_cur_set(prev->scx.dsq_vtime, now);
 		STAT_INC(slice_extensions);
 	}
 }
@@ -3356,6 +3487,8 @@ void BPF_STRUCT_OPS(tailctl_running, struct task_struct *p)
 
 	if (time_before(vtime_now, p->scx.dsq_vtime))
 		vtime_now = p->scx.dsq_vtime;
+	if (wake_preempt_ns)
+		cpu_cur_set(p->scx.dsq_vtime, bpf_ktime_get_ns());
 	/*
 	 * Every task has its state (ops.init_task): its vtime is charged from
 	 * here (charge_vtime). The same look-up serves the binding check.
@@ -3426,6 +3559,8 @@ void BPF_STRUCT_OPS(tailctl_stopping, struct task_struct *p, bool runnable)
 
 	charge_vtime(p, tctx, job_vtime_scale(tctx));
 	prio_stopping(p);
+	if (wake_preempt_ns)
+		cpu_cur_set(0, 0);
 
 	if (!tctx || tctx->svc < 0)
 		return;

@@ -52,6 +52,12 @@ struct Opts {
     #[arg(short = 's', long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
     slice_us: u64,
 
+    /// Wake-up preemption, in microseconds (0: off): a task that wakes and finds
+    /// no idle CPU preempts the CPU whose task has run at least this long and is at
+    /// least this far ahead of it in vtime, instead of waiting for a slice to end.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    wake_preempt_us: u64,
+
     /// Longest a thread of a capped request waits for its request's token before
     /// it runs anyway (the liveness bound; counted as overdue_runs). Far below
     /// sched_ext's 30 s watchdog.
@@ -362,6 +368,7 @@ impl<'a> Scheduler<'a> {
 
         let rodata = skel.maps.rodata_data.as_mut().unwrap();
         rodata.slice_ns = opts.slice_us * 1000;
+        rodata.wake_preempt_ns = opts.wake_preempt_us * 1000;
         rodata.max_throttle_wait_ns = opts.max_throttle_wait_ms * 1_000_000;
         rodata.tid_start_tick_ns = services::identity::clock_tick_ns();
         rodata.prio_guard_ns = opts.priority_guard_ms * 1_000_000;

@@ -120,6 +120,10 @@ pub struct Metrics {
     pub prio_violation_ns: u64,
     #[stat(desc = "Priority: CPUs running a lower level preempted for a higher-level task")]
     pub prio_preempt_kicks: u64,
+    #[stat(
+        desc = "Wake-up preemption: CPUs preempted for a waking task far behind their task in vtime"
+    )]
+    pub wake_preempt_kicks: u64,
     #[stat(desc = "Priority level 0: longest wait from enqueue to running, ns (a maximum)")]
     pub prio_max_wait_l0_ns: u64,
     #[stat(desc = "Priority level 1: longest wait from enqueue to running, ns (a maximum)")]
@@ -247,6 +251,7 @@ impl Metrics {
         self.prio_violations += s.prio_violations;
         self.prio_violation_ns += s.prio_violation_ns;
         self.prio_preempt_kicks += s.prio_preempt_kicks;
+        self.wake_preempt_kicks += s.wake_preempt_kicks;
         self.prio_max_wait_l0_ns = self.prio_max_wait_l0_ns.max(s.prio_max_wait_ns[0]);
         self.prio_runs_l0 += s.prio_runs[0];
         self.prio_max_wait_l1_ns = self.prio_max_wait_l1_ns.max(s.prio_max_wait_ns[1]);
@@ -380,6 +385,9 @@ impl Metrics {
             prio_preempt_kicks: self
                 .prio_preempt_kicks
                 .saturating_sub(prev.prio_preempt_kicks),
+            wake_preempt_kicks: self
+                .wake_preempt_kicks
+                .saturating_sub(prev.wake_preempt_kicks),
             prio_max_wait_l0_ns: self.prio_max_wait_l0_ns,
             prio_runs_l0: self.prio_runs_l0.saturating_sub(prev.prio_runs_l0),
             prio_max_wait_l1_ns: self.prio_max_wait_l1_ns,
@@ -417,7 +425,7 @@ impl Metrics {
     pub(crate) fn format<W: Write>(&self, w: &mut W) -> Result<()> {
         writeln!(
             w,
-            "[{}] cpus {:>3} | enq {:>8} direct {:>8} shared {:>8}/{:<8} kick {:>7} kthread {:>6} ext {:>6}",
+            "[{}] cpus {:>3} | enq {:>8} direct {:>8} shared {:>8}/{:<8} kick {:>7} kthread {:>6} ext {:>6} wake-preempt {:>6}",
             crate::SCHEDULER_NAME,
             self.nr_cpus,
             self.enqueues,
@@ -427,6 +435,7 @@ impl Metrics {
             self.idle_kicks,
             self.kthread_dispatches,
             self.slice_extensions,
+            self.wake_preempt_kicks,
         )?;
         writeln!(
             w,
