@@ -53,7 +53,8 @@ done
 sched_pid=""
 start_sched() { # NAME
   case "$1" in
-    scx_tailctl) "$tailctl" >>"$raw/sched-$1.log" 2>&1 & ;;
+    # shellcheck disable=SC2086 # BENCH_TAILCTL_ARGS: words, by design
+    scx_tailctl) "$tailctl" ${BENCH_TAILCTL_ARGS:-} >>"$raw/sched-$1.log" 2>&1 & ;;
     scx_bpfland) "$bpfland" >>"$raw/sched-$1.log" 2>&1 & ;;
     *) return 0 ;;
   esac

@@ -52,10 +52,12 @@ struct Opts {
     #[arg(short = 's', long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
     slice_us: u64,
 
-    /// Wake-up preemption, in microseconds (0: off): a task that wakes and finds
-    /// no idle CPU preempts the CPU whose task has run at least this long and is at
-    /// least this far ahead of it in vtime, instead of waiting for a slice to end.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    /// Wake-up preemption, in microseconds (0: off, the default): a task that
+    /// wakes and finds no idle CPU preempts the CPU whose task has run at least
+    /// this long and is at least this far ahead of it in vtime, instead of
+    /// waiting for a slice to end. E.g. 1000. Off by default until a run shows
+    /// it helps (README, "Wake-up preemption").
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     wake_preempt_us: u64,
 
     /// Longest a thread of a capped request waits for its request's token before
