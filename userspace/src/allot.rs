@@ -283,8 +283,8 @@ fn read_pod<T>(bytes: &[u8]) -> Option<T> {
 
 /// Every entry of one of the per-service array maps (`services`, `job_acct`),
 /// indexed by slot: one `BPF_MAP_LOOKUP_BATCH` a round instead of a look-up
-/// per slot (under TCG each syscall cost the controller about 0.1 ms). Falls
-/// back to single look-ups where batches are refused.
+/// per slot (16 syscalls every quantum, with or without jobs). Falls back to
+/// single look-ups where batches are refused.
 fn read_slots<T>(map: &MapHandle) -> Vec<Option<T>> {
     let mut out: Vec<Option<T>> = (0..MAX_SERVICES).map(|_| None).collect();
     let mut got = false;
