@@ -10,7 +10,9 @@
 //!
 //! 1. lists the jobs: every service slot whose `services` entry has a pid,
 //!    identified by its registration ((epoch << 32) + pid, the kernel's
-//!    `owner`), in registration order;
+//!    `owner`), in registration order. The map is read (one batch) in a round
+//!    run for an event and once a second otherwise; with no job there are no
+//!    quantum rounds at all, only that rescan;
 //! 2. builds a [`JobView`] for each from the kernel's own per-job counters
 //!    (`job_acct`: CPU time while working and while not, runnable threads;
 //!    deltas over the quantum) and the desire inputs the runtime publishes in
@@ -237,7 +239,12 @@ struct Loop {
     seq: u64,
     timing: Timing,
     trace: RoundTrace,
+    /// When the services map was last read for jobs that started or ended.
+    last_scan: Instant,
 }
+
+/// How often the controller reads the services map without an event.
+const RESCAN: Duration = Duration::from_secs(1);
 
 /// CPU time of the calling thread (zero if the clock cannot be read).
 fn thread_cpu() -> Duration {
@@ -409,6 +416,10 @@ impl Loop {
             seq: 0,
             timing: Timing::default(),
             trace,
+            // Due at once: jobs matched before the events were connected.
+            last_scan: Instant::now()
+                .checked_sub(RESCAN)
+                .unwrap_or_else(Instant::now),
         }
     }
 
@@ -424,6 +435,13 @@ impl Loop {
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     if Instant::now() < next {
+                        continue;
+                    }
+                    // No job: nothing to divide, so no round (a machine with no
+                    // registered service does not pay for the controller). The
+                    // first job's start is an event; the rescan catches the rest.
+                    if self.jobs.is_empty() && self.last_scan.elapsed() < RESCAN {
+                        next = Instant::now() + self.cfg.quantum;
                         continue;
                     }
                     true
@@ -529,7 +547,15 @@ impl Loop {
 
     fn round(&mut self, quantum: bool) -> Result<()> {
         let round_ns = monotonic_ns();
-        let now_jobs = Self::scan(&read_slots::<tailctl_service>(&self.h.services));
+        // Jobs start and end through the registration server and the cgroup
+        // matcher, and both send an event: a quantum round between events
+        // keeps the list it has, bar a rescan now and then.
+        let now_jobs = if !quantum || self.last_scan.elapsed() >= RESCAN {
+            self.last_scan = Instant::now();
+            Self::scan(&read_slots::<tailctl_service>(&self.h.services))
+        } else {
+            self.jobs.iter().map(|(id, k)| (k.slot, *id)).collect()
+        };
         let mut events = Vec::new();
         for (id, _) in &self.jobs {
             if !now_jobs.iter().any(|(_, j)| j == id) {
