@@ -111,10 +111,39 @@ allot_end() {
 allot_jobs_json() {
   local t0 t1
   t0=$(date +%s%N)
+  head -1 /proc/stat >"$1.stat"
+  # The daemon's CPU (utime + stime: scaled from its threads' runtime, not sampled by ticks).
+  [ -n "$sched_pid" ] && awk '{print $14 + $15}' "/proc/$sched_pid/stat" >"$1.daemon" 2>/dev/null
   "$wl/tailctl" maps dump job_acct --json >"$1.acct" 2>>"$out/allot.err" || return 1
+  head -1 /proc/stat >>"$1.stat"
   t1=$(date +%s%N)
   "$wl/tailctl" maps dump services --json >"$1.svc" 2>>"$out/allot.err" || return 1
   echo $(((t0 + t1) / 2)) >"$1.t"
+}
+# allot_machine SNAP1 SNAP2: where the guest's CPUs went between two snapshots, in cores
+# (/proc/stat, each snapshot the mean of its readings before and after its job_acct dump):
+# {"idle", "user", "system", "irq", "daemon"}, for comparing with the jobs' cores
+# (allot_cores). Under TCG on a loaded host the guest loses timer ticks, so user/system
+# (tick-sampled) come out low; idle (clock-based with NO_HZ) and daemon (scaled from runtime)
+# do not.
+allot_machine() {
+  $PY - "$1" "$2" <<'PY'
+import json, os, sys
+hz = os.sysconf("SC_CLK_TCK")
+def load(p):
+    rows = [[int(v) for v in l.split()[1:9]] for l in open(p + ".stat")]
+    return [sum(c) / len(rows) for c in zip(*rows)], int(open(p + ".t").read())
+(c1, t1), (c2, t2) = load(sys.argv[1]), load(sys.argv[2])
+dt = max((t2 - t1) / 1e9, 1e-9)
+d = [(b - a) / hz / dt for a, b in zip(c1, c2)]
+try:
+    daemon = round((int(open(sys.argv[2] + ".daemon").read()) - int(open(sys.argv[1] + ".daemon").read())) / hz / dt, 3)
+except (OSError, ValueError):
+    daemon = None
+# user nice system idle iowait irq softirq steal
+print(json.dumps({"idle": round(d[3] + d[4], 3), "user": round(d[0] + d[1], 3),
+                  "system": round(d[2], 3), "irq": round(d[5] + d[6] + d[7], 3), "daemon": daemon}))
+PY
 }
 # allot_cores SNAP1 SNAP2: per pid, cores within the allotment, borrowed cores, allotment.
 allot_cores() {
@@ -232,8 +261,10 @@ test_allotexit() {
   sleep 4
   allot_jobs_json "$out/x1"
   local before; before=$(allot_cores "$out/x1" "$out/x1")
-  local tkill; tkill=$($PY -c 'import time; print(time.monotonic_ns())')
-  kill -9 $np; wait $np 2>/dev/null
+  # Stamped in the shell itself ($EPOCHREALTIME, CLOCK_REALTIME: no process to start and end
+  # between the stamp and the kill), and again once the killed service is reaped.
+  local tkill treap; tkill=$EPOCHREALTIME
+  kill -9 $np; wait $np 2>/dev/null; treap=$EPOCHREALTIME
   # Until the wide service's allotment changes (or 5 s).
   local decided=""
   for _ in $(seq 1 100); do
@@ -254,17 +285,21 @@ for e in json.load(sys.stdin):
   allot_end allotexit || { fail allotexit "scheduler exit non-zero: $(sched_why)"; return; }
   [ -n "$decided" ] || { fail allotexit "the wide service was never allotted all $n CPUs after the narrow one exited: before $before, after $after"; return; }
   local verdict
-  verdict=$($PY - "$after" "$wp" "$decided" "$tkill" "$half" "$n" <<'PY'
-import json, sys
+  verdict=$($PY - "$after" "$wp" "$decided" "$tkill" "$half" "$n" "$treap" <<'PY'
+import json, sys, time
 after, pid = json.loads(sys.argv[1]), sys.argv[2]
 dec, lat, enf = (int(x) for x in sys.argv[3].split())
-tkill, half, n = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+half, n = int(sys.argv[5]), int(sys.argv[6])
+# Shell stamps (CLOCK_REALTIME, microseconds) onto the kernel's CLOCK_MONOTONIC.
+off = time.time_ns() - time.monotonic_ns()
+tkill, treap = (int(float(x.replace(",", ".")) * 1e9) - off for x in (sys.argv[4], sys.argv[7]))
 w = after.get(pid)
 if not w:
     print("bad", "wide service not in job_acct after the exit"); sys.exit()
-exit_to_decision_ms = (dec - tkill) / 1e6
 msg = (f"after the narrow service's exit: allot {w['allot']}, wide service {w['cores']} cores; kill -> decision "
-       f"{exit_to_decision_ms:.2f} ms (quantum 10 ms), decision -> enforcement {lat / 1e3:.1f} us")
+       f"{(dec - tkill) / 1e6:.2f} ms, of which kill -> reaped {(treap - tkill) / 1e6:.2f} ms (the kernel tearing "
+       f"the process down; its socket closes within that), reaped -> decision {(dec - treap) / 1e6:.2f} ms "
+       f"(quantum 10 ms); decision -> enforcement {lat / 1e3:.1f} us")
 ok = w["allot"] == n and w["cores"] > half * 1.2
 print("ok" if ok else "bad", msg if ok else "the freed cores did not go to the wide service: " + msg)
 PY
@@ -280,7 +315,11 @@ test_allotstarve() {
   # gets here is what it "should" get beside the capped services; the ratio is reported.
   local bh; "$ktest" hog --threads "$n" --secs 18 >/dev/null 2>>"$out/allot.err" & local bhp=$!
   sleep 1
-  bh=$("$ktest" hog --threads 1 --secs 15 2>>"$out/allot.err")
+  local b; for b in b1 b2; do
+    [ $b = b2 ] && bh=$("$ktest" hog --threads 1 --secs 15 2>>"$out/allot.err")
+    head -1 /proc/stat >"$out/$b.stat"; date +%s%N >"$out/$b.t"
+    awk '{print $14 + $15}' "/proc/$sched_pid/stat" >"$out/$b.daemon" 2>/dev/null
+  done
   wait $bhp
   allot_service $((n * 2)) 55 >"$out/allot-a.json" 2>>"$out/allot.err" & local ap=$!
   allot_service $((n * 2)) 55 >"$out/allot-b.json" 2>>"$out/allot.err" & local bp=$!
@@ -291,13 +330,16 @@ test_allotstarve() {
   allot_jobs_json "$out/s2"
   wait $ap; local arc=$?; wait $bp; local brc=$?
   local st; st=$(allot_stats); local jobs; jobs=$(allot_cores "$out/s1" "$out/s2")
+  # Where the CPUs went, beside the capped jobs and beside the baseline's hogs.
+  local mach mbase; mach=$(allot_machine "$out/s1" "$out/s2"); mbase=$(allot_machine "$out/b1" "$out/b2")
   sched_alive || { fail allotstarve "scheduler ejected: $(sched_why)"; return; }
   allot_end allotstarve || { fail allotstarve "scheduler exit non-zero: $(sched_why)"; return; }
   [ $arc = 0 ] && [ $brc = 0 ] || { fail allotstarve "a capped service failed ($arc/$brc): $(tail -c 300 "$out/allot.err")"; return; }
   local verdict
-  verdict=$($PY - "$h" "$st" "$jobs" "$n" "$bh" <<'PY'
+  verdict=$($PY - "$h" "$st" "$jobs" "$n" "$bh" "${mach:-null}" "${mbase:-null}" <<'PY'
 import json, sys
 h, st, jobs, n = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4])
+mach, mbase = json.loads(sys.argv[6]), json.loads(sys.argv[7])
 try:
     base = json.loads(sys.argv[5])["share"]
 except (ValueError, KeyError, IndexError):
@@ -321,7 +363,8 @@ if st.get("allot_waits", 0) == 0:
 rel = f" = {share / base:.2f}x its {base:.2f} CPUs beside {n} unregistered hog threads (same boot)" if base else ""
 msg = (f"neighbour {share:.2f} CPUs{rel}; jobs {[(j['allot'], j['cores']) for j in jobs.values()]} (allot, cores); "
        f"longest wait for a job token {maxw:.1f} ms, watchdog margin {margin} ms; "
-       f"{st.get('allot_waits')} waits, {st.get('allot_overdue')} past the wait bound")
+       f"{st.get('allot_waits')} waits, {st.get('allot_overdue')} past the wait bound; "
+       f"guest CPUs (cores) beside the jobs {mach}, beside the baseline's hogs {mbase}")
 print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
 )
@@ -339,6 +382,7 @@ test_allotdeq() {
   sleep 5
   allot_jobs_json "$out/d1"; sleep 4; allot_jobs_json "$out/d2"
   local before; before=$(allot_cores "$out/d1" "$out/d2")
+  local machine1; machine1=$(allot_machine "$out/d1" "$out/d2")
   local low1; low1=$(echo "$before" | $PY -c 'import json,sys; d=json.load(sys.stdin).get(sys.argv[1]); print(d["allot"] if d else 0)' "$lp")
   # Until the low service is allotted more than in the first phase (or ~25 polls).
   local decided=""
@@ -361,12 +405,13 @@ for e in json.load(sys.stdin):
   sched_alive || { fail allotdeq "scheduler ejected: $(sched_why)"; return; }
   allot_end allotdeq || { fail allotdeq "scheduler exit non-zero: $(sched_why)"; return; }
   [ $lrc = 0 ] && [ $brc = 0 ] || { fail allotdeq "a service failed ($lrc/$brc): $(tail -c 300 "$out/allot.err")"; return; }
-  echo "{\"before\": $before, \"after\": $after, \"decided\": \"$decided\", \"grown_ns\": ${grown:-null}, \"stats\": $st}" >"$out/allotdeq.json"
+  echo "{\"before\": $before, \"after\": $after, \"machine_before\": ${machine1:-null}, \"decided\": \"$decided\", \"grown_ns\": ${grown:-null}, \"stats\": $st}" >"$out/allotdeq.json"
   local verdict
-  verdict=$($PY - "$before" "$after" "$lp" "$bp" "$n" "$decided" "${grown:-0}" "$out/allot-trace-deq.csv" "$(cat "$out/d1.t")" "$(cat "$out/d2.t")" "$out/allotdeq-rounds.json" <<'PY'
+  verdict=$($PY - "$before" "$after" "$lp" "$bp" "$n" "$decided" "${grown:-0}" "$out/allot-trace-deq.csv" "$(cat "$out/d1.t")" "$(cat "$out/d2.t")" "$out/allotdeq-rounds.json" "${machine1:-null}" <<'PY'
 import collections, csv, json, statistics, sys
 before, after, lp, bp, n = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
 decided, grown_ns, trace_path, p1a, p1b, rounds_out = sys.argv[6], int(sys.argv[7]), sys.argv[8], int(sys.argv[9]), int(sys.argv[10]), sys.argv[11]
+machine = json.loads(sys.argv[12])
 # The dumps are stamped with `date` (CLOCK_REALTIME), the trace with CLOCK_MONOTONIC.
 import time
 p1a, p1b = (t - (time.time_ns() - time.monotonic_ns()) for t in (p1a, p1b))
@@ -431,7 +476,7 @@ msg = (f"before: low allot {mode} in {at_mode} of {len(p1)} rounds ({dict(la)}),
        f"{l1['cores']} / {b1['own']} own + {b1['borrowed']} borrowed cores | after the low one's growth: "
        f"allot {l2['allot']}/{b2['allot']} (desire {l2['desire']}/{b2['desire']}), cores {l2['cores']}/{b2['cores']}; "
        f"growth -> rise in controller round {rounds} after it ({wall_q} quanta of 10 ms by the wall clock; "
-       f"median round period {period} ms)")
+       f"median round period {period} ms) | guest CPUs in phase 1 (cores): {machine}")
 print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
 )

@@ -10,7 +10,9 @@
 //!
 //! 1. lists the jobs: every service slot whose `services` entry has a pid,
 //!    identified by its registration ((epoch << 32) + pid, the kernel's
-//!    `owner`), in registration order;
+//!    `owner`), in registration order. The map is read (one batch) in a round
+//!    run for an event and once a second otherwise; with no job there are no
+//!    quantum rounds at all, only that rescan;
 //! 2. builds a [`JobView`] for each from the kernel's own per-job counters
 //!    (`job_acct`: CPU time while working and while not, runnable threads;
 //!    deltas over the quantum) and the desire inputs the runtime publishes in
@@ -75,6 +77,9 @@ const MAX_STEALABLE: u32 = 1 << 16;
 pub struct Config {
     pub policy: PolicyKind,
     pub quantum: Duration,
+    /// `--request-shares`: `apply_allot` also shares the allotment among the
+    /// job's requests, so it must run every round even when nothing changed.
+    pub request_shares: bool,
 }
 
 /// The maps and the program the controller uses (its own handles), and
@@ -116,7 +121,10 @@ impl RoundTrace {
         t
     }
 
-    fn write(&mut self, f: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>) {
+    fn write(
+        &mut self,
+        f: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+    ) {
         if let Some(w) = self.out.as_mut() {
             if let Err(e) = f(w) {
                 warn!("allotment trace: {e}; no more trace lines");
@@ -190,6 +198,8 @@ impl Drop for Controller {
 struct Known {
     slot: u32,
     allot: u32,
+    /// The desire last written to `services.desire` (`None`: never applied).
+    desire: Option<u32>,
     work_ns: u64,
     steal_ns: u64,
     /// The region's steal counters (summed over workers) at the last round.
@@ -212,6 +222,8 @@ struct Timing {
     late_max: Duration,
     applied: u64,
     changed: u64,
+    /// Decisions equal to the applied ones, not sent to the kernel.
+    skipped: u64,
     last_log: Option<Instant>,
 }
 
@@ -227,7 +239,12 @@ struct Loop {
     seq: u64,
     timing: Timing,
     trace: RoundTrace,
+    /// When the services map was last read for jobs that started or ended.
+    last_scan: Instant,
 }
+
+/// How often the controller reads the services map without an event.
+const RESCAN: Duration = Duration::from_secs(1);
 
 /// CPU time of the calling thread (zero if the clock cannot be read).
 fn thread_cpu() -> Duration {
@@ -271,6 +288,36 @@ fn read_pod<T>(bytes: &[u8]) -> Option<T> {
         .then(|| unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) })
 }
 
+/// Every entry of one of the per-service array maps (`services`, `job_acct`),
+/// indexed by slot: one `BPF_MAP_LOOKUP_BATCH` a round instead of a look-up
+/// per slot (16 syscalls every quantum, with or without jobs). Falls back to
+/// single look-ups where batches are refused.
+fn read_slots<T>(map: &MapHandle) -> Vec<Option<T>> {
+    let mut out: Vec<Option<T>> = (0..MAX_SERVICES).map(|_| None).collect();
+    let mut got = false;
+    if let Ok(batch) = map.lookup_batch(MAX_SERVICES, MapFlags::ANY, MapFlags::ANY) {
+        for (k, v) in batch {
+            let Ok(k) = <[u8; 4]>::try_from(k.as_slice()) else {
+                continue;
+            };
+            if let Some(slot) = out.get_mut(u32::from_ne_bytes(k) as usize) {
+                *slot = read_pod(&v);
+                got = true;
+            }
+        }
+    }
+    if !got {
+        for (i, slot) in out.iter_mut().enumerate() {
+            *slot = map
+                .lookup(&(i as u32).to_ne_bytes(), MapFlags::ANY)
+                .ok()
+                .flatten()
+                .and_then(|v| read_pod(&v));
+        }
+    }
+    out
+}
+
 /// The desire inputs a region publishes, validated.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Inputs {
@@ -308,7 +355,9 @@ impl Inputs {
         Self {
             workers,
             busy,
-            stealable: stealable.max(active.saturating_sub(busy)).min(MAX_STEALABLE),
+            stealable: stealable
+                .max(active.saturating_sub(busy))
+                .min(MAX_STEALABLE),
             steals: 0,
             failed_steals: 0,
             stealable_seen: 0,
@@ -367,6 +416,10 @@ impl Loop {
             seq: 0,
             timing: Timing::default(),
             trace,
+            // Due at once: jobs matched before the events were connected.
+            last_scan: Instant::now()
+                .checked_sub(RESCAN)
+                .unwrap_or_else(Instant::now),
         }
     }
 
@@ -382,6 +435,13 @@ impl Loop {
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     if Instant::now() < next {
+                        continue;
+                    }
+                    // No job: nothing to divide, so no round (a machine with no
+                    // registered service does not pay for the controller). The
+                    // first job's start is an event; the rescan catches the rest.
+                    if self.jobs.is_empty() && self.last_scan.elapsed() < RESCAN {
+                        next = Instant::now() + self.cfg.quantum;
                         continue;
                     }
                     true
@@ -426,11 +486,12 @@ impl Loop {
             return;
         }
         info!(
-            "allot: {} rounds, {} jobs, {} decisions applied ({} changed); decide mean {:.1} us max {:.1} us (thread CPU mean {:.1} us); wake_late mean {:.1} us max {:.1} us",
+            "allot: {} rounds, {} jobs, {} decisions applied ({} changed, {} unchanged not sent); decide mean {:.1} us max {:.1} us (thread CPU mean {:.1} us); wake_late mean {:.1} us max {:.1} us",
             t.rounds,
             self.jobs.len(),
             t.applied,
             t.changed,
+            t.skipped,
             t.decide_sum.as_secs_f64() * 1e6 / t.rounds as f64,
             t.decide_max.as_secs_f64() * 1e6,
             t.cpu_sum.as_secs_f64() * 1e6 / t.rounds as f64,
@@ -444,28 +505,16 @@ impl Loop {
     }
 
     /// The registered services now: (slot, registration id), in slot order.
-    fn scan(&self) -> Vec<(u32, JobId)> {
-        (0..MAX_SERVICES)
-            .filter_map(|slot| {
-                let v = self
-                    .h
-                    .services
-                    .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
-                    .ok()??;
-                let s: tailctl_service = read_pod(&v)?;
-                (s.pid != 0).then_some((slot, ((s.epoch & 0xffff_ffff) << 32) + s.pid as u64))
+    fn scan(services: &[Option<tailctl_service>]) -> Vec<(u32, JobId)> {
+        services
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, s)| {
+                let s = s.as_ref()?;
+                (s.pid != 0)
+                    .then_some((slot as u32, ((s.epoch & 0xffff_ffff) << 32) + s.pid as u64))
             })
             .collect()
-    }
-
-    fn job_acct(&self, slot: u32, id: JobId) -> Option<tailctl_job_acct> {
-        let v = self
-            .h
-            .job_acct
-            .lookup(&slot.to_ne_bytes(), MapFlags::ANY)
-            .ok()??;
-        let a: tailctl_job_acct = read_pod(&v)?;
-        (a.owner == id).then_some(a)
     }
 
     fn inputs(&mut self, slot: u32, job: JobId) -> Inputs {
@@ -475,8 +524,7 @@ impl Loop {
             }
             let r = views.iter().find(|(j, _)| *j == job)?.1.head();
             let hd = &r.header;
-            let mut i =
-                Inputs::from_header(
+            let mut i = Inputs::from_header(
                 hd.magic,
                 hd.worker_count,
                 hd.busy_workers,
@@ -499,7 +547,15 @@ impl Loop {
 
     fn round(&mut self, quantum: bool) -> Result<()> {
         let round_ns = monotonic_ns();
-        let now_jobs = self.scan();
+        // Jobs start and end through the registration server and the cgroup
+        // matcher, and both send an event: a quantum round between events
+        // keeps the list it has, bar a rescan now and then.
+        let now_jobs = if !quantum || self.last_scan.elapsed() >= RESCAN {
+            self.last_scan = Instant::now();
+            Self::scan(&read_slots::<tailctl_service>(&self.h.services))
+        } else {
+            self.jobs.iter().map(|(id, k)| (k.slot, *id)).collect()
+        };
         let mut events = Vec::new();
         for (id, _) in &self.jobs {
             if !now_jobs.iter().any(|(_, j)| j == id) {
@@ -538,9 +594,18 @@ impl Loop {
         self.regions
             .retain(|(j, _)| jobs.iter().any(|(id, _)| id == j));
         let ids: Vec<(JobId, u32)> = self.jobs.iter().map(|(id, k)| (*id, k.slot)).collect();
+        let accts = read_slots::<tailctl_job_acct>(&self.h.job_acct);
         let data: Vec<(Option<tailctl_job_acct>, Inputs)> = ids
             .into_iter()
-            .map(|(id, slot)| (self.job_acct(slot, id), self.inputs(slot, id)))
+            .map(|(id, slot)| {
+                // The kernel's entry, if it is this registration's.
+                let acct = accts
+                    .get(slot as usize)
+                    .copied()
+                    .flatten()
+                    .filter(|a| a.owner == id);
+                (acct, self.inputs(slot, id))
+            })
             .collect();
         for ((id, k), (acct, inputs)) in self.jobs.iter_mut().zip(data) {
             let (work, steal, runnable) = acct.map_or((0, 0, 0), |a| {
@@ -597,6 +662,9 @@ impl Loop {
         for (i, (id, k)) in self.jobs.iter_mut().enumerate() {
             let want = allot[i].max(1);
             let (v, seq) = (&views[i], self.seq);
+            // Nothing to write (no new allotment, desire or request shares): no syscall.
+            let unchanged =
+                !self.cfg.request_shares && want == k.allot && k.desire == Some(demands[i]);
             self.trace.write(|w| {
                 writeln!(
                     w,
@@ -613,6 +681,10 @@ impl Loop {
                     k.allot
                 )
             });
+            if unchanged {
+                self.timing.skipped += 1;
+                continue;
+            }
             let cmd = tailctl_allot_cmd {
                 svc: k.slot,
                 allot: want,
@@ -628,10 +700,12 @@ impl Loop {
                     self.timing.changed += 1;
                     self.timing.applied += 1;
                     k.allot = want;
+                    k.desire = Some(demands[i]);
                 }
                 Ok(0) => {
                     self.timing.applied += 1;
                     k.allot = want;
+                    k.desire = Some(demands[i]);
                 }
                 Ok(_) => {} // gone meanwhile: the next round sees it exit
                 Err(e) => warn!("applying the allotment of slot {}: {e:#}", k.slot),

@@ -438,6 +438,7 @@ impl<'a> Scheduler<'a> {
                 allot::Config {
                     policy: opts.allot,
                     quantum: opts.quantum,
+                    request_shares: opts.request_shares,
                 },
                 allot::Handles {
                     services: libbpf_rs::MapHandle::try_from(&skel.maps.services)?,
