@@ -41,7 +41,14 @@ check_token_leaks() {
   return 0
 }
 sched_alive() { kill -0 "$sched_pid" 2>/dev/null && [ "$(state)" = enabled ]; }
-sched_why() { grep -iE 'disabled|error|exit' "$out/sched.log" | tail -n 3 | tr '\n"' ' '; }
+# Why the scheduler went: its exit lines and, from the kernel's exit dump, the
+# three tasks that had been runnable longest (a starved task shows there).
+sched_why() {
+  grep -iE 'disabled|error|exit' "$out/sched.log" | tail -n 3 | tr '\n"' ' '
+  local waits
+  waits=$(grep -oE '[^ ]+\[[0-9]+\] [-+][0-9]+ms' "$out/sched.log" | sort -t' ' -k2 -g | head -n 3 | tr '\n' ' ')
+  [ -z "$waits" ] || echo "longest runnable: $waits"
+}
 
 test_pinned() {
   local w; w=$(nproc)

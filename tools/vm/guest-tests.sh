@@ -27,7 +27,20 @@ passed=0; failed=0; json_items=()
 # Each result is also appended to $out/progress, so a harness whose guest died
 # (see tools/test.sh) can resume with the tests not yet run.
 pass() { echo "PASS $1${2:+: $2}"; echo "PASS $1" >>"$out/progress"; passed=$((passed + 1)); json_items+=("\"$1\": {\"ok\": true${3:+, $3}}"); }
-fail() { echo "FAIL $1: $2"; echo "FAIL $1" >>"$out/progress"; failed=$((failed + 1)); json_items+=("\"$1\": {\"ok\": false, \"why\": \"$2\"}"); }
+fail() {
+  echo "FAIL $1: $2"; echo "FAIL $1" >>"$out/progress"; failed=$((failed + 1))
+  json_items+=("\"$1\": {\"ok\": false, \"why\": \"$2\"}")
+  kernel_log_since_test "$1"
+}
+# The kernel's log since the current test began: saved beside the results and
+# its sched_ext / RCU / watchdog lines printed, so a failure in CI (where only
+# the output is kept) says what the kernel saw.
+dmesg_mark=0 test_began=0
+kernel_log_since_test() {
+  echo "  VM (RT heartbeat, outside sched_ext): $(heartbeat_since "$test_began")"
+  dmesg 2>/dev/null | tail -n +$((dmesg_mark + 1)) >"$out/dmesg-$1.txt" || return 0
+  grep -iE 'sched_ext|rcu|stall|starved|lockup|hung|watchdog|BUG|WARNING' "$out/dmesg-$1.txt" | head -n 25 | sed 's/^/  kernel: /'
+}
 log() { echo "[guest $kver] $*"; }
 
 sched_pid=""
@@ -56,7 +69,37 @@ stop_sched() {
   [ -z "$leaks" ] || { echo "$leaks"; return 97; }
   return $rc
 }
-cleanup() { [ -n "$sched_pid" ] && kill -INT "$sched_pid" 2>/dev/null; wait 2>/dev/null; }
+# An RT (SCHED_FIFO) heartbeat, which sched_ext does not schedule: every 100 ms
+# it notes how late it woke. Late by seconds means the whole VM stalled (a
+# vCPU of qemu TCG descheduled on a busy host), not a task starved by the
+# scheduler under test; a failing test reports it (kernel_log_since_test).
+heartbeat_pid=""
+start_heartbeat() {
+  "$PY" - "$out/heartbeat" <<'PY' &
+import os, sys, time
+try:
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
+except OSError:
+    sys.exit(0)
+while True:
+    t = time.monotonic()
+    time.sleep(0.1)
+    late = time.monotonic() - t - 0.1
+    if late > 0.25:
+        with open(sys.argv[1], "a") as f:
+            f.write(f"{time.clock_gettime(time.CLOCK_BOOTTIME):.1f} {late:.2f}\n")
+PY
+  heartbeat_pid=$!
+}
+# "N stalls, longest X s" of the heartbeat since boot-time second $1.
+heartbeat_since() {
+  [ -f "$out/heartbeat" ] || { echo "0 stalls"; return; }
+  awk -v t="$1" '$1 >= t {n++; if ($2 > m) m = $2} END {printf "%d stalls > 0.25 s, longest %.2f s\n", n, m}' "$out/heartbeat"
+}
+cleanup() {
+  [ -n "$heartbeat_pid" ] && kill "$heartbeat_pid" 2>/dev/null
+  [ -n "$sched_pid" ] && kill -INT "$sched_pid" 2>/dev/null; wait 2>/dev/null
+}
 trap cleanup EXIT
 
 test_load() {
@@ -398,7 +441,11 @@ llc_tests="$(dirname "$(readlink -f "$0")")/guest-tests-llc.sh"
 [ -e /sys/kernel/sched_ext/state ] || { echo "FAIL setup: kernel $kver has no sched_ext"; echo "guest: 0 passed, 1 failed"; exit 1; }
 log "$(nproc) CPUs; running: ${tests[*]}"
 # Each test's duration, for keeping CI inside its time (tools/test.sh sums them).
-for t in "${tests[@]}"; do t0=$SECONDS; "test_$t"; log "$t took $((SECONDS - t0)) s"; done
+rm -f "$out/heartbeat"; start_heartbeat
+for t in "${tests[@]}"; do
+  t0=$SECONDS; dmesg_mark=$(dmesg 2>/dev/null | wc -l); test_began=$(cut -d' ' -f1 /proc/uptime)
+  "test_$t"; log "$t took $((SECONDS - t0)) s"
+done
 { echo "{\"kernel\": \"$kver\", \"cpus\": $(nproc), \"tests\": {"; (IFS=,; echo "${json_items[*]}"); echo "}}"; } >"$out/$kver.json"
 echo "guest $kver: $passed passed, $failed failed"
 [ $failed = 0 ]
