@@ -294,6 +294,34 @@ mod tests {
     }
 
     #[test]
+    fn the_controllers_alpha_weighs_the_sampled_queue_against_the_snapshot() {
+        let mut p = Deq::default();
+        let mut j = testing::job(1, 16);
+        j.allot = 4;
+        j.queued_avg = 6.0;
+        j.queued_now = 1.0;
+        let mut allot = [4];
+        // No α from the controller: the constant 0.5, 4 + 2·(3 + 0.5) = 11.
+        p.decide(Event::Quantum, M, &[j], &mut allot);
+        assert_eq!(allot, [11]);
+        // α = 0 (no steal attempts made): the snapshot alone, 4 + 2·1 = 6.
+        j.queued_alpha = Some(0.0);
+        p.decide(Event::Quantum, M, &[j], &mut allot);
+        assert_eq!(allot, [6]);
+        // Every possible attempt made: the sampled Q alone, 4 + 2·6 = 16.
+        j.queued_alpha = Some(1.0);
+        p.decide(Event::Quantum, M, &[j], &mut allot);
+        assert_eq!(allot, [16]);
+        // Garbage is clamped or ignored.
+        j.queued_alpha = Some(7.0);
+        p.decide(Event::Quantum, M, &[j], &mut allot);
+        assert_eq!(allot, [16]);
+        j.queued_alpha = Some(f64::NAN);
+        p.decide(Event::Quantum, M, &[j], &mut allot);
+        assert_eq!(allot, [11]);
+    }
+
+    #[test]
     fn converges_to_a_constant_parallelism_and_stays() {
         // SAWS's Fig. 4(b): a job of parallelism 10 alone on 32 cores. The desire climbs by
         // about β per quantum and settles at 10 without oscillating.

@@ -1131,7 +1131,7 @@ mod tests {
             measure: Measure::Sampled,
             job_scale: 1,
             alpha: None,
-            u_uniform: false,
+            u_uniform: true,
         }
     }
 
@@ -1236,15 +1236,43 @@ mod tests {
     }
 
     #[test]
+    fn sampled_u_of_a_steady_lone_thief_is_unbiased_only_with_uniform_victims() {
+        // Parallelism 10 held on 11 cores by the literal estimator: one core steals all the
+        // time. Exact u = 10/11; uniform draws read the same; the literal ratio reads 1.
+        let specs = one(Bench::parse("loop:10:1000").unwrap());
+        let mut c = cfg(PolicyKind::Deq, 32);
+        c.trace = true;
+        c.u_uniform = false;
+        let o = simulate(&c, &specs, None).unwrap();
+        let steady: Vec<_> = o
+            .trace
+            .iter()
+            .filter(|r| r.view.allot == 11 && r.t_ns > 300_000_000 && r.t_ns < 900_000_000)
+            .collect();
+        assert!(steady.len() > 30, "{}", steady.len());
+        for r in steady {
+            let e = r.est;
+            assert!((e.u_exact - 10.0 / 11.0).abs() < 0.01, "{e:?}");
+            assert!((e.u_sampled_uniform - e.u_exact).abs() < 0.01, "{e:?}");
+            assert_eq!(e.u_sampled, 1.0, "{e:?}");
+            // One thief spinning the whole quantum: α = 1/11 of the possible attempts.
+            let alpha = r.view.queued_alpha.unwrap();
+            assert!((alpha - 1.0 / 11.0).abs() < 0.01, "{alpha}");
+        }
+    }
+
+    #[test]
     fn asteal_oscillates_and_deq_settles_on_a_job_of_parallelism_10() {
         let specs = one(Bench::parse("loop:10:1000").unwrap());
-        let allots = |policy, measure| {
+        let allots_u = |policy, measure, u_uniform| {
             let mut c = cfg(policy, 32);
             c.trace = true;
             c.measure = measure;
+            c.u_uniform = u_uniform;
             let o = simulate(&c, &specs, None).unwrap();
             o.trace.iter().map(|r| r.next_allot).collect::<Vec<_>>()
         };
+        let allots = |policy, measure| allots_u(policy, measure, true);
         let a = allots(PolicyKind::Asteal, Measure::Sampled);
         assert_eq!(
             a,
@@ -1256,9 +1284,12 @@ mod tests {
         // 1 s progress at a time), then 2 <-> 4 on the last two.
         assert!(a[4..90].chunks(2).all(|w| w == [8, 16]), "{a:?}");
         assert!(a[a.len() - 20..].iter().all(|&x| x == 2 || x == 4), "{a:?}");
+        // SAWS climbs and holds 10 (its Fig. 4(b)), sampled or exact.
         let d = allots(PolicyKind::Deq, Measure::Sampled);
-        // SAWS climbs by about β per quantum and holds 11: the sampled `u` counts a lone
-        // thief's core as busy (its victims are all working). Measured exactly, it holds 10.
+        assert!(d[20..90].iter().all(|&x| x == 10), "{d:?}");
+        // The literal ratio over attempts at other workers holds 11: the lone thief's victims
+        // are all working, so its core reads as busy (u = 1) for good.
+        let d = allots_u(PolicyKind::Deq, Measure::Sampled, false);
         let tail = &d[20..d.len() - 5];
         assert!(tail.iter().all(|&x| x == 11), "{d:?}");
         let d = allots(PolicyKind::Deq, Measure::Exact);

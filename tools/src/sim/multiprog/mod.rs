@@ -65,7 +65,7 @@ pub struct Args {
     #[arg(long, default_value = "paper")]
     alpha: String,
     /// Sampled u's victims: `literal` (the ratio over the attempts as made, victims among the thief's co-workers) or `uniform` (the ratio a thief drawing among all the job's workers, itself included, would measure, in expectation: the sampling SAWS §4.2's argument assumes).
-    #[arg(long, default_value = "literal", value_parser = ["literal", "uniform"])]
+    #[arg(long, default_value = "uniform", value_parser = ["literal", "uniform"])]
     u_estimator: String,
     /// Seed of the first run (workload, scheduler and DREP's coin flips).
     #[arg(long, default_value_t = 1)]
