@@ -27,9 +27,13 @@
 //! **Controller.** Every quantum `L`, and at every job start and exit (AMCilk's TIMER, START_JOB
 //! and EXIT_JOB), the controller measures each live job's [`JobView`] — time working vs stealing,
 //! SAWS's `u = 1 − purely unsuccessful / all steal attempts` (purely unsuccessful: the victim was
-//! itself stealing), `Q = e · Σ victim deque lengths / attempts` and the snapshot `Q′` — calls the
-//! policy through [`AllotPolicy`], checks the result with [`check_allotment`] and enforces it.
-//! Counters restart at each quantum.
+//! itself stealing), `Q = e · Σ victim deque lengths / attempts`, the snapshot `Q′` and §4.2's
+//! `α` = attempts / the most the job's allotted cores could have made — calls the policy through
+//! [`AllotPolicy`], checks the result with [`check_allotment`] and enforces it. Counters restart
+//! at each quantum. Our thieves draw among the *other* active workers, so a lone thief's victims
+//! are all working and the plain ratio reads `u = 1`; [`MpConfig::u_uniform`] reads each attempt
+//! as a draw among all the workers, itself included, as §4.2's argument assumes, which makes
+//! `1 − u` the idle fraction in expectation. Both readings and the exact ones go in the trace.
 //!
 //! Times are integer nanoseconds; ties between events break by insertion order, so a run is a
 //! pure function of its inputs and seed.
