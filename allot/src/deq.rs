@@ -8,9 +8,10 @@
 //! deques: `Q` the total queue length thieves saw during the quantum ([`JobView::queued_avg`]),
 //! `Q′` the total at its end ([`JobView::queued_now`]). `β = 2` is the paper's exploration
 //! parameter. The paper's `α` is the fraction of the possible steal attempts that were made
-//! (more samples, more weight to `Q`); the controller does not report attempt counts, so we use
-//! the constant [`ALPHA`] `= 0.5`, and the controller reports `Q = Q′` when there were no steal
-//! attempts, which is the paper's `α = 0` case. A job seen for the first time asks for 1 core
+//! (more samples, more weight to `Q`): a controller that counts attempts reports it in
+//! [`JobView::queued_alpha`] (the simulator does); otherwise we use the constant [`ALPHA`]
+//! `= 0.5`, and the controller reports `Q = Q′` when there were no steal attempts, which is the
+//! paper's `α = 0` case. A job seen for the first time asks for 1 core
 //! ("the processor desire for the first quantum is fixed to be 1, since the job usually starts
 //! with a single thread").
 //!
@@ -187,7 +188,11 @@ impl AllotPolicy for Deq {
             let cap = whole_desire(f64::INFINITY, j, machine.cores);
             let d = match (event, self.desire.get(&j.id)) {
                 (Event::Quantum, _) => {
-                    whole_desire(saws_desire(j, self.alpha, self.beta), j, machine.cores)
+                    let alpha = match j.queued_alpha {
+                        Some(a) if a.is_finite() => a.clamp(0.0, 1.0),
+                        _ => self.alpha,
+                    };
+                    whole_desire(saws_desire(j, alpha, self.beta), j, machine.cores)
                 }
                 (_, Some(&d)) => d.min(cap),
                 // Unknown at a start or exit: a new job (allotment 0) asks for 1; a job the
@@ -286,6 +291,34 @@ mod tests {
         assert_eq!(allot, [16]);
         assert_eq!(p.desire(1), Some(16));
         assert_eq!(p.desire(2), None, "forgotten");
+    }
+
+    #[test]
+    fn the_controllers_alpha_weighs_the_sampled_queue_against_the_snapshot() {
+        let mut p = Deq::default();
+        let mut j = testing::job(1, 16);
+        j.allot = 4;
+        j.queued_avg = 6.0;
+        j.queued_now = 1.0;
+        let mut allot = [4];
+        // No α from the controller: the constant 0.5, 4 + 2·(3 + 0.5) = 11.
+        p.decide(Event::Quantum, M, &[j], &mut allot);
+        assert_eq!(allot, [11]);
+        // α = 0 (no steal attempts made): the snapshot alone, 4 + 2·1 = 6.
+        j.queued_alpha = Some(0.0);
+        p.decide(Event::Quantum, M, &[j], &mut allot);
+        assert_eq!(allot, [6]);
+        // Every possible attempt made: the sampled Q alone, 4 + 2·6 = 16.
+        j.queued_alpha = Some(1.0);
+        p.decide(Event::Quantum, M, &[j], &mut allot);
+        assert_eq!(allot, [16]);
+        // Garbage is clamped or ignored.
+        j.queued_alpha = Some(7.0);
+        p.decide(Event::Quantum, M, &[j], &mut allot);
+        assert_eq!(allot, [16]);
+        j.queued_alpha = Some(f64::NAN);
+        p.decide(Event::Quantum, M, &[j], &mut allot);
+        assert_eq!(allot, [11]);
     }
 
     #[test]

@@ -87,6 +87,11 @@ pub struct JobView {
     /// SAWS's `Q'`: stealable items in the job's deques at the end of the quantum (a snapshot,
     /// the job's total over its deques, muggable ones included).
     pub queued_now: f64,
+    /// SAWS's `α` for this quantum, when the controller can count it: the steal attempts made
+    /// over the most the job's allotted cores could have made (§4.2: "the ratio between the total
+    /// number of steal attempts in the quantum and the maximum possible steal attempts"), in
+    /// [0, 1]. `None`: the policy's constant.
+    pub queued_alpha: Option<f64>,
 }
 
 impl JobView {

@@ -61,6 +61,11 @@ fn view(g: &mut Gen, id: u64, allot: u32, m: Machine) -> JobView {
         steal_success: g.float(1.0),
         queued_avg: g.float(3.0 * m.cores as f64),
         queued_now: g.float(3.0 * m.cores as f64),
+        queued_alpha: match g.below(3) {
+            0 => None,
+            1 => Some(g.float(1.0)),
+            _ => Some(g.float(4.0) - 2.0),
+        },
     }
 }
 

@@ -387,6 +387,9 @@ fn multiprog_runs_every_policy_deterministically_and_shows_the_oscillation() {
         ),
         (&["sim", "multiprog", "--load", "0"][..], "load"),
         (&["sim", "multiprog", "--measure", "guess"][..], "sampled"),
+        (&["sim", "multiprog", "--alpha", "2"][..], "paper"),
+        (&["sim", "multiprog", "--alpha", "x"][..], "paper"),
+        (&["sim", "multiprog", "--u-estimator", "x"][..], "uniform"),
     ] {
         let (ok, _, err) = tailctl(args);
         assert!(!ok, "{args:?} should fail");

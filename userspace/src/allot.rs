@@ -639,6 +639,8 @@ impl Loop {
                 steal_success,
                 queued_avg,
                 queued_now: inputs.stealable as f64,
+                // The runtime's counters give attempts but not the most it could have made.
+                queued_alpha: None,
             });
             // No region (a cgroup job, --job): its runnable threads are its demand.
             demands.push(if inputs.workers > 0 {

@@ -27,9 +27,13 @@
 //! **Controller.** Every quantum `L`, and at every job start and exit (AMCilk's TIMER, START_JOB
 //! and EXIT_JOB), the controller measures each live job's [`JobView`] — time working vs stealing,
 //! SAWS's `u = 1 − purely unsuccessful / all steal attempts` (purely unsuccessful: the victim was
-//! itself stealing), `Q = e · Σ victim deque lengths / attempts` and the snapshot `Q′` — calls the
-//! policy through [`AllotPolicy`], checks the result with [`check_allotment`] and enforces it.
-//! Counters restart at each quantum.
+//! itself stealing), `Q = e · Σ victim deque lengths / attempts`, the snapshot `Q′` and §4.2's
+//! `α` = attempts / the most the job's allotted cores could have made — calls the policy through
+//! [`AllotPolicy`], checks the result with [`check_allotment`] and enforces it. Counters restart
+//! at each quantum. Our thieves draw among the *other* active workers, so a lone thief's victims
+//! are all working and the plain ratio reads `u = 1`; [`MpConfig::u_uniform`] reads each attempt
+//! as a draw among all the workers, itself included, as §4.2's argument assumes, which makes
+//! `1 − u` the idle fraction in expectation. Both readings and the exact ones go in the trace.
 //!
 //! Times are integer nanoseconds; ties between events break by insertion order, so a run is a
 //! pure function of its inputs and seed.
@@ -72,6 +76,15 @@ pub struct MpConfig {
     /// Every job's serial segments are this many times longer (≥ 1): longer jobs against the
     /// same quantum and costs.
     pub job_scale: u64,
+    /// SAWS's `α`: `None` is §4.2's (attempts / most possible attempts, per job and quantum)
+    /// with a sampled `Q` and the policy's constant with the exact `Q`; `Some(c)` a constant.
+    pub alpha: Option<f64>,
+    /// Sampled `u` and `Q` as if every thief drew its victim uniformly among *all* the job's
+    /// active workers, itself included (a self-draw is purely unsuccessful and sees an empty
+    /// deque), in expectation: the sampling §4.2's argument assumes. `false`: the literal ratios
+    /// over the attempts as made, whose victims are the other workers only (as Cilk-5's steal
+    /// counter, which counts no self-draw).
+    pub u_uniform: bool,
 }
 
 /// How the controller fills [`JobView::steal_success`] and [`JobView::queued_avg`].
@@ -84,14 +97,33 @@ pub enum Measure {
     /// (AMCilk's per-core working vs stealing cycles), `Q` = the job's total deque length
     /// averaged over the quantum.
     Exact,
+    /// Diagnostic: `u` sampled, `Q` exact (which of the two sampled inputs costs what).
+    SampledU,
+    /// Diagnostic: `u` exact, `Q` sampled.
+    SampledQ,
 }
 
 impl Measure {
+    pub const NAMES: &'static [&'static str] = &["sampled", "exact", "sampled-u", "sampled-q"];
+
     pub fn name(self) -> &'static str {
         match self {
             Measure::Sampled => "sampled",
             Measure::Exact => "exact",
+            Measure::SampledU => "sampled-u",
+            Measure::SampledQ => "sampled-q",
         }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Measure::Sampled,
+            Measure::Exact,
+            Measure::SampledU,
+            Measure::SampledQ,
+        ]
+        .into_iter()
+        .find(|m| m.name() == s)
     }
 }
 
@@ -108,6 +140,11 @@ impl MpConfig {
         }
         if self.steal_ns == 0 {
             return Err("the steal cost must be > 0".into());
+        }
+        if let Some(a) = self.alpha {
+            if !(0.0..=1.0).contains(&a) {
+                return Err(format!("alpha {a} is not in [0, 1]"));
+            }
         }
         if self.policy == PolicyKind::Off {
             return Err(
@@ -130,6 +167,31 @@ pub struct TraceRow {
     pub view: JobView,
     /// The allotment the policy chose for the next quantum.
     pub next_allot: u32,
+    /// Both measurements of the same quantum, whichever one the policy saw (a diagnostic).
+    pub est: Estimates,
+}
+
+/// SAWS's inputs measured both ways over one quantum, and the steal counts behind the sampled
+/// form (the `--trace` CSV's diagnostic columns).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Estimates {
+    /// §4.2's `u = 1 − purely unsuccessful / all attempts` (1 without attempts).
+    pub u_sampled: f64,
+    /// The same ratio for victims drawn among all active workers ([`MpConfig::u_uniform`]).
+    pub u_sampled_uniform: f64,
+    /// §4.2's `Q = e · Σ lengths seen / attempts` (`Q′` without attempts).
+    pub q_sampled: f64,
+    /// The same for victims drawn among all active workers.
+    pub q_sampled_uniform: f64,
+    /// Eq. 1: working / (working + stealing) core-time.
+    pub u_exact: f64,
+    /// Eq. 1: the job's total deque length averaged over the quantum.
+    pub q_exact: f64,
+    /// Steal attempts made during the quantum (parked thieves' accounted ones included).
+    pub attempts: f64,
+    /// The most attempts the job's allotted cores could have made (allotted core-time / steal
+    /// cost): the denominator of §4.2's `α`.
+    pub max_attempts: f64,
 }
 
 /// Per-job results.
@@ -240,9 +302,15 @@ struct QCounters {
     steal: u64,
     attempts: f64,
     purely: f64,
+    /// `purely` as a uniform draw among all active workers would count it, in expectation.
+    purely_uniform: f64,
     seen: f64,
+    /// `seen` likewise (a self-draw sees the thief's own deque, which is empty).
+    seen_uniform: f64,
     /// ∫ items on the deques dt, item·ns.
     queued_area: f64,
+    /// ∫ allotment dt, core·ns.
+    allotted: u64,
 }
 
 struct Job {
@@ -386,6 +454,9 @@ impl Job {
         let a = self.active.len();
         if a > 1 {
             self.q.purely += attempts * (self.thieves - 1) as f64 / (a - 1) as f64;
+        }
+        if a > 0 {
+            self.q.purely_uniform += attempts * self.thieves as f64 / a as f64;
         }
     }
 
@@ -561,9 +632,15 @@ impl Job {
         ctx.stats.steal_attempts += 1;
         self.q.attempts += 1.0;
         self.q.seen += self.workers[v].deque.len() as f64;
+        self.q.seen_uniform += self.workers[v].deque.len() as f64 * (a - 1) as f64 / a as f64;
+        // Drawn among all `a` workers, the thief would have hit itself (stealing: purely
+        // unsuccessful) with probability 1/a and this victim otherwise.
+        let mut purely_uniform = 1.0 / a as f64;
         if matches!(self.workers[v].state, WState::Stealing | WState::Parked) {
             self.q.purely += 1.0;
+            purely_uniform = 1.0;
         }
+        self.q.purely_uniform += purely_uniform;
         if let Some(f) = self.workers[v].deque.pop_front() {
             ctx.stats.steals += 1;
             self.queued_step(false, ctx.now);
@@ -585,6 +662,7 @@ impl Job {
         self.q.queued_area += self.queued as f64 * (ctx.now - self.queued_since) as f64;
         self.queued_since = ctx.now;
         self.out.allotted_ns += self.allot as u64 * (ctx.now - self.allot_since);
+        self.q.allotted += self.allot as u64 * (ctx.now - self.allot_since);
         self.allot_since = ctx.now;
     }
 
@@ -594,48 +672,89 @@ impl Job {
         self.q_start = now;
     }
 
-    fn view(&self, cores: u32, measure: Measure, now: u64) -> JobView {
+    /// Both measurements of the current quantum (after [`Job::flush`]).
+    fn estimates(&self, now: u64, steal_ns: u64) -> Estimates {
         let queued_now: usize = self.workers.iter().map(|w| w.deque.len()).sum();
+        debug_assert_eq!(queued_now as u64, self.queued);
+        let e = self.active.len() + self.muggable.len();
+        let (u_sampled, u_sampled_uniform, q_sampled, q_sampled_uniform) = if self.q.attempts > 0.0
+        {
+            (
+                (1.0 - self.q.purely / self.q.attempts).clamp(0.0, 1.0),
+                (1.0 - self.q.purely_uniform / self.q.attempts).clamp(0.0, 1.0),
+                e as f64 * self.q.seen / self.q.attempts,
+                e as f64 * self.q.seen_uniform / self.q.attempts,
+            )
+        } else {
+            (1.0, 1.0, queued_now as f64, queued_now as f64)
+        };
+        let busy = self.q.work + self.q.steal;
+        let span = now.saturating_sub(self.q_start);
+        Estimates {
+            u_sampled,
+            u_sampled_uniform,
+            q_sampled,
+            q_sampled_uniform,
+            u_exact: if busy > 0 {
+                self.q.work as f64 / busy as f64
+            } else {
+                1.0
+            },
+            q_exact: if span > 0 {
+                self.q.queued_area / span as f64
+            } else {
+                queued_now as f64
+            },
+            attempts: self.q.attempts,
+            max_attempts: self.q.allotted as f64 / steal_ns as f64,
+        }
+    }
+
+    fn view(&self, cfg: &MpConfig, est: &Estimates) -> JobView {
         let working = self
             .active
             .iter()
             .filter(|&&w| self.workers[w as usize].state == WState::Working)
             .count();
-        let e = self.active.len() + self.muggable.len();
-        debug_assert_eq!(queued_now as u64, self.queued);
-        let (u, q_avg) = match measure {
-            Measure::Sampled if self.q.attempts > 0.0 => (
-                (1.0 - self.q.purely / self.q.attempts).clamp(0.0, 1.0),
-                e as f64 * self.q.seen / self.q.attempts,
+        let (sample_u, sample_q) = match cfg.measure {
+            Measure::Sampled => (true, true),
+            Measure::Exact => (false, false),
+            Measure::SampledU => (true, false),
+            Measure::SampledQ => (false, true),
+        };
+        let u = match (sample_u, cfg.u_uniform) {
+            (false, _) => est.u_exact,
+            (true, false) => est.u_sampled,
+            (true, true) => est.u_sampled_uniform,
+        };
+        let (q_avg, alpha) = match (sample_q, cfg.u_uniform) {
+            // The exact Q: the policy's α unless a constant was asked for.
+            (false, _) => (est.q_exact, cfg.alpha),
+            (true, uniform) => (
+                if uniform {
+                    est.q_sampled_uniform
+                } else {
+                    est.q_sampled
+                },
+                // §4.2: attempts made / attempts possible.
+                Some(cfg.alpha.unwrap_or(if est.max_attempts > 0.0 {
+                    (est.attempts / est.max_attempts).clamp(0.0, 1.0)
+                } else {
+                    0.0
+                })),
             ),
-            Measure::Sampled => (1.0, queued_now as f64),
-            Measure::Exact => {
-                let busy = self.q.work + self.q.steal;
-                let span = now.saturating_sub(self.q_start);
-                (
-                    if busy > 0 {
-                        self.q.work as f64 / busy as f64
-                    } else {
-                        1.0
-                    },
-                    if span > 0 {
-                        self.q.queued_area / span as f64
-                    } else {
-                        queued_now as f64
-                    },
-                )
-            }
         };
         JobView {
             id: self.id as u64,
             allot: self.allot,
-            max_parallelism: cores,
+            max_parallelism: cfg.cores,
             runnable: ((working + self.muggable.len()) as u32).max(1),
             work_ns: self.q.work,
             steal_ns: self.q.steal,
             steal_success: u,
             queued_avg: q_avg,
-            queued_now: queued_now as f64,
+            queued_now: self.queued as f64,
+            queued_alpha: alpha,
         }
     }
 
@@ -694,6 +813,7 @@ impl Job {
     /// with zero reallocation cost).
     fn set_allot(&mut self, allot: u32, ctx: &mut Ctx) -> bool {
         self.out.allotted_ns += self.allot as u64 * (ctx.now - self.allot_since);
+        self.q.allotted += self.allot as u64 * (ctx.now - self.allot_since);
         self.allot_since = ctx.now;
         self.allot = allot;
         self.out.max_allot = self.out.max_allot.max(allot);
@@ -765,13 +885,16 @@ impl Sim<'_> {
         let m = self.machine();
         let quantum = event == Event::Quantum;
         let mut views = Vec::with_capacity(self.live.len());
+        let mut ests = Vec::with_capacity(self.live.len());
         let mut allot = Vec::with_capacity(self.live.len());
         for i in 0..self.live.len() {
             let j = self.live[i];
             let ctx_now = &self.ctx;
             let job = self.jobs[j as usize].as_mut().expect("live job");
             job.flush(ctx_now);
-            views.push(job.view(m.cores, self.cfg.measure, ctx_now.now));
+            let est = job.estimates(ctx_now.now, ctx_now.steal_ns);
+            views.push(job.view(self.cfg, &est));
+            ests.push(est);
             allot.push(job.allot);
         }
         self.policy.decide(event, m, &views, &mut allot);
@@ -811,6 +934,7 @@ impl Sim<'_> {
                         job: j,
                         view: *v,
                         next_allot: allot[i],
+                        est: ests[i],
                     });
                 }
             }
@@ -1010,6 +1134,8 @@ mod tests {
             trace: false,
             measure: Measure::Sampled,
             job_scale: 1,
+            alpha: None,
+            u_uniform: true,
         }
     }
 
@@ -1114,15 +1240,43 @@ mod tests {
     }
 
     #[test]
+    fn sampled_u_of_a_steady_lone_thief_is_unbiased_only_with_uniform_victims() {
+        // Parallelism 10 held on 11 cores by the literal estimator: one core steals all the
+        // time. Exact u = 10/11; uniform draws read the same; the literal ratio reads 1.
+        let specs = one(Bench::parse("loop:10:1000").unwrap());
+        let mut c = cfg(PolicyKind::Deq, 32);
+        c.trace = true;
+        c.u_uniform = false;
+        let o = simulate(&c, &specs, None).unwrap();
+        let steady: Vec<_> = o
+            .trace
+            .iter()
+            .filter(|r| r.view.allot == 11 && r.t_ns > 300_000_000 && r.t_ns < 900_000_000)
+            .collect();
+        assert!(steady.len() > 30, "{}", steady.len());
+        for r in steady {
+            let e = r.est;
+            assert!((e.u_exact - 10.0 / 11.0).abs() < 0.01, "{e:?}");
+            assert!((e.u_sampled_uniform - e.u_exact).abs() < 0.01, "{e:?}");
+            assert_eq!(e.u_sampled, 1.0, "{e:?}");
+            // One thief spinning the whole quantum: α = 1/11 of the possible attempts.
+            let alpha = r.view.queued_alpha.unwrap();
+            assert!((alpha - 1.0 / 11.0).abs() < 0.01, "{alpha}");
+        }
+    }
+
+    #[test]
     fn asteal_oscillates_and_deq_settles_on_a_job_of_parallelism_10() {
         let specs = one(Bench::parse("loop:10:1000").unwrap());
-        let allots = |policy, measure| {
+        let allots_u = |policy, measure, u_uniform| {
             let mut c = cfg(policy, 32);
             c.trace = true;
             c.measure = measure;
+            c.u_uniform = u_uniform;
             let o = simulate(&c, &specs, None).unwrap();
             o.trace.iter().map(|r| r.next_allot).collect::<Vec<_>>()
         };
+        let allots = |policy, measure| allots_u(policy, measure, true);
         let a = allots(PolicyKind::Asteal, Measure::Sampled);
         assert_eq!(
             a,
@@ -1134,9 +1288,12 @@ mod tests {
         // 1 s progress at a time), then 2 <-> 4 on the last two.
         assert!(a[4..90].chunks(2).all(|w| w == [8, 16]), "{a:?}");
         assert!(a[a.len() - 20..].iter().all(|&x| x == 2 || x == 4), "{a:?}");
+        // SAWS climbs and holds 10 (its Fig. 4(b)), sampled or exact.
         let d = allots(PolicyKind::Deq, Measure::Sampled);
-        // SAWS climbs by about β per quantum and holds 11: the sampled `u` counts a lone
-        // thief's core as busy (its victims are all working). Measured exactly, it holds 10.
+        assert!(d[20..90].iter().all(|&x| x == 10), "{d:?}");
+        // The literal ratio over attempts at other workers holds 11: the lone thief's victims
+        // are all working, so its core reads as busy (u = 1) for good.
+        let d = allots_u(PolicyKind::Deq, Measure::Sampled, false);
         let tail = &d[20..d.len() - 5];
         assert!(tail.iter().all(|&x| x == 11), "{d:?}");
         let d = allots(PolicyKind::Deq, Measure::Exact);

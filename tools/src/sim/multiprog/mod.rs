@@ -58,9 +58,15 @@ pub struct Args {
     /// Time from a core's reallocation to its new worker running (AMCilk: 57.5 µs to wake a worker).
     #[arg(long, default_value = "100us", value_parser = parse_dur0)]
     realloc_cost: Duration,
-    /// How the controller measures SAWS's u and Q: `sampled` (SAWS §4.2: u from purely unsuccessful steals, Q from deque lengths thieves saw) or `exact` (SAWS Eq. 1: working vs stealing time, time-averaged deque lengths).
-    #[arg(long, default_value = "sampled", value_parser = ["sampled", "exact"])]
+    /// How the controller measures SAWS's u and Q: `sampled` (SAWS §4.2: u from purely unsuccessful steals, Q from deque lengths thieves saw), `exact` (SAWS Eq. 1: working vs stealing time, time-averaged deque lengths), or the diagnostics `sampled-u` / `sampled-q` (only that input sampled).
+    #[arg(long, default_value = "sampled", value_parser = clap::builder::PossibleValuesParser::new(Measure::NAMES))]
     measure: String,
+    /// SAWS's α with sampled inputs: `paper` (§4.2: the job's steal attempts in the quantum over the most its cores could have made) or a constant in [0, 1] (0.5 was this simulator's fixed value before).
+    #[arg(long, default_value = "paper")]
+    alpha: String,
+    /// Sampled u's victims: `literal` (the ratio over the attempts as made, victims among the thief's co-workers) or `uniform` (the ratio a thief drawing among all the job's workers, itself included, would measure, in expectation: the sampling SAWS §4.2's argument assumes).
+    #[arg(long, default_value = "uniform", value_parser = ["literal", "uniform"])]
+    u_estimator: String,
     /// Seed of the first run (workload, scheduler and DREP's coin flips).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -73,7 +79,7 @@ pub struct Args {
     /// Print job 0's allotment during its first quantum and after every quantum, first run, per policy (the oscillation trace).
     #[arg(long)]
     show_allot: bool,
-    /// Write every job's view and allotment at every quantum of every run here (CSV).
+    /// Write every job's view and allotment at every quantum of every run here (CSV), with both measurements of SAWS's u and Q and the steal attempts behind the sampled ones (a diagnostic).
     #[arg(long)]
     trace: Option<PathBuf>,
     /// Write an SVG plot here.
@@ -147,13 +153,16 @@ pub fn run(a: Args) -> Result<()> {
             bail!("--load {l}: must be a number > 0");
         }
     }
+    let alpha = match a.alpha.as_str() {
+        "paper" => None,
+        x => match x.parse::<f64>() {
+            Ok(v) if (0.0..=1.0).contains(&v) => Some(v),
+            _ => bail!("--alpha {x}: `paper` or a number in [0, 1]"),
+        },
+    };
     let seeds: Vec<u64> = (0..a.runs).map(|i| a.seed.wrapping_add(i)).collect();
     let tracing = a.trace.is_some() || a.show_allot;
-    let measure = if a.measure == "exact" {
-        Measure::Exact
-    } else {
-        Measure::Sampled
-    };
+    let measure = Measure::parse(&a.measure).context("--measure")?;
 
     // Every (load, seed, policy), policies innermost; workloads shared within a (load, seed).
     let mut work = Vec::new();
@@ -179,6 +188,8 @@ pub fn run(a: Args) -> Result<()> {
             trace: tracing,
             measure,
             job_scale: a.job_scale,
+            alpha,
+            u_uniform: a.u_estimator == "uniform",
         };
         simulate(&cfg, specs, Some(&tick))
     });
@@ -193,7 +204,7 @@ pub fn run(a: Args) -> Result<()> {
             let mut w = std::io::BufWriter::new(f);
             writeln!(
                 w,
-                "load,seed,policy,t_ms,job,bench,allot,next_allot,work_ms,steal_ms,u,queued_avg,queued_now"
+                "load,seed,policy,t_ms,job,bench,allot,next_allot,work_ms,steal_ms,u,queued_avg,queued_now,u_sampled,q_sampled,u_exact,q_exact,attempts,max_attempts,u_sampled_uniform,q_sampled_uniform,alpha"
             )?;
             Some(w)
         }
@@ -219,7 +230,7 @@ pub fn run(a: Args) -> Result<()> {
                 let v = &r.view;
                 writeln!(
                     w,
-                    "{load},{seed},{},{:.3},{},{},{},{},{:.3},{:.3},{:.4},{:.3},{}",
+                    "{load},{seed},{},{:.3},{},{},{},{},{:.3},{:.3},{:.4},{:.3},{},{:.4},{:.3},{:.4},{:.3},{:.0},{:.0},{:.4},{:.3},{}",
                     p.name(),
                     r.t_ns as f64 / 1e6,
                     r.job,
@@ -230,7 +241,16 @@ pub fn run(a: Args) -> Result<()> {
                     v.steal_ns as f64 / 1e6,
                     v.steal_success,
                     v.queued_avg,
-                    v.queued_now
+                    v.queued_now,
+                    r.est.u_sampled,
+                    r.est.q_sampled,
+                    r.est.u_exact,
+                    r.est.q_exact,
+                    r.est.attempts,
+                    r.est.max_attempts,
+                    r.est.u_sampled_uniform,
+                    r.est.q_sampled_uniform,
+                    v.queued_alpha.map_or("-".to_string(), |x| format!("{x:.4}"))
                 )?;
             }
         }
@@ -277,6 +297,8 @@ pub fn run(a: Args) -> Result<()> {
         ("steal_cost".to_string(), format!("{:?}", a.steal_cost)),
         ("realloc_cost".to_string(), format!("{:?}", a.realloc_cost)),
         ("measure".to_string(), measure.name().to_string()),
+        ("alpha".to_string(), a.alpha.clone()),
+        ("u_estimator".to_string(), a.u_estimator.clone()),
         (
             "seeds".to_string(),
             if seeds.len() == 1 {
