@@ -23,6 +23,9 @@
 #   waitbound: one CPU online, 1 s slices, a 100 ms wait bound: a waiter must
 #              be let through near its bound though no CPU dispatches before
 #              the holder's slice ends (only ops.dispatch enforced it before).
+#   rcureader: a nice-19 thread collapsing huge pages (RCU read-side copies)
+#              beside CPU hogs: it used to hold a grace period for 21 s and
+#              get the scheduler ejected by the RCU stall detector.
 #   slotreuse: a service killed mid-serialization (its workers queued for the
 #              token: it clears the SERIALIZED marks); the next registration in
 #              its slot must not inherit its cap (same request tag).
@@ -86,6 +89,53 @@ test_greedy() {
     || { fail greedy "neighbour got $ratio x its CPU beside the twin (< 0.9): twin $nb, capped $ng"; return; }
   pass greedy "neighbour CPU beside the 1 ns service / beside its twin = $ratio ($ser requests capped, ${secs} s)" \
     "\"ratio\": $ratio, \"beside_twin\": $nb, \"beside_capped\": $ng"
+}
+
+# A nice-19 thread that keeps collapsing huge pages (MADV_COLLAPSE: each 2 MB
+# copy runs inside an RCU read-side critical section, as in khugepaged) beside
+# CPU-bound hogs. Preempted mid-copy and charged 100x its run time for its
+# weight, it used to run one slice every few seconds and hold the grace period
+# past the 21 s RCU stall timeout: the kernel ejected the scheduler with "RCU
+# CPU stall on CPUs ()". The longest single collapse is reported, not asserted.
+test_rcureader() {
+  local secs=${RCUREADER_SECS:-50} per=${RCUREADER_HOGS_PER_CPU:-8}
+  start_sched || { fail rcureader "scheduler did not load"; return; }
+  "$ktest" hog --threads $(($(nproc) * per)) --secs "$secs" >"$out/rcureader-hog.json" 2>>"$out/ktest.err" &
+  local hp=$!
+  local r; r=$("$PY" - "$secs" <<'PY'
+import ctypes, json, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+MADV_DONTNEED, MADV_HUGEPAGE, MADV_NOHUGEPAGE, MADV_COLLAPSE = 4, 14, 15, 25
+H, N = 2 << 20, 16  # 16 huge pages: most of the thread's time is spent copying them
+os.nice(19)  # khugepaged's nice
+base = libc.mmap(None, (N + 1) * H, 3, 0x22, -1, 0)  # RW, private anonymous
+a = (base + H - 1) & ~(H - 1)
+libc.madvise(a, N * H, MADV_NOHUGEPAGE)  # faulted in as small pages ...
+ctypes.memset(a, 1, N * H)
+libc.madvise(a, N * H, MADV_HUGEPAGE)  # ... then collapsed, split, collapsed again
+end = time.monotonic() + int(sys.argv[1])
+ok, errs, longest = 0, {}, 0.0
+while time.monotonic() < end:
+    t = time.monotonic()
+    if libc.madvise(a, N * H, MADV_COLLAPSE) == 0:
+        ok += N
+    else:
+        e = ctypes.get_errno(); errs[e] = errs.get(e, 0) + 1
+    longest = max(longest, time.monotonic() - t)
+    for i in range(N):  # one 4 KiB page dropped per huge page splits its mapping: the next pass copies it again
+        libc.madvise(a + i * H, 4096, MADV_DONTNEED)
+print(json.dumps({"collapsed": ok, "errors": errs, "longest_pass_s": round(longest, 2)}))
+PY
+)
+  wait $hp
+  sched_alive || { fail rcureader "scheduler ejected beside a nice-19 thread in RCU read-side sections: $(sched_why)"; stop_sched; return; }
+  stop_sched || { fail rcureader "scheduler exit non-zero: $(sched_why)"; return; }
+  local n; n=$(jget "$r" collapsed)
+  [ "${n:-0}" -gt 0 ] 2>/dev/null || { fail rcureader "nothing was collapsed, nothing tested: $r"; return; }
+  pass rcureader "$n huge pages collapsed at nice 19 beside $per hogs per CPU, longest pass over 16 huge pages $(jget "$r" longest_pass_s) s" "\"collapse\": $r"
 }
 
 # A churn run's verdict: every counter drained, something was throttled.
