@@ -1362,12 +1362,16 @@ static __always_inline bool must_throttle(struct task_struct *p, struct task_ctx
 /*
  * Was @p preempted inside an RCU read-side critical section (PREEMPT_RCU
  * kernels; false elsewhere)? Every grace period in the system then waits for
- * it to run again: see tailctl_enqueue.
+ * it to run again: see tailctl_enqueue. The kernel marks such a reader
+ * (rcu_read_unlock_special.b.blocked, set at its context switch, before it is
+ * queued). Not rcu_read_lock_nesting: this program itself runs under
+ * rcu_read_lock(), so a task queueing itself (a preemption) always has one
+ * level, and treating every preempted task as a reader forgave every charge.
  */
 static __always_inline bool in_rcu_reader(const struct task_struct *p)
 {
-	if (bpf_core_field_exists(p->rcu_read_lock_nesting))
-		return BPF_CORE_READ(p, rcu_read_lock_nesting) > 0;
+	if (bpf_core_field_exists(p->rcu_read_unlock_special))
+		return BPF_CORE_READ(p, rcu_read_unlock_special.b.blocked) != 0;
 	return false;
 }
 
