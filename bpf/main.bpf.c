@@ -3298,8 +3298,8 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	 * Preempted inside an RCU read-side critical section: every grace period
 	 * waits for it, so it queues as a fresh waker (vtime_now - slice), its
 	 * weight's vtime debt forgiven (what RCU priority boosting does, which
-	 * these kernels are built without). Seen in the `greedy` and `rcureader`
-	 * guest tests on 7.3: khugepaged (nice 19, charged 100x its run time) preempted
+	 * these kernels are built without). Seen twice in the `greedy` guest test
+	 * on 7.3 (once with khugepaged kept busy): khugepaged (nice 19, charged 100x its run time) preempted
 	 * copying a huge page under rcu_read_lock ran a few ms every 3.6 s beside
 	 * nice-0 threads, held the grace period for 21 s, and the kernel's RCU
 	 * stall detector ejected the scheduler ("RCU CPU stall on CPUs ()": a
