@@ -1359,6 +1359,22 @@ static __always_inline bool must_throttle(struct task_struct *p, struct task_ctx
 	return !claim_token(tctx, a);
 }
 
+/*
+ * Was @p preempted inside an RCU read-side critical section (PREEMPT_RCU
+ * kernels; false elsewhere)? Every grace period in the system then waits for
+ * it to run again: see tailctl_enqueue. The kernel marks such a reader
+ * (rcu_read_unlock_special.b.blocked, set at its context switch, before it is
+ * queued). Not rcu_read_lock_nesting: this program itself runs under
+ * rcu_read_lock(), so a task queueing itself (a preemption) always has one
+ * level, and treating every preempted task as a reader forgave every charge.
+ */
+static __always_inline bool in_rcu_reader(const struct task_struct *p)
+{
+	if (bpf_core_field_exists(p->rcu_read_unlock_special))
+		return BPF_CORE_READ(p, rcu_read_unlock_special.b.blocked) != 0;
+	return false;
+}
+
 /* A task's vtime, clamped so that sleepers gain at most one slice of credit. */
 static __always_inline u64 task_vtime(const struct task_struct *p)
 {
@@ -3204,6 +3220,7 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct task_ctx *tctx;
 	bool woke_idle = false;
+	u64 vtime;
 	u32 level;
 	s32 cpu = -1;
 
@@ -3276,7 +3293,21 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 
 	/* Into its priority level's queue (normal: the shared one, or its LLC's). */
 	level = prio_active() || tctx ? prio_level(p, tctx) : TAILCTL_PRIO_NORMAL;
-	prio_insert(p, level, task_vtime(p), enq_flags, cpu >= 0 ? cpu : scx_bpf_task_cpu(p));
+	vtime = task_vtime(p);
+	/*
+	 * Preempted inside an RCU read-side critical section: every grace period
+	 * waits for it, so it queues as a fresh waker (vtime_now - slice), its
+	 * weight's vtime debt forgiven (what RCU priority boosting does, which
+	 * these kernels are built without). Seen twice in the `greedy` guest test
+	 * on 7.3 (once with khugepaged kept busy): khugepaged (nice 19, charged 100x its run time) preempted
+	 * copying a huge page under rcu_read_lock ran a few ms every 3.6 s beside
+	 * nice-0 threads, held the grace period for 21 s, and the kernel's RCU
+	 * stall detector ejected the scheduler ("RCU CPU stall on CPUs ()": a
+	 * task, not a CPU, held it) before the 30 s watchdog, which saw it run.
+	 */
+	if (in_rcu_reader(p) && time_before(vtime_now - slice_ns, vtime))
+		vtime = vtime_now - slice_ns;
+	prio_insert(p, level, vtime, enq_flags, cpu >= 0 ? cpu : scx_bpf_task_cpu(p));
 	STAT_INC(shared_enqueues);
 
 	if (woke_idle)
