@@ -70,9 +70,10 @@ stop_sched() {
   return $rc
 }
 # An RT (SCHED_FIFO) heartbeat, which sched_ext does not schedule: every 100 ms
-# it notes how late it woke. Late by seconds means the whole VM stalled (a
-# vCPU of qemu TCG descheduled on a busy host), not a task starved by the
-# scheduler under test; a failing test reports it (kernel_log_since_test).
+# it notes how late it woke. Late by seconds means the whole VM stalled (qemu
+# descheduled or stopped on the host) or every CPU was held with interrupts
+# off; a task starved by the scheduler under test leaves it on time. A
+# failing test reports it (kernel_log_since_test).
 heartbeat_pid=""
 start_heartbeat() {
   "$PY" - "$out/heartbeat" <<'PY' &
