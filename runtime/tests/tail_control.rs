@@ -120,22 +120,23 @@ fn pileup_check_marks_large_requests_and_steals_stop() {
         .thresholds(table)
         .build()
         .unwrap();
-    let hs: Vec<_> = (0..big(6))
-        .map(|_| {
-            pool.submit(|| {
-                // Keep forking until a thief's pileup check marks us: a thief
-                // is woken by our pushes, so this terminates.
-                let mut rounds = 0u64;
-                while !is_current_request_serialized() {
-                    fib(10);
-                    rounds += 1;
-                }
-                // Then fork a lot more: none of it may be stolen.
-                (rounds, fib(big(20) as u64))
-            })
-        })
-        .collect();
-    for h in hs {
+    // One request at a time: with two in flight on two workers, each worker
+    // can be inside its own request's loop below, no worker is a thief, no
+    // pileup check runs, and neither loop ends (the test hung once, fresh
+    // clone, 7 min at 200% CPU).
+    for _ in 0..big(6) {
+        let h = pool.submit(|| {
+            // Keep forking until a thief's pileup check marks us: the other
+            // worker is idle, is woken by our pushes and steals, so this
+            // terminates.
+            let mut rounds = 0u64;
+            while !is_current_request_serialized() {
+                fib(10);
+                rounds += 1;
+            }
+            // Then fork a lot more: none of it may be stolen.
+            (rounds, fib(big(20) as u64))
+        });
         let (r, stats) = h.wait_with_stats();
         r.unwrap();
         assert!(stats.serialized);
