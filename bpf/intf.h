@@ -498,6 +498,13 @@ struct tailctl_stats {
 	 * run past the floor and was far ahead of it in vtime.
 	 */
 	u64 wake_preempt_kicks;
+	/*
+	 * Per-LLC queues (issue 16): tasks a CPU took from another LLC's queue
+	 * although its own was not empty, because that queue's head was more
+	 * than half a slice behind its own in vtime (normal_move_to_local).
+	 * Also counted in llc_steals.
+	 */
+	u64 llc_balance_steals;
 };
 
 #endif /* __TAILCTL_INTF_H */

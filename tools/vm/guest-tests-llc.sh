@@ -97,10 +97,13 @@ log, busy, ticks, hz, js = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.a
 g1 = set(sys.argv[6].split(","))
 seen = sys.argv[7].split()
 tot = {}
+balance = 0
 for line in open(log):
-    m = re.search(r"llc queues (\d+) \[queue:enq/local/stolen (.*)\]", line)
+    m = re.search(r"llc queues (\d+) \[queue:enq/local/stolen (.*?)\]", line)
     if not m:
         continue
+    bs = re.search(r"balance steals (\d+)", line)
+    balance += int(bs.group(1)) if bs else 0
     for q in m.group(2).split():
         i, v = q.split(":")
         e, l, s = map(int, v.split("/"))
@@ -128,7 +131,7 @@ try:
 except Exception as e:
     problems.append(f"--monitor --json unreadable: {e}: {js[:200]}")
 q = " ".join(f"{i}:{t[0]}/{t[1]}/{t[2]}" for i, t in sorted(tot.items()))
-summary = f"queues {len(tot)} [queue:inserted/local/stolen {q}]; phase 1: free hogs on queue 1 in {on1}/{len(seen)} samples; phase 2 CPU busy {busy}; re-pinned hog ran {ran:.2f} s of 6 s; scheduler loaded, exit 0"
+summary = f"queues {len(tot)} [queue:inserted/local/stolen {q}], {balance} of the steals balance steals; phase 1: free hogs on queue 1 in {on1}/{len(seen)} samples; phase 2 CPU busy {busy}; re-pinned hog ran {ran:.2f} s of 6 s; scheduler loaded, exit 0"
 print(("FAIL " + "; ".join(problems) + " | " if problems else "PASS ") + summary)
 EOF_PY
 )

@@ -176,6 +176,10 @@ pub struct Metrics {
     pub llc_dispatches: Vec<u64>,
     #[stat(desc = "Per LLC queue: tasks stolen by a CPU of another LLC")]
     pub llc_steals: Vec<u64>,
+    #[stat(
+        desc = "Steals by a CPU whose own LLC queue was not empty but half a slice ahead in vtime"
+    )]
+    pub llc_balance_steals: u64,
 }
 
 /// sched_ext's watchdog timeout when ops.timeout_ms is 0 (ours is): a runnable
@@ -252,6 +256,7 @@ impl Metrics {
         self.prio_violation_ns += s.prio_violation_ns;
         self.prio_preempt_kicks += s.prio_preempt_kicks;
         self.wake_preempt_kicks += s.wake_preempt_kicks;
+        self.llc_balance_steals += s.llc_balance_steals;
         self.prio_max_wait_l0_ns = self.prio_max_wait_l0_ns.max(s.prio_max_wait_ns[0]);
         self.prio_runs_l0 += s.prio_runs[0];
         self.prio_max_wait_l1_ns = self.prio_max_wait_l1_ns.max(s.prio_max_wait_ns[1]);
@@ -419,6 +424,9 @@ impl Metrics {
             llc_enqueues: vec_delta(&self.llc_enqueues, &prev.llc_enqueues),
             llc_dispatches: vec_delta(&self.llc_dispatches, &prev.llc_dispatches),
             llc_steals: vec_delta(&self.llc_steals, &prev.llc_steals),
+            llc_balance_steals: self
+                .llc_balance_steals
+                .saturating_sub(prev.llc_balance_steals),
         }
     }
 
@@ -523,10 +531,11 @@ impl Metrics {
                 .collect();
             writeln!(
                 w,
-                "[{}] llc queues {} [queue:enq/local/stolen {}]",
+                "[{}] llc queues {} [queue:enq/local/stolen {}] balance steals {}",
                 crate::SCHEDULER_NAME,
                 self.nr_llcs,
                 queues.join(" "),
+                self.llc_balance_steals,
             )?;
         }
         Ok(())

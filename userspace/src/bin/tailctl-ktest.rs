@@ -967,11 +967,12 @@ fn hog(secs: u64, threads: usize) -> Result<()> {
             let stop = stop.clone();
             std::thread::spawn(move || {
                 let mut n = 0u64;
+                let c0 = thread_cpu();
                 while !stop.load(Ordering::Relaxed) {
                     n = n.wrapping_add(1);
                     std::hint::spin_loop();
                 }
-                n
+                (n, thread_cpu() - c0)
             })
         })
         .collect();
@@ -979,9 +980,17 @@ fn hog(secs: u64, threads: usize) -> Result<()> {
     std::thread::sleep(Duration::from_secs(secs));
     let (c1, t1) = (process_cpu(), mono_ns());
     stop.store(true, Ordering::Relaxed);
-    let loops: u64 = spins.into_iter().map(|h| h.join().unwrap()).sum();
+    let per_thread: Vec<(u64, Duration)> = spins.into_iter().map(|h| h.join().unwrap()).collect();
+    let loops: u64 = per_thread.iter().map(|t| t.0).sum();
     let cpu_ns = (c1 - c0).as_nanos() as u64;
     let wall_ns = t1 - t0;
+    // Each thread's CPU over the same wall time (it also ran a little
+    // before and after the window): equal shares mean the threads were
+    // treated alike; unequal ones, that they sat in different queues.
+    let thread_shares: Vec<f64> = per_thread
+        .iter()
+        .map(|t| t.1.as_nanos() as f64 / wall_ns as f64)
+        .collect();
     println!(
         "{}",
         serde_json::to_string(&json!({
@@ -993,6 +1002,7 @@ fn hog(secs: u64, threads: usize) -> Result<()> {
             "wall_ms": wall_ns as f64 / 1e6,
             // CPUs' worth of time the hog got.
             "share": cpu_ns as f64 / wall_ns as f64,
+            "thread_shares": thread_shares,
             "loops": loops,
         }))?
     );
