@@ -1584,7 +1584,8 @@ __noinline int normal_move_to_local(s32 cpu)
 		return scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0);
 	own = llc_of(cpu);
 	n = llc_count();
-	own_vtime = dsq_head_vtime(llc_dsq(own));
+	own_len = scx_bpf_dsq_nr_queued(llc_dsq(own));
+	own_vtime = own_len > 0 ? dsq_head_vtime(llc_dsq(own)) : ~0ULL;
 	shared_vtime = scx_bpf_dsq_nr_queued(TAILCTL_SHARED_DSQ) > 0 ? dsq_head_vtime(TAILCTL_SHARED_DSQ) : ~0ULL;
 	if (shared_vtime != ~0ULL && (s64)(shared_vtime - own_vtime) <= 0 &&
 	    scx_bpf_dsq_move_to_local(TAILCTL_SHARED_DSQ, 0))
@@ -1598,14 +1599,15 @@ __noinline int normal_move_to_local(s32 cpu)
 	 */
 	if (own_vtime != ~0ULL) {
 		lowest = own_vtime - slice_ns / 2;
-		own_len = scx_bpf_dsq_nr_queued(llc_dsq(own));
 		bpf_for(i, 1, n) {
 			v = own + i;
 			if (v >= n)
 				v -= n;
+			/* The count first: it is one load, the head an iterator. */
+			if (scx_bpf_dsq_nr_queued(llc_dsq(v)) <= own_len)
+				continue;
 			hv = dsq_head_vtime(llc_dsq(v));
-			if (hv != ~0ULL && (s64)(hv - lowest) < 0 &&
-			    scx_bpf_dsq_nr_queued(llc_dsq(v)) > own_len) {
+			if (hv != ~0ULL && (s64)(hv - lowest) < 0) {
 				lowest = hv;
 				behind = v + 1;
 			}
