@@ -3339,8 +3339,9 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	 * waits for it, so it queues as a fresh waker (vtime_now - slice), its
 	 * weight's vtime debt forgiven (what RCU priority boosting does, which
 	 * these kernels are built without). Seen twice in the `greedy` guest test
-	 * on 7.3 (once with khugepaged kept busy): khugepaged (nice 19, charged 100x its run time) preempted
-	 * copying a huge page under rcu_read_lock ran a few ms every 3.6 s beside
+	 * on 7.3 (once with khugepaged kept busy): khugepaged (nice 19, charged
+	 * 100x its run time) preempted copying a huge page under rcu_read_lock
+	 * ran a few ms every 3.6 s beside
 	 * nice-0 threads, held the grace period for 21 s, and the kernel's RCU
 	 * stall detector ejected the scheduler ("RCU CPU stall on CPUs ()": a
 	 * task, not a CPU, held it) before the 30 s watchdog, which saw it run.

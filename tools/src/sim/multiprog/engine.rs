@@ -661,9 +661,15 @@ impl Job {
         self.accrue(ctx.now, ctx.steal_ns);
         self.q.queued_area += self.queued as f64 * (ctx.now - self.queued_since) as f64;
         self.queued_since = ctx.now;
-        self.out.allotted_ns += self.allot as u64 * (ctx.now - self.allot_since);
-        self.q.allotted += self.allot as u64 * (ctx.now - self.allot_since);
-        self.allot_since = ctx.now;
+        self.accrue_allotted(ctx.now);
+    }
+
+    /// Allotted core-time since the last call, into the job's total and the quantum's.
+    fn accrue_allotted(&mut self, now: u64) {
+        let core_ns = self.allot as u64 * (now - self.allot_since);
+        self.out.allotted_ns += core_ns;
+        self.q.allotted += core_ns;
+        self.allot_since = now;
     }
 
     /// Starts a new measurement (a quantum) at `now`.
@@ -812,9 +818,7 @@ impl Job {
     /// Enforces a new allotment at once; `true` if the job finished meanwhile (only possible
     /// with zero reallocation cost).
     fn set_allot(&mut self, allot: u32, ctx: &mut Ctx) -> bool {
-        self.out.allotted_ns += self.allot as u64 * (ctx.now - self.allot_since);
-        self.q.allotted += self.allot as u64 * (ctx.now - self.allot_since);
-        self.allot_since = ctx.now;
+        self.accrue_allotted(ctx.now);
         self.allot = allot;
         self.out.max_allot = self.out.max_allot.max(allot);
         let target = (allot as usize).min(self.workers.len());
@@ -959,7 +963,7 @@ impl Sim<'_> {
                 job.set_state(w, WState::Inactive, &self.ctx);
             }
         }
-        job.out.allotted_ns += job.allot as u64 * (self.ctx.now - job.allot_since);
+        job.accrue_allotted(self.ctx.now);
         // Working time counted mugging too (SAWS counts it as not wasted); report it apart.
         job.out.work_ns -= job.out.mug_ns;
         job.out.finish_ns = self.ctx.now;
