@@ -124,6 +124,25 @@ fn fib(n: u32) -> u64 {
     a + b
 }
 
+/// Seconds one thread takes for a fixed serial computation (the shortest of three tries of a
+/// serial `fib(30)`), measured between runs on an otherwise idle machine. A TCG guest's speed
+/// follows its host's load, so a run's response times are only comparable with another run's
+/// once each is divided by the probe taken around it (see [`PolicyRun::probe_s`]).
+///
+/// ```
+/// let s = tailctl_workloads::jobs::speed_probe();
+/// assert!(s > 0.0 && s.is_finite());
+/// ```
+pub fn speed_probe() -> f64 {
+    (0..3)
+        .map(|_| {
+            let t0 = std::time::Instant::now();
+            std::hint::black_box(fib_serial(std::hint::black_box(30)));
+            t0.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
 fn fib_serial(n: u32) -> u64 {
     if n < 2 {
         n as u64
@@ -278,6 +297,11 @@ pub struct PolicyRun {
     pub span_s: f64,
     /// Every job, in trace order.
     pub jobs: Vec<JobResult>,
+    /// The mean of the [`speed_probe`] taken just before and just after the run (under the same
+    /// scheduler); `None` in reports made before it existed. A run whose probe took twice as
+    /// long ran on a guest half as fast.
+    #[serde(default)]
+    pub probe_s: Option<f64>,
 }
 
 impl PolicyRun {
@@ -311,7 +335,14 @@ impl PolicyRun {
             },
             span_s,
             jobs,
+            probe_s: None,
         }
+    }
+
+    /// The same run with the speed probes taken around it.
+    pub fn with_probe(mut self, before_s: f64, after_s: f64) -> Self {
+        self.probe_s = Some((before_s + after_s) / 2.0);
+        self
     }
 }
 
@@ -356,6 +387,14 @@ pub struct PolicySummary {
     pub utilisation: f64,
     /// Median over rounds of (mean response / baseline's in the same round) - 1.
     pub vs_baseline: Option<f64>,
+    /// Median over rounds of the run's probe over the fastest probe of the report: how much
+    /// slower the guest ran than at its best (1.0 = as fast); `None` without probes.
+    #[serde(default)]
+    pub slowdown: Option<f64>,
+    /// As [`PolicySummary::vs_baseline`], with each run's mean response first divided by its
+    /// probe (the guest's speed during it); `None` without probes.
+    #[serde(default)]
+    pub vs_baseline_per_probe: Option<f64>,
     /// Jobs (over all rounds) whose pool was registered with scx_tailctl when it
     /// finished, and all jobs: an unregistered job was not allotted.
     #[serde(default)]
@@ -384,19 +423,40 @@ impl JobsReport {
                 names.push(&r.policy);
             }
         }
+        let fastest = self
+            .runs
+            .iter()
+            .filter_map(|r| r.probe_s)
+            .filter(|p| *p > 0.0)
+            .fold(f64::INFINITY, f64::min);
         names
             .into_iter()
             .map(|p| {
                 let runs: Vec<&PolicyRun> = self.runs.iter().filter(|r| r.policy == p).collect();
+                let base = |r: &PolicyRun| {
+                    self.runs
+                        .iter()
+                        .find(|b| b.policy == self.baseline && b.round == r.round)
+                        .filter(|b| b.mean_response_s > 0.0)
+                };
                 let paired: Vec<f64> = runs
                     .iter()
+                    .filter_map(|r| base(r).map(|b| r.mean_response_s / b.mean_response_s - 1.0))
+                    .collect();
+                let per_probe: Vec<f64> = runs
+                    .iter()
                     .filter_map(|r| {
-                        self.runs
-                            .iter()
-                            .find(|b| b.policy == self.baseline && b.round == r.round)
-                            .filter(|b| b.mean_response_s > 0.0)
-                            .map(|b| r.mean_response_s / b.mean_response_s - 1.0)
+                        let b = base(r)?;
+                        let (pr, pb) = (r.probe_s?, b.probe_s?);
+                        (pr > 0.0 && pb > 0.0)
+                            .then(|| (r.mean_response_s / pr) / (b.mean_response_s / pb) - 1.0)
                     })
+                    .collect();
+                let slowdowns: Vec<f64> = runs
+                    .iter()
+                    .filter_map(|r| r.probe_s)
+                    .filter(|_| fastest.is_finite())
+                    .map(|p| p / fastest)
                     .collect();
                 PolicySummary {
                     policy: p.to_string(),
@@ -405,6 +465,8 @@ impl JobsReport {
                     p95_response_s: median(runs.iter().map(|r| r.p95_response_s).collect()),
                     utilisation: median(runs.iter().map(|r| r.utilisation).collect()),
                     vs_baseline: (!paired.is_empty()).then(|| median(paired)),
+                    slowdown: (!slowdowns.is_empty()).then(|| median(slowdowns)),
+                    vs_baseline_per_probe: (!per_probe.is_empty()).then(|| median(per_probe)),
                     registered_jobs: (
                         runs.iter()
                             .flat_map(|r| &r.jobs)
@@ -420,19 +482,22 @@ impl JobsReport {
     /// The summary as a Markdown table.
     pub fn table_md(&self) -> String {
         let mut s = format!(
-            "{}\n\n| policy | rounds | mean response (s) | p95 response (s) | utilisation | mean vs {} (paired) | jobs registered |\n|---|---:|---:|---:|---:|---:|---:|\n",
-            self.config, self.baseline
+            "{}\n\n| policy | rounds | mean response (s) | p95 response (s) | utilisation | mean vs {b} (paired) | guest slowdown (probe) | mean vs {b}, per probe (paired) | jobs registered |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            self.config,
+            b = self.baseline
         );
+        let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:+.1}%", v * 100.0));
         for r in self.summary() {
             s += &format!(
-                "| {} | {} | {:.3} | {:.3} | {:.2} | {} | {}/{} |\n",
+                "| {} | {} | {:.3} | {:.3} | {:.2} | {} | {} | {} | {}/{} |\n",
                 r.policy,
                 r.rounds,
                 r.mean_response_s,
                 r.p95_response_s,
                 r.utilisation,
-                r.vs_baseline
-                    .map_or("-".into(), |v| format!("{:+.1}%", v * 100.0)),
+                pct(r.vs_baseline),
+                r.slowdown.map_or("-".into(), |v| format!("{v:.2}x")),
+                pct(r.vs_baseline_per_probe),
                 r.registered_jobs.0,
                 r.registered_jobs.1
             );
@@ -558,5 +623,38 @@ mod tests {
         // Rounds: -50% and -25%; median -37.5%.
         assert_eq!(s[1].vs_baseline, Some(-0.375));
         assert!(report.table_md().contains("| deq | 2 |"));
+        assert_eq!(s[1].slowdown, None);
+    }
+
+    #[test]
+    fn the_probe_takes_the_guest_speed_out_of_the_pairing() {
+        let j = |r: f64| JobResult {
+            kind: JobKind::Fib,
+            size: 20,
+            response_s: r,
+            cpu_s: 1.0,
+            registered: true,
+        };
+        // Round 0: deq ran on a guest twice as slow (probe 2.0 vs 1.0) and took twice as long:
+        // +100% raw, +0% per probe. Round 1: same speed, deq 10% faster.
+        let report = JobsReport {
+            config: "t".into(),
+            command: "c".into(),
+            cores: 2,
+            baseline: "equi".into(),
+            runs: vec![
+                PolicyRun::new("equi", 0, vec![j(2.0)], 2.0, 2).with_probe(1.0, 1.0),
+                PolicyRun::new("deq", 0, vec![j(4.0)], 2.0, 2).with_probe(1.5, 2.5),
+                PolicyRun::new("equi", 1, vec![j(2.0)], 2.0, 2).with_probe(1.0, 1.0),
+                PolicyRun::new("deq", 1, vec![j(1.8)], 2.0, 2).with_probe(1.0, 1.0),
+            ],
+        };
+        let s = report.summary();
+        assert_eq!(s[1].vs_baseline, Some((1.0 - 0.1) / 2.0));
+        let per_probe = s[1].vs_baseline_per_probe.unwrap();
+        assert!((per_probe - (-0.05)).abs() < 1e-12, "{per_probe}");
+        assert_eq!(s[1].slowdown, Some(1.5));
+        assert_eq!(s[0].slowdown, Some(1.0));
+        assert!(report.table_md().contains("| 1.50x |"));
     }
 }

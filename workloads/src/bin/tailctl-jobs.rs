@@ -26,7 +26,9 @@ use clap::{Parser, Subcommand};
 use serde_json::json;
 use tailctl_rt::kernel::link::AssistedPool;
 use tailctl_rt::{Policy, Pool};
-use tailctl_workloads::jobs::{poisson_trace, JobKind, JobResult, JobSpec, JobsReport, PolicyRun};
+use tailctl_workloads::jobs::{
+    poisson_trace, speed_probe, JobKind, JobResult, JobSpec, JobsReport, PolicyRun,
+};
 use tailctl_workloads::scx::{check_can_load, ScxProc};
 
 #[derive(Parser)]
@@ -101,6 +103,10 @@ struct RunArgs {
     /// An extra argument for scx_tailctl (repeatable), e.g. `--scx-arg=--quantum-us=5000`.
     #[arg(long = "scx-arg", allow_hyphen_values = true)]
     scx_args: Vec<String>,
+    /// Have scx_tailctl write its controller's per-round trace of every run
+    /// (`--allot-trace`) to OUT/allot-trace-POLICY-ROUND.csv.
+    #[arg(long)]
+    allot_trace: bool,
     #[arg(long, default_value = "jobs-out")]
     out: PathBuf,
     /// Print the report as JSON on stdout.
@@ -310,18 +316,26 @@ fn run(a: RunArgs) -> Result<()> {
         for k in 0..n {
             let policy = &policies[(k + round as usize) % n];
             bar.set_message(format!("round {round} {policy}"));
-            let (jobs, span) = if policy == "default" {
-                run_trace(&me, &trace, workers, None, &bar)?
+            let (jobs, span, probe) = if policy == "default" {
+                let before = speed_probe();
+                let (jobs, span) = run_trace(&me, &trace, workers, None, &bar)?;
+                (jobs, span, (before, speed_probe()))
             } else {
                 let log = a.out.join(format!("scx_tailctl-{policy}-{round}.log"));
                 let mut extra = a.scx_args.clone();
                 if policy != "off" {
                     extra.push(format!("--allot={policy}"));
+                    if a.allot_trace {
+                        let trace = a.out.join(format!("allot-trace-{policy}-{round}.csv"));
+                        extra.push(format!("--allot-trace={}", trace.display()));
+                    }
                 }
                 let scx = ScxProc::start(&scx_bin, &a.scx_socket, &extra, &log)?;
-                let r = run_trace(&me, &trace, workers, Some(&a.scx_socket), &bar)?;
+                let before = speed_probe();
+                let (jobs, span) = run_trace(&me, &trace, workers, Some(&a.scx_socket), &bar)?;
+                let after = speed_probe();
                 drop(scx);
-                r
+                (jobs, span, (before, after))
             };
             let unregistered = jobs.iter().filter(|j| !j.registered).count();
             if policy != "default" && unregistered > 0 {
@@ -330,7 +344,9 @@ fn run(a: RunArgs) -> Result<()> {
                     jobs.len()
                 ));
             }
-            runs.push(PolicyRun::new(policy, round, jobs, span, cores));
+            runs.push(
+                PolicyRun::new(policy, round, jobs, span, cores).with_probe(probe.0, probe.1),
+            );
         }
     }
     bar.finish_and_clear();
