@@ -9,7 +9,8 @@
 //! `Q′` the total at its end ([`JobView::queued_now`]). `β = 2` is the paper's exploration
 //! parameter. The paper's `α` is the fraction of the possible steal attempts that were made
 //! (more samples, more weight to `Q`): a controller that counts attempts reports it in
-//! [`JobView::queued_alpha`] (the simulator does); otherwise we use the constant [`ALPHA`]
+//! [`JobView::queued_alpha`] (the simulator does, and the daemon from the kernel's stealing time);
+//! otherwise we use the constant [`ALPHA`]
 //! `= 0.5`, and the controller reports `Q = Q′` when there were no steal attempts, which is the
 //! paper's `α = 0` case. A job seen for the first time asks for 1 core
 //! ("the processor desire for the first quantum is fixed to be 1, since the job usually starts

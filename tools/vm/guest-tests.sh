@@ -45,8 +45,11 @@ log() { echo "[guest $kver] $*"; }
 
 sched_pid=""
 # Start the scheduler and wait until the kernel reports it enabled.
+# SCHED_ARGS (split on spaces) go after each test's own flags, e.g.
+# SCHED_ARGS="--saws-u kernel" for the allotment tests.
 start_sched() {
-  "$bin" "$@" >"$out/sched.log" 2>&1 &
+  # shellcheck disable=SC2086
+  "$bin" "$@" ${SCHED_ARGS:-} >"$out/sched.log" 2>&1 &
   sched_pid=$!
   # Up to 5 min: verifying the program took 1-2.5 min under single-threaded
   # TCG on a busy host before the release loops became global subprograms

@@ -80,6 +80,37 @@ pub struct Config {
     /// `--request-shares`: `apply_allot` also shares the allotment among the
     /// job's requests, so it must run every round even when nothing changed.
     pub request_shares: bool,
+    /// `--saws-u`: where SAWS's `u` comes from.
+    pub saws_u: SawsU,
+}
+
+/// Where the controller takes SAWS's `u` from (`--saws-u`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum SawsU {
+    /// The runtime's steal counters in the region: successful searches over
+    /// all searches (SAWS §4.2, what a user-level runtime alone can count).
+    #[default]
+    Steals,
+    /// The kernel's accounting: working time over working plus stealing time
+    /// of the job's threads (SAWS's Eq. 1).
+    Kernel,
+}
+
+/// SAWS's `α` over one reading window (§4.2: steal attempts made over the most
+/// the allotted cores could have made). Every core of a job that is not
+/// working steals, and attempts take about the same time each, so the ratio
+/// is the stealing core-time over the allotted core-time: `steal_ns / (allot ·
+/// window_ns)`, in [0, 1]. `None` without an allotment or a window.
+pub fn saws_alpha(steal_ns: u64, allot: u32, window_ns: u64) -> Option<f64> {
+    let possible = allot as f64 * window_ns as f64;
+    (possible > 0.0).then(|| (steal_ns as f64 / possible).clamp(0.0, 1.0))
+}
+
+/// SAWS's `u` from the kernel's accounting: working over working plus stealing
+/// core-time; `None` when the job's threads did neither.
+pub fn kernel_u(work_ns: u64, steal_ns: u64) -> Option<f64> {
+    let busy = work_ns as f64 + steal_ns as f64;
+    (busy > 0.0).then(|| work_ns as f64 / busy)
 }
 
 /// The maps and the program the controller uses (its own handles), and
@@ -99,7 +130,7 @@ pub struct Handles {
 /// clock of the kernel's and the services' stamps); `quantum` is 1 for a
 /// quantum round, 0 for one run for a job start or exit; `allot_before` is the
 /// allotment the job had going into the round.
-pub const TRACE_HEADER: &str = "seq,round_ns,quantum,slot,owner,runnable,work_ns,steal_ns,steal_success,queued_avg,queued_now,demand,allot_before,allot";
+pub const TRACE_HEADER: &str = "seq,round_ns,quantum,slot,owner,runnable,work_ns,steal_ns,steal_success,queued_avg,queued_now,alpha,demand,allot_before,allot";
 
 /// The per-round trace: buffered and flushed about once a second (a write
 /// per round would put a syscall, on a VM's shared folder a round trip to the
@@ -202,6 +233,9 @@ struct Known {
     desire: Option<u32>,
     work_ns: u64,
     steal_ns: u64,
+    /// CLOCK_MONOTONIC of the reading `work_ns` and `steal_ns` come from
+    /// (0: none yet).
+    read_ns: u64,
     /// The region's steal counters (summed over workers) at the last round.
     steals: u64,
     failed_steals: u64,
@@ -615,11 +649,25 @@ impl Loop {
                     a.runnable,
                 )
             });
+            let now_ns = monotonic_ns();
+            // α over the window since the last reading (a job's first reading
+            // has none: the policy's constant).
+            let alpha = match (acct, k.read_ns) {
+                (Some(_), read) if read > 0 => {
+                    saws_alpha(steal, k.allot, now_ns.saturating_sub(read))
+                }
+                _ => None,
+            };
             if let Some(a) = acct {
                 k.work_ns = a.work_ns;
                 k.steal_ns = a.steal_ns;
+                k.read_ns = now_ns;
             }
-            let steal_success = inputs.steal_success(k.steals, k.failed_steals);
+            let steal_success = match (self.cfg.saws_u, acct) {
+                (SawsU::Kernel, Some(_)) => kernel_u(work, steal)
+                    .unwrap_or_else(|| inputs.steal_success(k.steals, k.failed_steals)),
+                _ => inputs.steal_success(k.steals, k.failed_steals),
+            };
             let queued_avg = inputs.queued_avg(k.steals, k.failed_steals, k.stealable_seen);
             k.steals = inputs.steals;
             k.failed_steals = inputs.failed_steals;
@@ -639,8 +687,7 @@ impl Loop {
                 steal_success,
                 queued_avg,
                 queued_now: inputs.stealable as f64,
-                // The runtime's counters give attempts but not the most it could have made.
-                queued_alpha: None,
+                queued_alpha: alpha,
             });
             // No region (a cgroup job, --job): its runnable threads are its demand.
             demands.push(if inputs.workers > 0 {
@@ -670,7 +717,7 @@ impl Loop {
             self.trace.write(|w| {
                 writeln!(
                     w,
-                    "{seq},{round_ns},{},{},{id},{},{},{},{:.3},{:.3},{:.0},{},{},{want}",
+                    "{seq},{round_ns},{},{},{id},{},{},{},{:.3},{:.3},{:.0},{},{},{},{want}",
                     quantum as u8,
                     k.slot,
                     v.runnable,
@@ -679,6 +726,7 @@ impl Loop {
                     v.steal_success,
                     v.queued_avg,
                     v.queued_now,
+                    v.queued_alpha.map_or("-".into(), |a| format!("{a:.3}")),
                     demands[i],
                     k.allot
                 )
@@ -844,6 +892,26 @@ mod tests {
         assert_eq!((i.stealable, i.demand()), (16, 8));
         assert_eq!(Inputs::from_header(REGION_MAGIC, 8, 2, 5, 3).stealable, 5);
         assert_eq!(Inputs::from_header(REGION_MAGIC, 8, 3, 0, 2).stealable, 0);
+    }
+
+    #[test]
+    fn alpha_is_the_stealing_share_of_the_allotted_core_time() {
+        // 2 cores for 10 ms, 5 ms of it stealing: a quarter of the attempts it could have made.
+        assert_eq!(saws_alpha(5_000_000, 2, 10_000_000), Some(0.25));
+        // More stealing than allotted (it borrowed lent CPUs): at most 1.
+        assert_eq!(saws_alpha(50_000_000, 1, 10_000_000), Some(1.0));
+        assert_eq!(saws_alpha(0, 1, 10_000_000), Some(0.0));
+        // No allotment or no window: the policy's constant.
+        assert_eq!(saws_alpha(5, 0, 10_000_000), None);
+        assert_eq!(saws_alpha(5, 4, 0), None);
+    }
+
+    #[test]
+    fn kernel_u_is_working_over_busy_time() {
+        assert_eq!(kernel_u(3_000_000, 1_000_000), Some(0.75));
+        assert_eq!(kernel_u(1, 0), Some(1.0));
+        assert_eq!(kernel_u(0, 0), None);
+        assert_eq!(kernel_u(u64::MAX, u64::MAX), Some(0.5));
     }
 
     #[test]

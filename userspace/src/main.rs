@@ -117,6 +117,15 @@ struct Opts {
     #[arg(long, default_value = "10ms", value_parser = parse_duration)]
     quantum: Duration,
 
+    /// Where `--allot deq` takes SAWS's `u` (the busy fraction of a job's
+    /// cores) from: `steals`, the runtime's steal counters in the job's region
+    /// (SAWS's implementable form: successful searches over all searches), or
+    /// `kernel`, the kernel's own accounting of the job's working and stealing
+    /// CPU time over the quantum (SAWS's Eq. 1 exactly; a job without a region
+    /// uses it either way).
+    #[arg(long, value_enum, default_value = "steals")]
+    saws_u: allot::SawsU,
+
     /// With --allot: write the controller's rounds to FILE as CSV, one line
     /// per job per round (what the policy saw, the allotment before and
     /// after; columns in the first line). For seeing how fast allotments
@@ -439,6 +448,7 @@ impl<'a> Scheduler<'a> {
                     policy: opts.allot,
                     quantum: opts.quantum,
                     request_shares: opts.request_shares,
+                    saws_u: opts.saws_u,
                 },
                 allot::Handles {
                     services: libbpf_rs::MapHandle::try_from(&skel.maps.services)?,
