@@ -302,6 +302,71 @@ pub struct PolicyRun {
     /// long ran on a guest half as fast.
     #[serde(default)]
     pub probe_s: Option<f64>,
+    /// Where the machine's CPUs went during the run, in cores (from `/proc/stat`: `idle`,
+    /// `user`, `system`, `other`); `None` where it could not be read.
+    #[serde(default)]
+    pub machine_cores: Option<CpuSplit>,
+}
+
+/// The machine's CPU time over an interval, in cores (CPU-seconds per second), from two readings
+/// of `/proc/schedstat` (each CPU's time running tasks, in ns, kept by the scheduler on every
+/// switch; `/proc/stat`'s tick samples lose ticks under TCG: they summed to 2.3-2.6 of 4 CPUs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuSplit {
+    /// CPUs running tasks (any task, the scheduler's daemon included).
+    pub busy: f64,
+    /// CPUs idle: the machine's CPUs minus `busy`.
+    pub idle: f64,
+}
+
+/// One reading of `/proc/schedstat`: (CPUs, their summed time running tasks in ns).
+pub fn read_cpu_run_ns() -> Option<(u32, u64)> {
+    parse_schedstat(&std::fs::read_to_string("/proc/schedstat").ok()?)
+}
+
+/// Parses `/proc/schedstat`'s text: the number of `cpuN` lines and the sum of their 7th
+/// field (time spent running tasks, ns).
+///
+/// ```
+/// use tailctl_workloads::jobs::parse_schedstat;
+/// let t = "version 15\ntimestamp 1\ncpu0 0 0 9 3 5 2 1000 50 7\ndomain0 3 ...\ncpu1 0 0 9 3 5 2 500 50 7\n";
+/// assert_eq!(parse_schedstat(t), Some((2, 1500)));
+/// assert_eq!(parse_schedstat("version 15\n"), None);
+/// ```
+pub fn parse_schedstat(text: &str) -> Option<(u32, u64)> {
+    let (mut cpus, mut run) = (0u32, 0u64);
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        match f.next() {
+            Some(c) if c.starts_with("cpu") && c[3..].parse::<u32>().is_ok() => {
+                run = run.saturating_add(f.nth(6)?.parse().ok()?);
+                cpus += 1;
+            }
+            _ => {}
+        }
+    }
+    (cpus > 0).then_some((cpus, run))
+}
+
+impl CpuSplit {
+    /// The split between two readings of [`read_cpu_run_ns`] `wall_s` seconds apart.
+    ///
+    /// ```
+    /// use tailctl_workloads::jobs::CpuSplit;
+    /// // 4 CPUs, 10 s, 30 CPU-seconds of running: 3 busy, 1 idle.
+    /// let s = CpuSplit::between((4, 5_000_000_000), (4, 35_000_000_000), 10.0).unwrap();
+    /// assert_eq!((s.busy, s.idle), (3.0, 1.0));
+    /// ```
+    pub fn between(before: (u32, u64), after: (u32, u64), wall_s: f64) -> Option<Self> {
+        if wall_s <= 0.0 || before.0 != after.0 {
+            return None;
+        }
+        let busy = after.1.saturating_sub(before.1) as f64 / 1e9 / wall_s;
+        Some(Self {
+            busy,
+            idle: (after.0 as f64 - busy).max(0.0),
+        })
+    }
 }
 
 impl PolicyRun {
@@ -336,6 +401,7 @@ impl PolicyRun {
             span_s,
             jobs,
             probe_s: None,
+            machine_cores: None,
         }
     }
 
@@ -395,6 +461,10 @@ pub struct PolicySummary {
     /// probe (the guest's speed during it); `None` without probes.
     #[serde(default)]
     pub vs_baseline_per_probe: Option<f64>,
+    /// Median over rounds of the machine's idle CPUs during the run (cores); `None` without
+    /// readings.
+    #[serde(default)]
+    pub idle_cores: Option<f64>,
     /// Jobs (over all rounds) whose pool was registered with scx_tailctl when it
     /// finished, and all jobs: an unregistered job was not allotted.
     #[serde(default)]
@@ -458,6 +528,10 @@ impl JobsReport {
                     .filter(|_| fastest.is_finite())
                     .map(|p| p / fastest)
                     .collect();
+                let idle: Vec<f64> = runs
+                    .iter()
+                    .filter_map(|r| r.machine_cores.map(|m| m.idle))
+                    .collect();
                 PolicySummary {
                     policy: p.to_string(),
                     rounds: runs.len(),
@@ -467,6 +541,7 @@ impl JobsReport {
                     vs_baseline: (!paired.is_empty()).then(|| median(paired)),
                     slowdown: (!slowdowns.is_empty()).then(|| median(slowdowns)),
                     vs_baseline_per_probe: (!per_probe.is_empty()).then(|| median(per_probe)),
+                    idle_cores: (!idle.is_empty()).then(|| median(idle)),
                     registered_jobs: (
                         runs.iter()
                             .flat_map(|r| &r.jobs)
@@ -482,19 +557,20 @@ impl JobsReport {
     /// The summary as a Markdown table.
     pub fn table_md(&self) -> String {
         let mut s = format!(
-            "{}\n\n| policy | rounds | mean response (s) | p95 response (s) | utilisation | mean vs {b} (paired) | guest slowdown (probe) | mean vs {b}, per probe (paired) | jobs registered |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            "{}\n\n| policy | rounds | mean response (s) | p95 response (s) | utilisation | idle CPUs | mean vs {b} (paired) | guest slowdown (probe) | mean vs {b}, per probe (paired) | jobs registered |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
             self.config,
             b = self.baseline
         );
         let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:+.1}%", v * 100.0));
         for r in self.summary() {
             s += &format!(
-                "| {} | {} | {:.3} | {:.3} | {:.2} | {} | {} | {} | {}/{} |\n",
+                "| {} | {} | {:.3} | {:.3} | {:.2} | {} | {} | {} | {} | {}/{} |\n",
                 r.policy,
                 r.rounds,
                 r.mean_response_s,
                 r.p95_response_s,
                 r.utilisation,
+                r.idle_cores.map_or("-".into(), |v| format!("{v:.2}")),
                 pct(r.vs_baseline),
                 r.slowdown.map_or("-".into(), |v| format!("{v:.2}x")),
                 pct(r.vs_baseline_per_probe),

@@ -27,7 +27,8 @@ use serde_json::json;
 use tailctl_rt::kernel::link::AssistedPool;
 use tailctl_rt::{Policy, Pool};
 use tailctl_workloads::jobs::{
-    poisson_trace, speed_probe, JobKind, JobResult, JobSpec, JobsReport, PolicyRun,
+    poisson_trace, read_cpu_run_ns, speed_probe, CpuSplit, JobKind, JobResult, JobSpec, JobsReport,
+    PolicyRun,
 };
 use tailctl_workloads::scx::{check_can_load, ScxProc};
 
@@ -208,8 +209,9 @@ fn run_trace(
     workers: usize,
     socket: Option<&PathBuf>,
     bar: &indicatif::ProgressBar,
-) -> Result<(Vec<JobResult>, f64)> {
+) -> Result<(Vec<JobResult>, f64, Option<CpuSplit>)> {
     let t0 = Instant::now();
+    let run0 = read_cpu_run_ns();
     let results = Arc::new(Mutex::new(Vec::new()));
     std::thread::scope(|s| {
         for (i, spec) in trace.iter().enumerate() {
@@ -224,10 +226,14 @@ fn run_trace(
         }
     });
     let span = t0.elapsed().as_secs_f64();
+    let split = match (run0, read_cpu_run_ns()) {
+        (Some(a), Some(b)) => CpuSplit::between(a, b, span),
+        _ => None,
+    };
     let mut rs = std::mem::take(&mut *results.lock().unwrap());
     rs.sort_by_key(|(i, _)| *i);
     let jobs = rs.into_iter().map(|(_, r)| r).collect::<Result<Vec<_>>>()?;
-    Ok((jobs, span))
+    Ok((jobs, span, split))
 }
 
 fn run(a: RunArgs) -> Result<()> {
@@ -316,10 +322,10 @@ fn run(a: RunArgs) -> Result<()> {
         for k in 0..n {
             let policy = &policies[(k + round as usize) % n];
             bar.set_message(format!("round {round} {policy}"));
-            let (jobs, span, probe) = if policy == "default" {
+            let (jobs, span, split, probe) = if policy == "default" {
                 let before = speed_probe();
-                let (jobs, span) = run_trace(&me, &trace, workers, None, &bar)?;
-                (jobs, span, (before, speed_probe()))
+                let (jobs, span, split) = run_trace(&me, &trace, workers, None, &bar)?;
+                (jobs, span, split, (before, speed_probe()))
             } else {
                 let log = a.out.join(format!("scx_tailctl-{policy}-{round}.log"));
                 let mut extra = a.scx_args.clone();
@@ -332,10 +338,11 @@ fn run(a: RunArgs) -> Result<()> {
                 }
                 let scx = ScxProc::start(&scx_bin, &a.scx_socket, &extra, &log)?;
                 let before = speed_probe();
-                let (jobs, span) = run_trace(&me, &trace, workers, Some(&a.scx_socket), &bar)?;
+                let (jobs, span, split) =
+                    run_trace(&me, &trace, workers, Some(&a.scx_socket), &bar)?;
                 let after = speed_probe();
                 drop(scx);
-                (jobs, span, (before, after))
+                (jobs, span, split, (before, after))
             };
             let unregistered = jobs.iter().filter(|j| !j.registered).count();
             if policy != "default" && unregistered > 0 {
@@ -344,9 +351,10 @@ fn run(a: RunArgs) -> Result<()> {
                     jobs.len()
                 ));
             }
-            runs.push(
-                PolicyRun::new(policy, round, jobs, span, cores).with_probe(probe.0, probe.1),
-            );
+            let mut run =
+                PolicyRun::new(policy, round, jobs, span, cores).with_probe(probe.0, probe.1);
+            run.machine_cores = split;
+            runs.push(run);
         }
     }
     bar.finish_and_clear();
