@@ -552,9 +552,15 @@ impl<'a> Scheduler<'a> {
     fn run(&mut self, shutdown: Arc<AtomicBool>) -> Result<UserExitInfo> {
         let (res_ch, req_ch) = self.stats_server.channels();
         while !shutdown.load(Ordering::Relaxed) && !self.exited() {
-            match req_ch.recv_timeout(Duration::from_millis(250)) {
+            // Polled with a sleep, not a blocking receive with a timeout: in the
+            // guest, with registered services keeping every CPU busy, the
+            // channel's timed receive never blocked (0 voluntary context
+            // switches in 10 s) and this thread ran 98% of a CPU. A stats
+            // request waits at most one poll (50 ms; `--stats` asks once a
+            // second).
+            match req_ch.try_recv() {
                 Ok(()) => res_ch.send(self.metrics()?)?,
-                Err(e) if e.is_timeout() => {}
+                Err(e) if e.is_empty() => std::thread::sleep(Duration::from_millis(50)),
                 Err(e) => Err(e)?,
             }
         }

@@ -306,6 +306,10 @@ pub struct PolicyRun {
     /// `user`, `system`, `other`); `None` where it could not be read.
     #[serde(default)]
     pub machine_cores: Option<CpuSplit>,
+    /// CPU seconds each thread of the scx_tailctl daemon ran during the run (`name/tid`,
+    /// busiest first); empty under the default scheduler.
+    #[serde(default)]
+    pub daemon_cpu_s: Vec<(String, f64)>,
 }
 
 /// The machine's CPU time over an interval, in cores (CPU-seconds per second), from two readings
@@ -402,6 +406,7 @@ impl PolicyRun {
             jobs,
             probe_s: None,
             machine_cores: None,
+            daemon_cpu_s: Vec::new(),
         }
     }
 

@@ -91,6 +91,49 @@ impl ScxProc {
             log.display()
         )
     }
+
+    /// The daemon's CPU time so far, per thread (tid, name, ns running), from
+    /// `/proc/PID/task/*/schedstat` (the scheduler's own accounting); empty
+    /// where it cannot be read.
+    pub fn thread_cpu_ns(&self) -> Vec<(u32, String, u64)> {
+        let dir = format!("/proc/{}/task", self.child.id());
+        let Ok(tasks) = std::fs::read_dir(&dir) else {
+            return Vec::new();
+        };
+        tasks
+            .flatten()
+            .filter_map(|t| {
+                let tid = t.file_name().to_str()?.parse().ok()?;
+                let ns = std::fs::read_to_string(t.path().join("schedstat"))
+                    .ok()?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()?;
+                let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+                Some((tid, name.trim().to_string(), ns))
+            })
+            .collect()
+    }
+}
+
+/// CPU seconds each daemon thread ran between two readings of
+/// [`ScxProc::thread_cpu_ns`] (threads born in between count from 0), named
+/// `name/tid` and sorted, busiest first.
+pub fn thread_cpu_between(
+    before: &[(u32, String, u64)],
+    after: &[(u32, String, u64)],
+) -> Vec<(String, f64)> {
+    let mut v: Vec<(String, f64)> = after
+        .iter()
+        .map(|(tid, name, ns)| {
+            let was = before.iter().find(|(t, _, _)| t == tid).map_or(0, |b| b.2);
+            (format!("{name}/{tid}"), ns.saturating_sub(was) as f64 / 1e9)
+        })
+        .filter(|(_, s)| *s > 0.0)
+        .collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1));
+    v
 }
 
 impl Drop for ScxProc {

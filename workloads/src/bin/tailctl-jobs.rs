@@ -30,7 +30,7 @@ use tailctl_workloads::jobs::{
     poisson_trace, read_cpu_run_ns, speed_probe, CpuSplit, JobKind, JobResult, JobSpec, JobsReport,
     PolicyRun,
 };
-use tailctl_workloads::scx::{check_can_load, ScxProc};
+use tailctl_workloads::scx::{check_can_load, thread_cpu_between, ScxProc};
 
 #[derive(Parser)]
 #[command(
@@ -322,10 +322,10 @@ fn run(a: RunArgs) -> Result<()> {
         for k in 0..n {
             let policy = &policies[(k + round as usize) % n];
             bar.set_message(format!("round {round} {policy}"));
-            let (jobs, span, split, probe) = if policy == "default" {
+            let (jobs, span, split, probe, daemon) = if policy == "default" {
                 let before = speed_probe();
                 let (jobs, span, split) = run_trace(&me, &trace, workers, None, &bar)?;
-                (jobs, span, split, (before, speed_probe()))
+                (jobs, span, split, (before, speed_probe()), Vec::new())
             } else {
                 let log = a.out.join(format!("scx_tailctl-{policy}-{round}.log"));
                 let mut extra = a.scx_args.clone();
@@ -338,11 +338,13 @@ fn run(a: RunArgs) -> Result<()> {
                 }
                 let scx = ScxProc::start(&scx_bin, &a.scx_socket, &extra, &log)?;
                 let before = speed_probe();
+                let d0 = scx.thread_cpu_ns();
                 let (jobs, span, split) =
                     run_trace(&me, &trace, workers, Some(&a.scx_socket), &bar)?;
+                let daemon = thread_cpu_between(&d0, &scx.thread_cpu_ns());
                 let after = speed_probe();
                 drop(scx);
-                (jobs, span, split, (before, after))
+                (jobs, span, split, (before, after), daemon)
             };
             let unregistered = jobs.iter().filter(|j| !j.registered).count();
             if policy != "default" && unregistered > 0 {
@@ -354,6 +356,7 @@ fn run(a: RunArgs) -> Result<()> {
             let mut run =
                 PolicyRun::new(policy, round, jobs, span, cores).with_probe(probe.0, probe.1);
             run.machine_cores = split;
+            run.daemon_cpu_s = daemon;
             runs.push(run);
         }
     }
