@@ -318,9 +318,9 @@ test_isolation() {
   done
   stop_sched || { fail isolation "scheduler exit non-zero after rogue"; return; }
   local cpu tput
-  # Medians of three interleaved pairs, as in `fuzz` (one hog sample drifts
-  # by about +-35% under single-threaded TCG).
-  cpu=$(median_ratio "$twin" "$rogue"); tput=$(median_ratio "$tr" "$rr")
+  # The median of three interleaved pairs' ratios, as in `fuzz` (one hog
+  # sample drifts by about +-35% under single-threaded TCG).
+  cpu=$(paired_ratio "$twin" "$rogue"); tput=$(paired_ratio "$tr" "$rr")
   at_least "$cpu" 0.9 || { fail isolation "an unregistered neighbour got $cpu x its CPU beside the rogue (shares beside twin: $twin, beside rogue: $rogue; $detail)"; return; }
   # The registered neighbour's throughput is reported, not asserted: without
   # the warm-up above it ranged from 0.29x to 276x between runs, the first
