@@ -676,27 +676,37 @@ mod tests {
         assert!(pool.submit(|| matmul(16)).wait().unwrap() > 0);
     }
 
-    #[test]
-    fn summary_pairs_rounds_against_the_baseline() {
-        let j = |r: f64| JobResult {
+    /// A registered fib job that took `response_s`.
+    fn job(response_s: f64) -> JobResult {
+        JobResult {
             kind: JobKind::Fib,
             size: 20,
-            response_s: r,
+            response_s,
             cpu_s: 1.0,
             registered: true,
-        };
-        let report = JobsReport {
+        }
+    }
+
+    /// A report of `runs` on 2 cores, compared with `equi`.
+    fn against_equi(runs: Vec<PolicyRun>) -> JobsReport {
+        JobsReport {
             config: "t".into(),
             command: "c".into(),
             cores: 2,
             baseline: "equi".into(),
-            runs: vec![
-                PolicyRun::new("equi", 0, vec![j(2.0)], 2.0, 2),
-                PolicyRun::new("deq", 0, vec![j(1.0)], 2.0, 2),
-                PolicyRun::new("equi", 1, vec![j(4.0)], 2.0, 2),
-                PolicyRun::new("deq", 1, vec![j(3.0)], 2.0, 2),
-            ],
-        };
+            runs,
+        }
+    }
+
+    #[test]
+    fn summary_pairs_rounds_against_the_baseline() {
+        let j = job;
+        let report = against_equi(vec![
+            PolicyRun::new("equi", 0, vec![j(2.0)], 2.0, 2),
+            PolicyRun::new("deq", 0, vec![j(1.0)], 2.0, 2),
+            PolicyRun::new("equi", 1, vec![j(4.0)], 2.0, 2),
+            PolicyRun::new("deq", 1, vec![j(3.0)], 2.0, 2),
+        ]);
         let s = report.summary();
         assert_eq!(s[0].policy, "equi");
         assert_eq!(s[0].vs_baseline, Some(0.0));
@@ -709,27 +719,15 @@ mod tests {
 
     #[test]
     fn the_probe_takes_the_guest_speed_out_of_the_pairing() {
-        let j = |r: f64| JobResult {
-            kind: JobKind::Fib,
-            size: 20,
-            response_s: r,
-            cpu_s: 1.0,
-            registered: true,
-        };
+        let j = job;
         // Round 0: deq ran on a guest twice as slow (probe 2.0 vs 1.0) and took twice as long:
         // +100% raw, +0% per probe. Round 1: same speed, deq 10% faster.
-        let report = JobsReport {
-            config: "t".into(),
-            command: "c".into(),
-            cores: 2,
-            baseline: "equi".into(),
-            runs: vec![
-                PolicyRun::new("equi", 0, vec![j(2.0)], 2.0, 2).with_probe(1.0, 1.0),
-                PolicyRun::new("deq", 0, vec![j(4.0)], 2.0, 2).with_probe(1.5, 2.5),
-                PolicyRun::new("equi", 1, vec![j(2.0)], 2.0, 2).with_probe(1.0, 1.0),
-                PolicyRun::new("deq", 1, vec![j(1.8)], 2.0, 2).with_probe(1.0, 1.0),
-            ],
-        };
+        let report = against_equi(vec![
+            PolicyRun::new("equi", 0, vec![j(2.0)], 2.0, 2).with_probe(1.0, 1.0),
+            PolicyRun::new("deq", 0, vec![j(4.0)], 2.0, 2).with_probe(1.5, 2.5),
+            PolicyRun::new("equi", 1, vec![j(2.0)], 2.0, 2).with_probe(1.0, 1.0),
+            PolicyRun::new("deq", 1, vec![j(1.8)], 2.0, 2).with_probe(1.0, 1.0),
+        ]);
         let s = report.summary();
         assert_eq!(s[1].vs_baseline, Some((1.0 - 0.1) / 2.0));
         let per_probe = s[1].vs_baseline_per_probe.unwrap();
