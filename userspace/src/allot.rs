@@ -649,19 +649,19 @@ impl Loop {
                     a.runnable,
                 )
             });
-            let now_ns = monotonic_ns();
             // α over the window since the last reading (a job's first reading
-            // has none: the policy's constant).
+            // has none: the policy's constant), timed by the round's one
+            // clock reading.
             let alpha = match (acct, k.read_ns) {
                 (Some(_), read) if read > 0 => {
-                    saws_alpha(steal, k.allot, now_ns.saturating_sub(read))
+                    saws_alpha(steal, k.allot, round_ns.saturating_sub(read))
                 }
                 _ => None,
             };
             if let Some(a) = acct {
                 k.work_ns = a.work_ns;
                 k.steal_ns = a.steal_ns;
-                k.read_ns = now_ns;
+                k.read_ns = round_ns;
             }
             let steal_success = match (self.cfg.saws_u, acct) {
                 (SawsU::Kernel, Some(_)) => kernel_u(work, steal)
