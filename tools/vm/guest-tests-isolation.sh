@@ -193,7 +193,10 @@ at_least() { $PY -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.a
 # sample and the other's low one from different pairs (7.3, session 12: pairs
 # 1.00 / 0.86 / 1.00, medians' ratio 0.865, the neighbour at or above its fair
 # share 1.33 beside the rogue in all three).
-paired_ratio() { $PY -c 'import sys, statistics as st; a=[float(x) for x in sys.argv[1].split()]; b=[float(x) for x in sys.argv[2].split()]; print(round(st.median([y / x for x, y in zip(a, b) if x > 0] or [0.0]), 3))' "$1" "$2"; }
+# With a third argument CAP, each BASE[i] counts as at most CAP (a fair share:
+# what a neighbour got above it beside the twin was CPU the twin left unused,
+# not something a rogue owes it).
+paired_ratio() { $PY -c 'import sys, statistics as st; cap=float(sys.argv[3]) if len(sys.argv) > 3 else float("inf"); a=[min(float(x), cap) for x in sys.argv[1].split()]; b=[float(x) for x in sys.argv[2].split()]; print(round(st.median([y / x for x, y in zip(a, b) if x > 0] or [0.0]), 3))' "$@"; }
 
 # A service writing random bytes and random coherent values (valid magic, its
 # own and other processes' tids, tags that match their slots, tiny

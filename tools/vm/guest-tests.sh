@@ -319,9 +319,15 @@ test_isolation() {
   stop_sched || { fail isolation "scheduler exit non-zero after rogue"; return; }
   local cpu tput
   # The median of three interleaved pairs' ratios, as in `fuzz` (one hog
-  # sample drifts by about +-35% under single-threaded TCG).
-  cpu=$(paired_ratio "$twin" "$rogue"); tput=$(paired_ratio "$tr" "$rr")
-  at_least "$cpu" 0.9 || { fail isolation "an unregistered neighbour got $cpu x its CPU beside the rogue (shares beside twin: $twin, beside rogue: $rogue; $detail)"; return; }
+  # sample drifts by about +-35% under single-threaded TCG). The baseline is
+  # the neighbour's CPU beside the twin, but at most its fair share: 2 of the
+  # 6 spinning threads (the hog's 2, the service's 4: 2 workers, 2 idle ones
+  # yielding) on every CPU. Beside a twin whose requests stalled (16-27 per
+  # pair against 41-62, session 12) the neighbour got 1.52-1.58 CPUs of 4,
+  # above its 1.33, and 1.33-1.34 beside the rogue.
+  local fair; fair=$($PY -c 'import os; print(os.cpu_count() * 2 / 6)')
+  cpu=$(paired_ratio "$twin" "$rogue" "$fair"); tput=$(paired_ratio "$tr" "$rr")
+  at_least "$cpu" 0.9 || { fail isolation "an unregistered neighbour got $cpu x its CPU beside the rogue (shares beside twin: $twin, beside rogue: $rogue, fair share $fair; $detail)"; return; }
   # The registered neighbour's throughput is reported, not asserted: without
   # the warm-up above it ranged from 0.29x to 276x between runs, the first
   # serve of a boot running at 0.4x the later ones (92 vs 239 requests/s
@@ -329,8 +335,8 @@ test_isolation() {
   # it kept 0.97x and 0.60x of its alone throughput (4 vCPUs, 5 threads, so
   # 0.8x is its fair share). The issue's goal, the unregistered neighbour's
   # CPU, is asserted.
-  pass isolation "uid 65534 registered and served; beside a rogue / beside a benign twin: unregistered neighbour's CPU $cpu x, registered neighbour's throughput $tput x; scheduler alive" \
-    "\"unprivileged\": $nr, \"cpu_ratio\": $cpu, \"throughput_ratio\": $tput, \"shares\": \"$twin / $rogue\", \"rps\": \"$tr / $rr\", \"pairs\": \"$detail\""
+  pass isolation "uid 65534 registered and served; beside a rogue / beside a benign twin: unregistered neighbour's CPU $cpu x (beside the twin at most its fair share $fair), registered neighbour's throughput $tput x; scheduler alive" \
+    "\"unprivileged\": $nr, \"cpu_ratio\": $cpu, \"fair_share\": $fair, \"throughput_ratio\": $tput, \"shares\": \"$twin / $rogue\", \"rps\": \"$tr / $rr\", \"pairs\": \"$detail\""
 }
 
 # kill -9 the daemon in the middle of an open-loop load on a registered
