@@ -325,7 +325,7 @@ test_isolation() {
   # yielding) on every CPU. Beside a twin whose requests stalled (16-27 per
   # pair against 41-62, session 12) the neighbour got 1.52-1.58 CPUs of 4,
   # above its 1.33, and 1.33-1.34 beside the rogue.
-  local fair; fair=$($PY -c 'import os; print(os.cpu_count() * 2 / 6)')
+  local fair; fair=$($PY -c 'import os; print(round(os.cpu_count() * 2 / 6, 3))')
   cpu=$(paired_ratio "$twin" "$rogue" "$fair"); tput=$(paired_ratio "$tr" "$rr")
   at_least "$cpu" 0.9 || { fail isolation "an unregistered neighbour got $cpu x its CPU beside the rogue (shares beside twin: $twin, beside rogue: $rogue, fair share $fair; $detail)"; return; }
   # The registered neighbour's throughput is reported, not asserted: without
