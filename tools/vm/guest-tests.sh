@@ -11,7 +11,7 @@ set -uo pipefail
 bin=$(readlink -f "$1"); out=$2; shift 2
 ktest=$(dirname "$bin")/tailctl-ktest
 wl=$(dirname "$bin")
-all_tests=(load stress service serialize account isolation fault nosyscall experiment maps top
+all_tests=(load stress service serialize account isolation fault nosyscall daemonidle experiment maps top
            pinned greedy leaks races waitbound slotreuse tidreuse bindleak regversion regdos pidns fuzz
            allotequi allotexit allotstarve allotmug allotdeq allotcgdyn allotcgnest prioprompt priostarve priouser priocgroup
            llcqueues)
@@ -387,6 +387,45 @@ PY
 # Publication is plain stores into the mmapped region: a registered service
 # serving requests makes no bpf() system call at all (registration included:
 # the daemon creates the map, the service only mmaps the fd it is sent).
+# The daemon stays off the CPUs while registered services keep them all busy.
+# Until session 12 its main loop waited for stats requests with a timed
+# channel receive that, under exactly this load, never blocked: the thread ran
+# 98% of a CPU (0 voluntary context switches in 10 s), about 0.6 of the
+# guest's 4 CPUs taken from the services. Asserted: all its threads together
+# under 0.1 CPU over 8 s (one 6.18 boot: 0.774 with session 11's daemon,
+# 0.026 with the fix), with three registered jobs
+# bound and the CPUs busy.
+test_daemonidle() {
+  start_sched || { fail daemonidle "scheduler did not load"; return; }
+  local i pids="" a b busy0 busy1 t0 t1 bound
+  for i in 1 2 3; do
+    "$wl/tailctl-jobs" job --kind fib --size 44 --workers 4 --socket /run/tailctl/tailctl.sock >/dev/null 2>"$out/daemonidle-$i.err" &
+    pids+="$! "
+  done
+  sleep 3
+  # The daemon's CPU (every thread's run time, ns) and the machine's (/proc/schedstat).
+  daemon_ns() { cat /proc/"$sched_pid"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}'; }
+  cpus_ns() { awk '/^cpu[0-9]/ {s += $8} END {printf "%.0f\n", s}' /proc/schedstat; }
+  a=$(daemon_ns); busy0=$(cpus_ns); t0=$(date +%s%N)
+  sleep 8
+  b=$(daemon_ns); busy1=$(cpus_ns); t1=$(date +%s%N)
+  bound=$(grep -c "bound 4 workers" "$out/sched.log")
+  # shellcheck disable=SC2086
+  kill $pids 2>/dev/null; wait $pids 2>/dev/null
+  stop_sched || { fail daemonidle "scheduler exit non-zero"; return; }
+  local verdict
+  verdict=$($PY -c '
+import sys
+a, b, c0, c1, t0, t1, bound = (int(x) for x in sys.argv[1:8])
+wall = (t1 - t0) / 1e9
+d, busy = (b - a) / 1e9 / wall, (c1 - c0) / 1e9 / wall
+n = int(sys.argv[8])
+ok = d < 0.1 and bound >= 3 and busy > 0.75 * n
+print("ok" if ok else "bad", f"daemon {d:.3f} CPUs beside {bound} bound jobs, CPUs busy {busy:.2f} of {n} over {wall:.1f} s")
+' "$a" "$b" "$busy0" "$busy1" "$t0" "$t1" "$bound" "$(nproc)")
+  case "$verdict" in ok*) pass daemonidle "${verdict#ok }";; *) fail daemonidle "${verdict#bad } (wanted under 0.1, 3 jobs bound, 3/4 of the CPUs busy)";; esac
+}
+
 test_nosyscall() {
   start_sched || { fail nosyscall "scheduler did not load"; return; }
   local r
