@@ -43,7 +43,8 @@ if [ "$host_rc" != 0 ]; then bad "$((hf > 0 ? hf : 1))" "cargo test --workspace"
 fi
 
 if [ "${SKIP_VM:-0}" != 1 ]; then
-  cargo build -q -p scx_tailctl -p tailctl-tools || { bad 1 "building scx_tailctl"; }
+  # The guest tests run the workload binaries too (experiment, daemonidle).
+  cargo build -q -p scx_tailctl -p tailctl-tools -p tailctl-workloads || { bad 1 "building scx_tailctl"; }
 
   # A new machine has none of .cache/: provision into an empty temporary
   # cache (kernel packages come from .cache/downloads when their pinned
