@@ -322,10 +322,9 @@ fn run(a: RunArgs) -> Result<()> {
         for k in 0..n {
             let policy = &policies[(k + round as usize) % n];
             bar.set_message(format!("round {round} {policy}"));
-            let (jobs, span, split, probe, daemon) = if policy == "default" {
-                let before = speed_probe();
-                let (jobs, span, split) = run_trace(&me, &trace, workers, None, &bar)?;
-                (jobs, span, split, (before, speed_probe()), Vec::new())
+            // `default`: the default kernel scheduler, no scx_tailctl.
+            let scx = if policy == "default" {
+                None
             } else {
                 let log = a.out.join(format!("scx_tailctl-{policy}-{round}.log"));
                 let mut extra = a.scx_args.clone();
@@ -336,16 +335,18 @@ fn run(a: RunArgs) -> Result<()> {
                         extra.push(format!("--allot-trace={}", trace.display()));
                     }
                 }
-                let scx = ScxProc::start(&scx_bin, &a.scx_socket, &extra, &log)?;
-                let before = speed_probe();
-                let d0 = scx.thread_cpu_ns();
-                let (jobs, span, split) =
-                    run_trace(&me, &trace, workers, Some(&a.scx_socket), &bar)?;
-                let daemon = thread_cpu_between(&d0, &scx.thread_cpu_ns());
-                let after = speed_probe();
-                drop(scx);
-                (jobs, span, split, (before, after), daemon)
+                Some(ScxProc::start(&scx_bin, &a.scx_socket, &extra, &log)?)
             };
+            let before = speed_probe();
+            let d0 = scx.as_ref().map(ScxProc::thread_cpu_ns).unwrap_or_default();
+            let socket = scx.is_some().then_some(&a.scx_socket);
+            let (jobs, span, split) = run_trace(&me, &trace, workers, socket, &bar)?;
+            let daemon = scx
+                .as_ref()
+                .map(|s| thread_cpu_between(&d0, &s.thread_cpu_ns()))
+                .unwrap_or_default();
+            let after = speed_probe();
+            drop(scx);
             let unregistered = jobs.iter().filter(|j| !j.registered).count();
             if policy != "default" && unregistered > 0 {
                 bar.println(format!(
@@ -354,7 +355,7 @@ fn run(a: RunArgs) -> Result<()> {
                 ));
             }
             let mut run =
-                PolicyRun::new(policy, round, jobs, span, cores).with_probe(probe.0, probe.1);
+                PolicyRun::new(policy, round, jobs, span, cores).with_probe(before, after);
             run.machine_cores = split;
             run.daemon_cpu_s = daemon;
             runs.push(run);
