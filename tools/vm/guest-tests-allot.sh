@@ -383,7 +383,12 @@ test_allotdeq() {
   allot_jobs_json "$out/d1"; sleep 4; allot_jobs_json "$out/d2"
   local before; before=$(allot_cores "$out/d1" "$out/d2")
   local machine1; machine1=$(allot_machine "$out/d1" "$out/d2")
-  local low1; low1=$(echo "$before" | $PY -c 'import json,sys; d=json.load(sys.stdin).get(sys.argv[1]); print(d["allot"] if d else 0)' "$lp")
+  # Its phase-1 allotment: the smaller of the two dumps' (a dump can catch one of the few rounds
+  # that saw a queue for a moment and gave it 2; polling for "above 2" then never ends on 4 CPUs).
+  local low1; low1=$($PY -c '
+import json, sys
+a = [e["value"]["allot"] for p in sys.argv[2:] for e in json.load(open(p)) if e["value"]["owner"] & 0xffffffff == int(sys.argv[1])]
+print(min(a) if a else 0)' "$lp" "$out/d1.acct" "$out/d2.acct")
   # Until the low service is allotted more than in the first phase (or ~25 polls).
   local decided=""
   for _ in $(seq 1 25); do
@@ -451,8 +456,10 @@ if l1["own"] > l1["allot"] * 1.1 + 0.1:
 # Phase 2: the low service's load grew: its allotment rose, the busy one's fell.
 if not decided:
     why.append(f"the low service's allotment never rose above {l1['allot']} after its load grew")
-if l2["allot"] <= l1["allot"] or b2["allot"] >= b1["allot"]:
-    why.append(f"allotments after the growth {l2['allot']}/{b2['allot']} (before {l1['allot']}/{b1['allot']})")
+# Against each one's phase-1 mode from the trace: a dump's snapshot can be a one-round blip.
+bmode = collections.Counter(int(busy[s]["allot"]) for s in p1).most_common(1)[0][0] if p1 else b1["allot"]
+if l2["allot"] <= mode or b2["allot"] >= bmode:
+    why.append(f"allotments after the growth {l2['allot']}/{b2['allot']} (phase 1 mostly {mode}/{bmode})")
 if l2["allot"] + b2["allot"] > n:
     why.append(f"allotments {l2['allot']} + {b2['allot']} over {n} CPUs")
 # Rounds from the growth to the rise: the first round that started after the service stamped
