@@ -88,4 +88,4 @@ done
 kill -INT $S
 wait $S
 state=$(cat /sys/kernel/sched_ext/state)
-$PY "$here/regab_summary.py" "$O" "$ROUNDS" --sched-state "$state"
+$PY "$here/regab_summary.py" "$O" "$ROUNDS" --sched-state "$state" --command "tools/vm/regab-guest.sh BIN OUT $ROUNDS $RPS $N"
