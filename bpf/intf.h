@@ -374,7 +374,11 @@ struct tailctl_request_acct {
 struct tailctl_stats {
 	/* ops.enqueue calls. */
 	u64 enqueues;
-	/* Tasks inserted straight into a local DSQ because an idle CPU was found. */
+	/*
+	 * Tasks inserted straight into a local DSQ because an idle CPU was found
+	 * (unregistered: from ops.select_cpu; registered workers: from ops.enqueue,
+	 * past their cap and allotment).
+	 */
 	u64 direct_dispatches;
 	/* Tasks inserted into the shared vtime queue. */
 	u64 shared_enqueues;

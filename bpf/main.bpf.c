@@ -33,6 +33,10 @@
  *    threshold for the current number of active requests (header.active), the
  *    request is capped at alloc = 1 and SERIALIZED is set in its region slot,
  *    which the runtime reads as "not stealable".
+ *  - Wake-ups: a worker that ops.select_cpu woke onto an idle CPU (not a
+ *    sync wake-up) goes to that CPU's local DSQ from ops.enqueue once it
+ *    passed its request's cap and its job's allotment; the others go to the
+ *    vtime queue like any task.
  *  - Cap enforcement: a thread may be queued for a CPU only while holding one
  *    of its request's alloc tokens. Without one it waits in its service's
  *    throttle DSQ; ops.dispatch hands a freed token to the oldest waiter and
@@ -733,6 +737,8 @@ static __always_inline void unbind(struct task_ctx *tctx)
 	leave_wait(tctx);
 	tctx->bound = false;
 	tctx->cg = false;
+	/* ops.enqueue clears it only for a task it resolves: not left for a later binding. */
+	tctx->woke_idle = false;
 	tctx->svc = -1;
 	tctx->tag = NO_TAG;
 	tctx->overdue = false;
@@ -3244,8 +3250,15 @@ s32 BPF_STRUCT_OPS(tailctl_select_cpu, struct task_struct *p, s32 prev_cpu, u64 
 
 	cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
 	tctx = resolve_task(p);
+	/*
+	 * Remembered for ops.enqueue, which sends a registered worker that passes
+	 * its checks straight to this CPU. Not for a sync wake-up: there the
+	 * built-in picks the waker's own (busy) CPU, and two workers waking each
+	 * other would keep its local queue full, so that its ops.dispatch, and
+	 * any task that can run only there, never came.
+	 */
 	if (tctx)
-		tctx->woke_idle = is_idle;
+		tctx->woke_idle = is_idle && !(wake_flags & SCX_WAKE_SYNC);
 	/* A registered worker goes through enqueue, where its request's cap is checked. */
 	if (is_idle && !tctx) {
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
