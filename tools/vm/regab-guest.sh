@@ -13,11 +13,15 @@
 # clock-based, not tick-sampled), its context switches, migrations (/proc/PID/task/*/sched) and
 # the daemon's own CPU during the run.
 #
-# Usage (in the guest): regab-guest.sh BIN OUT [ROUNDS] [RPS] [REQUESTS]
+# With TARGET (6th argument, e.g. 150ms) tail-control serializes: registered, the kernel does it
+# on its exact CPU time; unregistered, the runtime does it on the wall clock. The tail-control
+# pair then compares kernel-assisted with user-space tail-control, paired by round.
+#
+# Usage (in the guest): regab-guest.sh BIN OUT [ROUNDS] [RPS] [REQUESTS] [TARGET]
 #   BIN: a directory with scx_tailctl, tailctl-server, tailctl-loadgen (a release build)
 #   OUT: where the per-run JSON (raw, not for the repository) and summary.json/table.md go
 set -u
-B=$1 O=$2 ROUNDS=${3:-5} RPS=${4:-110} N=${5:-2000}
+B=$1 O=$2 ROUNDS=${3:-5} RPS=${4:-110} N=${5:-2000} TARGET=${6:-10s}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$O"
 PY=python3
@@ -64,14 +68,15 @@ run() { # NAME SERVER-ARGS...
   local p=$!
   sleep 1.5
   snap $p "$O/$name.before"
-  "$B/tailctl-loadgen" --addr 127.0.0.1:7000 --trace "$O/trace.txt" --no-progress --json >"$O/$name.json" 2>/dev/null
+  "$B/tailctl-loadgen" --addr 127.0.0.1:7000 --trace "$O/trace.txt" --targets "$TARGET" --no-progress --json \
+    >"$O/$name.json" 2>/dev/null
   snap $p "$O/$name.after"
   kill $p
   wait $p 2>/dev/null
   echo "regab: $name done ($(date +%T))" >&2
 }
 
-loose=(--policy tc --distribution bing --rps "$RPS" --target 10s)
+loose=(--policy tc --distribution bing --rps "$RPS" --target "$TARGET")
 configs=(sf-unreg sf-reg tc-unreg tc-reg)
 for r in $(seq 1 "$ROUNDS"); do
   order=("${configs[@]}")
@@ -88,4 +93,5 @@ done
 kill -INT $S
 wait $S
 state=$(cat /sys/kernel/sched_ext/state)
-$PY "$here/regab_summary.py" "$O" "$ROUNDS" --sched-state "$state" --command "tools/vm/regab-guest.sh BIN OUT $ROUNDS $RPS $N"
+$PY "$here/regab_summary.py" "$O" "$ROUNDS" --sched-state "$state" --target "$TARGET" \
+  --command "tools/vm/regab-guest.sh BIN OUT $ROUNDS $RPS $N $TARGET"
