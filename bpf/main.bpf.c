@@ -3242,6 +3242,15 @@ __noinline int wake_preempt(u64 vtime, s32 target)
 
 /* ---- end of wake-up preemption -------------------------------------------- */
 
+/* @p woke onto idle CPU @cpu (its task_cpu): straight into that CPU's local DSQ. */
+static __always_inline void insert_local_idle(struct task_struct *p, s32 cpu, u64 enq_flags)
+{
+	scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
+	STAT_INC(direct_dispatches);
+	if (prio_active())
+		prio_decided(cpu);
+}
+
 s32 BPF_STRUCT_OPS(tailctl_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
 {
 	struct task_ctx *tctx;
@@ -3252,20 +3261,15 @@ s32 BPF_STRUCT_OPS(tailctl_select_cpu, struct task_struct *p, s32 prev_cpu, u64 
 	tctx = resolve_task(p);
 	/*
 	 * Remembered for ops.enqueue, which sends a registered worker that passes
-	 * its checks straight to this CPU. Not for a sync wake-up: there the
-	 * built-in picks the waker's own (busy) CPU, and two workers waking each
-	 * other would keep its local queue full, so that its ops.dispatch, and
-	 * any task that can run only there, never came.
+	 * its checks straight to this CPU. Not for a sync wake-up: for one the
+	 * built-in may pick the waker's own CPU, which is busy, not idle; such a
+	 * worker keeps the vtime queue's path, where any CPU may take it.
 	 */
 	if (tctx)
 		tctx->woke_idle = is_idle && !(wake_flags & SCX_WAKE_SYNC);
 	/* A registered worker goes through enqueue, where its request's cap is checked. */
-	if (is_idle && !tctx) {
-		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
-		STAT_INC(direct_dispatches);
-		if (prio_active())
-			prio_decided(cpu);
-	}
+	if (is_idle && !tctx)
+		insert_local_idle(p, cpu, 0);
 	return cpu;
 }
 
@@ -3332,14 +3336,12 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	 * CPU's local queue, as an unregistered task goes from ops.select_cpu
 	 * (ops.running checks the cap again, so a serialization in between still
 	 * sends it back). Through the shared queue, another CPU took it first:
-	 * registered runs had 2.8x the migrations and 1.4x the runqueue wait
-	 * per request of the same service unregistered (tools/vm/regab-guest.sh).
+	 * registered runs had 2.7x the migrations and 1.35-1.5x the runqueue
+	 * wait per request of the same service unregistered
+	 * (tools/vm/regab-guest.sh, workloads/results/regab-6.18).
 	 */
 	if (woke_idle) {
-		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
-		STAT_INC(direct_dispatches);
-		if (prio_active())
-			prio_decided(scx_bpf_task_cpu(p));
+		insert_local_idle(p, scx_bpf_task_cpu(p), enq_flags);
 		return;
 	}
 
