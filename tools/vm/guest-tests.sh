@@ -384,9 +384,6 @@ PY
   esac
 }
 
-# Publication is plain stores into the mmapped region: a registered service
-# serving requests makes no bpf() system call at all (registration included:
-# the daemon creates the map, the service only mmaps the fd it is sent).
 # The daemon stays off the CPUs while registered services keep them all busy.
 # Until session 12 its main loop waited for stats requests with a timed
 # channel receive that, under exactly this load, never blocked: the thread ran
@@ -426,6 +423,9 @@ print("ok" if ok else "bad", f"daemon {d:.3f} CPUs beside {bound} bound jobs, CP
   case "$verdict" in ok*) pass daemonidle "${verdict#ok }";; *) fail daemonidle "${verdict#bad } (wanted under 0.1, 3 jobs bound, 3/4 of the CPUs busy)";; esac
 }
 
+# Publication is plain stores into the mmapped region: a registered service
+# serving requests makes no bpf() system call at all (registration included:
+# the daemon creates the map, the service only mmaps the fd it is sent).
 test_nosyscall() {
   start_sched || { fail nosyscall "scheduler did not load"; return; }
   local r
