@@ -26,9 +26,10 @@ Writes OUT/summary.json and OUT/table.md; prints the table (or the JSON).
 """
 
 import json
-import statistics
 import sys
 from pathlib import Path
+
+from bench_sched_summary import spread
 
 POLICIES = {"sf": "steal-first", "tc": "tail-control (never serializes)"}
 METRICS = [
@@ -53,10 +54,8 @@ def target_s(t):
     return float(t[:-2]) / 1e3 if t.endswith("ms") else float(t.rstrip("s"))
 
 
-def ratio_stats(xs):
-    if not xs:
-        return None
-    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+# median [min, max] of per-round figures, as in the scheduler benchmark's summary.
+ratio_stats = spread
 
 
 def run_metrics(out, name):
