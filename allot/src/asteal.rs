@@ -18,6 +18,13 @@
 //! (the allotment changed during the quantum), so a job that leaves allotted cores idle is
 //! inefficient, as it should be.
 //!
+//! **Which `u`.** SAWS §3.2 defines `u(q) = w(q)/(a(q)L)` from the cores' working time
+//! ([`Utilisation::CoreTime`], the default, what the daemon's kernel accounting gives); its
+//! runtime (§4.2.1) approximates the same `u` by `1 − purely unsuccessful / all steal attempts`
+//! "which can be used to calculate the processor desires of A-Steal", i.e. A-Steal and SAWS read
+//! the same sampled `u`. [`Utilisation::Reported`] takes it from [`JobView::steal_success`], so a
+//! controller that feeds SAWS a sampled `u` can feed A-Steal the same one.
+//!
 //! **Instability.** The rule is blind to the job's actual parallelism: a job of constant
 //! parallelism 10 on 16 or more cores climbs 1, 2, 4, 8, 16, then finds 10/16 < δ inefficient,
 //! drops to 8, finds 8 efficient and satisfied, doubles to 16, and so on for ever (SAWS's
@@ -36,6 +43,17 @@ pub const DELTA: f64 = 0.8;
 
 /// Responsiveness `ρ`: the factor by which the desire grows or shrinks.
 pub const RHO: f64 = 2.0;
+
+/// Where A-Steal's utilisation comes from; see the module docs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Utilisation {
+    /// Working time over allotted core-time (SAWS §3.2's `w(q)/(a(q)L)`).
+    #[default]
+    CoreTime,
+    /// [`JobView::steal_success`], the `u` the controller reports for SAWS (§4.2.1's sampled
+    /// estimate when the runtime counts steals).
+    Reported,
+}
 
 /// A-Steal's desires allotted by DEQ; see the module docs.
 ///
@@ -63,6 +81,7 @@ pub const RHO: f64 = 2.0;
 pub struct ASteal {
     delta: f64,
     rho: f64,
+    util: Utilisation,
     /// Real desire of each job.
     desire: HashMap<JobId, f64>,
 }
@@ -87,8 +106,15 @@ impl ASteal {
             } else {
                 RHO
             },
+            util: Utilisation::CoreTime,
             desire: HashMap::new(),
         }
+    }
+
+    /// The same policy, reading its utilisation from `util`.
+    pub fn with_utilisation(mut self, util: Utilisation) -> Self {
+        self.util = util;
+        self
     }
 
     /// The real desire the policy holds for `job` (after the last call).
@@ -96,8 +122,15 @@ impl ASteal {
         self.desire.get(&job).copied()
     }
 
-    /// Utilisation of the quantum: work over allotted core-time (see the module docs).
-    fn utilisation(job: &JobView, quantum_ns: u64) -> f64 {
+    /// Utilisation of the quantum (see the module docs).
+    fn utilisation(&self, job: &JobView, quantum_ns: u64) -> f64 {
+        if self.util == Utilisation::Reported {
+            return if job.steal_success.is_finite() {
+                job.steal_success.clamp(0.0, 1.0)
+            } else {
+                1.0
+            };
+        }
         let allotted =
             (job.allot as f64 * quantum_ns as f64).max(job.work_ns as f64 + job.steal_ns as f64);
         if allotted <= 0.0 {
@@ -128,7 +161,7 @@ impl AllotPolicy for ASteal {
             };
             // A job that had no core learnt nothing this quantum: its desire stands.
             if event == Event::Quantum && j.allot > 0 {
-                let efficient = Self::utilisation(j, machine.quantum_ns) >= self.delta;
+                let efficient = self.utilisation(j, machine.quantum_ns) >= self.delta;
                 let satisfied = j.allot as f64 >= d.ceil();
                 if !efficient {
                     d /= self.rho;
@@ -189,6 +222,47 @@ mod tests {
         // On 12 cores the cap (12) is efficient for parallelism 10 (10/12 ≥ 0.8): no oscillation.
         let seen = run(12, 10, 12);
         assert!(seen[5..].iter().all(|&a| a == 12), "{seen:?}");
+    }
+
+    #[test]
+    fn reported_utilisation_is_the_controllers_u() {
+        let m = Machine {
+            cores: 32,
+            quantum_ns: 10_000_000,
+        };
+        // Two cores, one working, one stealing: by core-time u = 0.5, inefficient; the sampled
+        // ratio of a lone thief whose only victim works reads u = 1, efficient (and satisfied).
+        let mut job = testing::job(1, 32);
+        job.allot = 2;
+        job.work_ns = m.quantum_ns;
+        job.steal_ns = m.quantum_ns;
+        job.steal_success = 1.0;
+        let mut by_time = ASteal::default();
+        let mut reported = ASteal::default().with_utilisation(Utilisation::Reported);
+        for p in [&mut by_time, &mut reported] {
+            let mut allot = [0];
+            p.decide(Event::JobStarted(1), m, &[testing::job(1, 32)], &mut allot);
+            // One busy quantum on one core: 1 → 2 either way.
+            let mut first = testing::job(1, 32);
+            testing::fluid_quantum(&mut first, 1, 32, m.quantum_ns);
+            p.decide(Event::Quantum, m, &[first], &mut allot);
+            assert_eq!(allot, [2]);
+            p.decide(Event::Quantum, m, &[job], &mut allot);
+        }
+        assert_eq!(by_time.desire(1), Some(1.0));
+        assert_eq!(reported.desire(1), Some(4.0));
+        // Garbage reads as efficient, not as a panic or a NaN desire.
+        job.steal_success = f64::NAN;
+        let mut allot = [4];
+        job.allot = 4;
+        reported.decide(Event::Quantum, m, &[job], &mut allot);
+        assert_eq!(reported.desire(1), Some(8.0));
+        // Below δ halves.
+        job.allot = 8;
+        job.steal_success = 0.79;
+        let mut allot = [8];
+        reported.decide(Event::Quantum, m, &[job], &mut allot);
+        assert_eq!(reported.desire(1), Some(4.0));
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub mod drep;
 pub mod equi;
 pub mod rng;
 
-pub use asteal::ASteal;
+pub use asteal::{ASteal, Utilisation};
 pub use deq::Deq;
 pub use drep::Drep;
 pub use equi::Equi;

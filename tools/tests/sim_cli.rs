@@ -346,27 +346,37 @@ fn multiprog_runs_every_policy_deterministically_and_shows_the_oscillation() {
         .collect();
     assert_eq!(over, ["equi", "asteal", "drep"]);
 
-    // SAWS's Fig. 4: one job of parallelism 10 on 16 cores.
-    let (ok, out, err) = tailctl(&[
-        "sim",
-        "multiprog",
-        "--cores",
-        "16",
-        "--jobs",
-        "1",
-        "--mix",
-        "loop:10:300",
-        "--policy",
-        "asteal,deq",
-        "--show-allot",
-        "--quiet",
-    ]);
-    assert!(ok, "{err}");
-    let line = out
-        .lines()
-        .find(|l| l.contains("quantum, asteal"))
-        .unwrap_or_else(|| panic!("{out}"));
-    assert!(line.contains(": 1 2 4 8 16 8 16 8 16 8 16"), "{line}");
+    // SAWS's Fig. 4: one job of parallelism 10 on 16 cores. Measured exactly, A-Steal doubles
+    // straight to 16; on the sampled u (the default, as SAWS's runtime fed it) its start-up
+    // wobbles first; either way it then swings 8 <-> 16.
+    for (measure, start) in [
+        ("exact", ": 1 2 4 8 16 8 16 8 16 8 16"),
+        ("sampled", ": 1 2 "),
+    ] {
+        let (ok, out, err) = tailctl(&[
+            "sim",
+            "multiprog",
+            "--cores",
+            "16",
+            "--jobs",
+            "1",
+            "--mix",
+            "loop:10:300",
+            "--policy",
+            "asteal,deq",
+            "--measure",
+            measure,
+            "--show-allot",
+            "--quiet",
+        ]);
+        assert!(ok, "{err}");
+        let line = out
+            .lines()
+            .find(|l| l.contains("quantum, asteal"))
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(line.contains(start), "{measure}: {line}");
+        assert!(line.contains(" 16 8 16 8 16 8 16 "), "{measure}: {line}");
+    }
 
     for (args, needle) in [
         (
@@ -390,6 +400,7 @@ fn multiprog_runs_every_policy_deterministically_and_shows_the_oscillation() {
         (&["sim", "multiprog", "--alpha", "2"][..], "paper"),
         (&["sim", "multiprog", "--alpha", "x"][..], "paper"),
         (&["sim", "multiprog", "--u-estimator", "x"][..], "uniform"),
+        (&["sim", "multiprog", "--asteal-u", "x"][..], "core-time"),
     ] {
         let (ok, _, err) = tailctl(args);
         assert!(!ok, "{args:?} should fail");

@@ -20,7 +20,7 @@ use tailctl_allot::PolicyKind;
 
 use super::check;
 use dag::Bench;
-use engine::{poisson_workload, simulate, Measure, MpConfig};
+use engine::{poisson_workload, simulate, Measure, MpConfig, UEstimator};
 use report::{Report, RunStats};
 
 /// Arguments of `tailctl sim multiprog`.
@@ -64,9 +64,12 @@ pub struct Args {
     /// SAWS's α with sampled inputs: `paper` (§4.2: the job's steal attempts in the quantum over the most its cores could have made) or a constant in [0, 1] (0.5 was this simulator's fixed value before).
     #[arg(long, default_value = "paper")]
     alpha: String,
-    /// Sampled u's victims: `literal` (the ratio over the attempts as made, victims among the thief's co-workers) or `uniform` (the ratio a thief drawing among all the job's workers, itself included, would measure, in expectation: the sampling SAWS §4.2's argument assumes).
-    #[arg(long, default_value = "uniform", value_parser = ["literal", "uniform"])]
+    /// Sampled u's victims: `literal` (the ratio over the attempts as made, victims among the thief's co-workers), `uniform` (the ratio a thief drawing among all the job's workers, itself included, measures: the sampling SAWS §4.2's argument assumes; self-draws by a coin) or `uniform-mean` (the same in expectation, this simulator's `uniform` before).
+    #[arg(long, default_value = "uniform", value_parser = clap::builder::PossibleValuesParser::new(UEstimator::NAMES))]
     u_estimator: String,
+    /// A-Steal's utilisation: `same` (the `u` DEQ gets from `--measure`: sampled, SAWS §4.2.1's estimate that the paper uses for A-Steal too; exact, working time over allotted core-time) or `core-time` (always working time over allotted core-time, this simulator's behaviour before).
+    #[arg(long, default_value = "same", value_parser = ["same", "core-time"])]
+    asteal_u: String,
     /// Seed of the first run (workload, scheduler and DREP's coin flips).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -163,6 +166,7 @@ pub fn run(a: Args) -> Result<()> {
     let seeds: Vec<u64> = (0..a.runs).map(|i| a.seed.wrapping_add(i)).collect();
     let tracing = a.trace.is_some() || a.show_allot;
     let measure = Measure::parse(&a.measure).context("--measure")?;
+    let u_estimator = UEstimator::parse(&a.u_estimator).context("--u-estimator")?;
 
     // Every (load, seed, policy), policies innermost; workloads shared within a (load, seed).
     let mut work = Vec::new();
@@ -189,7 +193,8 @@ pub fn run(a: Args) -> Result<()> {
             measure,
             job_scale: a.job_scale,
             alpha,
-            u_uniform: a.u_estimator == "uniform",
+            u_estimator,
+            asteal_same_u: a.asteal_u == "same",
         };
         simulate(&cfg, specs, Some(&tick))
     });
@@ -204,7 +209,7 @@ pub fn run(a: Args) -> Result<()> {
             let mut w = std::io::BufWriter::new(f);
             writeln!(
                 w,
-                "load,seed,policy,t_ms,job,bench,allot,next_allot,work_ms,steal_ms,u,queued_avg,queued_now,u_sampled,q_sampled,u_exact,q_exact,attempts,max_attempts,u_sampled_uniform,q_sampled_uniform,alpha"
+                "load,seed,policy,t_ms,job,bench,allot,next_allot,work_ms,steal_ms,u,queued_avg,queued_now,u_sampled,q_sampled,u_exact,q_exact,attempts,max_attempts,u_sampled_uniform,q_sampled_uniform,alpha,u_sampled_uniform_mean,q_sampled_uniform_mean"
             )?;
             Some(w)
         }
@@ -230,7 +235,7 @@ pub fn run(a: Args) -> Result<()> {
                 let v = &r.view;
                 writeln!(
                     w,
-                    "{load},{seed},{},{:.3},{},{},{},{},{:.3},{:.3},{:.4},{:.3},{},{:.4},{:.3},{:.4},{:.3},{:.0},{:.0},{:.4},{:.3},{}",
+                    "{load},{seed},{},{:.3},{},{},{},{},{:.3},{:.3},{:.4},{:.3},{},{:.4},{:.3},{:.4},{:.3},{:.0},{:.0},{:.4},{:.3},{},{:.4},{:.3}",
                     p.name(),
                     r.t_ns as f64 / 1e6,
                     r.job,
@@ -250,7 +255,9 @@ pub fn run(a: Args) -> Result<()> {
                     r.est.max_attempts,
                     r.est.u_sampled_uniform,
                     r.est.q_sampled_uniform,
-                    v.queued_alpha.map_or("-".to_string(), |x| format!("{x:.4}"))
+                    v.queued_alpha.map_or("-".to_string(), |x| format!("{x:.4}")),
+                    r.est.u_sampled_uniform_mean,
+                    r.est.q_sampled_uniform_mean
                 )?;
             }
         }
@@ -299,6 +306,7 @@ pub fn run(a: Args) -> Result<()> {
         ("measure".to_string(), measure.name().to_string()),
         ("alpha".to_string(), a.alpha.clone()),
         ("u_estimator".to_string(), a.u_estimator.clone()),
+        ("asteal_u".to_string(), a.asteal_u.clone()),
         (
             "seeds".to_string(),
             if seeds.len() == 1 {
