@@ -83,12 +83,46 @@ trap cleanup EXIT
 for _ in $(seq 1 100); do redis-cli -p 6399 ping >/dev/null 2>&1 && break; sleep 0.1; done
 redis-cli -p 6399 ping >/dev/null 2>&1 || { echo "bench-sched: redis-server did not start" >&2; exit 1; }
 
+# BENCH_ONLY (comma-separated: hackbench,pipe,cyclictest,redis,stress-ng; default
+# all) runs a subset, e.g. more rounds of the one benchmark under study.
+want() { [ -z "${BENCH_ONLY:-}" ] || [[ ",$BENCH_ONLY," == *",$1,"* ]]; }
+# pstat PID: the process's CPU and runqueue wait (us, /proc/PID/task/*/schedstat),
+# context switches (status) and migrations (sched, if the kernel has it), summed over threads.
+pstat() {
+  "$PY" - "$1" <<'PY'
+import os, sys
+cpu = wait = cs = migr = 0
+d = f"/proc/{sys.argv[1]}/task"
+for t in os.listdir(d):
+    try:
+        run, delay, _ = open(f"{d}/{t}/schedstat").read().split()
+        cpu += int(run) / 1e3; wait += int(delay) / 1e3
+        for line in open(f"{d}/{t}/status"):
+            if "ctxt_switches:" in line:  # voluntary and nonvoluntary
+                cs += int(line.split()[-1])
+        try:
+            for line in open(f"{d}/{t}/sched"):
+                if line.startswith("se.nr_migrations"):
+                    migr += int(line.split()[-1])
+        except OSError:
+            pass
+    except (OSError, ValueError):
+        pass
+print(cpu, wait, cs, migr)
+PY
+}
+
 block() { # ROUND SCHED
   local r=$1 s=$2 v
+  if want hackbench; then
   v=$(hackbench -g "$hb_groups" -l "$hb_loops" 2>>"$raw/errors.log" | awk '/^Time:/ {print $2}')
   rec "$r" "$s" hackbench seconds "$(num "$v")"
+  fi
+  if want pipe; then
   v=$(perf bench sched pipe -l "$pipe_loops" 2>>"$raw/errors.log" | awk '/usecs\/op/ {print $1}')
   rec "$r" "$s" pipe us_per_op "$(num "$v")"
+  fi
+  if want cyclictest; then
   # cyclictest's threads beside one CPU hog per CPU: how soon a sleeper runs.
   stress-ng --cpu "$ncpu" -t $((secs + 4)) --temp-path "$raw" >/dev/null 2>&1 &
   local hog=$!
@@ -99,11 +133,28 @@ block() { # ROUND SCHED
   echo "$ct" >>"$raw/cyclictest.log"
   rec "$r" "$s" cyclictest avg_us "$(num "$(awk '/^T:/ && match($0, /Avg: *[0-9]+/) {v=substr($0, RSTART+4, RLENGTH-4); s+=v; n++} END {if (n) printf "%.1f", s/n}' <<<"$ct")")"
   rec "$r" "$s" cyclictest max_us "$(num "$(awk '/^T:/ && match($0, /Max: *[0-9]+/) {v=substr($0, RSTART+4, RLENGTH-4)+0; if (v>m) m=v; n++} END {if (n) print m}' <<<"$ct")")"
-  local rb
+  fi
+  if want redis; then
+  local rb p0 p1
+  p0=$(pstat "$redis_pid")
   rb=$(redis-benchmark -h 127.0.0.1 -p 6399 -q -n "$redis_n" -c 16 -t set,get --csv 2>>"$raw/errors.log" \
        | awk -F'","|"' 'NR>1 {rps+=$3; p99+=$8; n++} END {if (n) printf "%.1f %.3f\n", rps/n, p99/n}')
+  p1=$(pstat "$redis_pid")
   rec "$r" "$s" redis rps "$(num "${rb%% *}")"
   rec "$r" "$s" redis p99_ms "$(num "${rb##* }")"
+  # redis-server's own scheduling per request (SET and GET: 2 x redis_n), from
+  # the kernel's bookkeeping: runqueue wait, CPU, context switches, migrations.
+  local d_cpu d_wait d_cs d_migr
+  read -r d_cpu d_wait d_cs d_migr <<<"$("$PY" -c '
+import sys
+a, b, n = [float(x) for x in sys.argv[1].split()], [float(x) for x in sys.argv[2].split()], 2 * int(sys.argv[3])
+print(" ".join(f"{(y - x) / n:.4f}" for x, y in zip(a, b)))' "$p0" "$p1" "$redis_n")"
+  rec "$r" "$s" redis server_cpu_us_per_req "$(num "$d_cpu")"
+  rec "$r" "$s" redis server_wait_us_per_req "$(num "$d_wait")"
+  rec "$r" "$s" redis server_switches_per_req "$(num "$d_cs")"
+  rec "$r" "$s" redis server_migrations_per_req "$(num "$d_migr")"
+  fi
+  want stress-ng || return 0
   local sn
   sn=$(stress-ng --cpu 1 --switch 1 --pipe 1 --futex 1 -t "${secs}s" --metrics-brief --temp-path "$raw" 2>&1)
   echo "$sn" >>"$raw/stress-ng.log"
