@@ -509,6 +509,14 @@ struct tailctl_stats {
 	 * Also counted in llc_steals.
 	 */
 	u64 llc_balance_steals;
+	/*
+	 * Tasks a CPU's local queue gave back through ops.enqueue because a
+	 * higher scheduling class (RT, deadline, stop) took that CPU
+	 * (ops.cpu_release): each would otherwise have waited there, a
+	 * registered worker holding its place in its request's cap, for as long
+	 * as the higher class kept the CPU.
+	 */
+	u64 reenqueues;
 };
 
 #endif /* __TAILCTL_INTF_H */

@@ -180,6 +180,10 @@ pub struct Metrics {
         desc = "Steals by a CPU whose own LLC queue was not empty but half a slice ahead in vtime"
     )]
     pub llc_balance_steals: u64,
+    #[stat(
+        desc = "Tasks re-enqueued from a local queue because an RT or deadline task took the CPU"
+    )]
+    pub reenqueues: u64,
 }
 
 /// sched_ext's watchdog timeout when ops.timeout_ms is 0 (ours is): a runnable
@@ -257,6 +261,7 @@ impl Metrics {
         self.prio_preempt_kicks += s.prio_preempt_kicks;
         self.wake_preempt_kicks += s.wake_preempt_kicks;
         self.llc_balance_steals += s.llc_balance_steals;
+        self.reenqueues += s.reenqueues;
         self.prio_max_wait_l0_ns = self.prio_max_wait_l0_ns.max(s.prio_max_wait_ns[0]);
         self.prio_runs_l0 += s.prio_runs[0];
         self.prio_max_wait_l1_ns = self.prio_max_wait_l1_ns.max(s.prio_max_wait_ns[1]);
@@ -427,13 +432,14 @@ impl Metrics {
             llc_balance_steals: self
                 .llc_balance_steals
                 .saturating_sub(prev.llc_balance_steals),
+            reenqueues: self.reenqueues.saturating_sub(prev.reenqueues),
         }
     }
 
     pub(crate) fn format<W: Write>(&self, w: &mut W) -> Result<()> {
         writeln!(
             w,
-            "[{}] cpus {:>3} | enq {:>8} direct {:>8} shared {:>8}/{:<8} kick {:>7} kthread {:>6} ext {:>6} wake-preempt {:>6}",
+            "[{}] cpus {:>3} | enq {:>8} direct {:>8} shared {:>8}/{:<8} kick {:>7} kthread {:>6} ext {:>6} wake-preempt {:>6} reenq {:>5}",
             crate::SCHEDULER_NAME,
             self.nr_cpus,
             self.enqueues,
@@ -444,6 +450,7 @@ impl Metrics {
             self.kthread_dispatches,
             self.slice_extensions,
             self.wake_preempt_kicks,
+            self.reenqueues,
         )?;
         writeln!(
             w,
