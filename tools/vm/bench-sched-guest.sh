@@ -203,6 +203,6 @@ for ((r = 0; r < rounds; r++)); do
   done
   log "round $((r + 1)) done ($(( $(date +%s) - t_start )) s so far)"
 done
-printf '{"kernel": "%s", "cpus": %s, "rounds": %s, "hackbench": "-g %s -l %s", "pipe_loops": %s, "secs": %s, "redis_n": %s}\n' \
-  "$(uname -r)" "$ncpu" "$rounds" "$hb_groups" "$hb_loops" "$pipe_loops" "$secs" "$redis_n" >"$raw/config.json"
+printf '{"kernel": "%s", "cpus": %s, "rounds": %s, "hackbench": "-g %s -l %s", "pipe_loops": %s, "secs": %s, "redis_n": %s, "only": "%s"}\n' \
+  "$(uname -r)" "$ncpu" "$rounds" "$hb_groups" "$hb_loops" "$pipe_loops" "$secs" "$redis_n" "${BENCH_ONLY:-}" >"$raw/config.json"
 log "done: $raw/records.jsonl"

@@ -149,7 +149,8 @@ def table(report, command):
     lines += [f"Guest: kernel {c.get('kernel', '?')}, {c.get('cpus', '?')} vCPUs (qemu TCG), "
               f"{report['rounds']} rounds, each running the default scheduler, scx_tailctl and scx_bpfland "
               f"in a rotating order; sizes: hackbench {c.get('hackbench', '?')}, pipe {c.get('pipe_loops', '?')} "
-              f"round trips, cyclictest and stress-ng {c.get('secs', '?')} s, redis {c.get('redis_n', '?')} requests.",
+              f"round trips, cyclictest and stress-ng {c.get('secs', '?')} s, redis {c.get('redis_n', '?')} requests"
+              + (f"; only {c['only']}." if c.get("only") else "."),
               "",
               "Cost factor against the default scheduler of the same round (> 1: worse; time or latency over "
               "the default's, or the default's throughput over this one's): median [min, max] over rounds.",
@@ -157,6 +158,9 @@ def table(report, command):
               "| benchmark | default (median) | scx_tailctl | scx_bpfland | scx_tailctl cost | scx_bpfland cost |",
               "|---|---:|---:|---:|---:|---:|"]
     for b in report["benchmarks"]:
+        # A benchmark this run left out (BENCH_ONLY) has no row.
+        if not any(b.get(k) for k in ("default", "scx_tailctl_cost", "scx_bpfland_cost")):
+            continue
         if "default" in b:
             lines.append(f"| {b['label']} ({b['metric']}) | {fmt_val(b['default'])} | {fmt_val(b['scx_tailctl'])} | "
                          f"{fmt_val(b['scx_bpfland'])} | {fmt_cost(b['scx_tailctl_cost'])} | {fmt_cost(b['scx_bpfland_cost'])} |")
