@@ -510,11 +510,11 @@ struct tailctl_stats {
 	 */
 	u64 llc_balance_steals;
 	/*
-	 * Tasks a CPU's local queue gave back through ops.enqueue because a
-	 * higher scheduling class (RT, deadline, stop) took that CPU
-	 * (ops.cpu_release): each would otherwise have waited there, a
-	 * registered worker holding its place in its request's cap, for as long
-	 * as the higher class kept the CPU.
+	 * Tasks ops.enqueue saw re-enqueued (SCX_ENQ_REENQ) from a CPU's local
+	 * queue because a higher scheduling class (RT, deadline, stop) took that
+	 * CPU (ops.cpu_release; 7.1+ kernels only): each would otherwise have
+	 * waited there for as long as the higher class kept the CPU. Per-CPU
+	 * kthreads, which come straight back, included.
 	 */
 	u64 reenqueues;
 };

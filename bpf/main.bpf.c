@@ -2568,11 +2568,16 @@ static __always_inline void job_reclaim(struct task_struct *p)
 static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *tctx, u64 enq_flags)
 {
 	struct tailctl_job_acct *j;
+	bool same_wait;
 	u32 allot;
 	s32 cpu;
 
-	/* Re-enqueued out of the job queue (affinity or nice change): its old place goes. */
-	job_leave_wait(tctx);
+	/*
+	 * Re-enqueued out of the job queue (affinity or nice change): its old
+	 * place goes. Lent straight from the job queue and given back by
+	 * ops.cpu_release: still the same wait, for the wait bound and the counts.
+	 */
+	same_wait = job_leave_wait(tctx) && (enq_flags & SCX_ENQ_REENQ) && tctx->job_wait_at_ns;
 	tctx->job_lent = false;
 	allot = job_allot(tctx->svc);
 	if (!allot)
@@ -2595,11 +2600,13 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
 		return true;
 	}
-	tctx->job_wait_at_ns = bpf_ktime_get_ns();
+	if (!same_wait) {
+		tctx->job_wait_at_ns = bpf_ktime_get_ns();
+		__sync_fetch_and_add(&j->waits, 1);
+		STAT_INC(allot_waits);
+	}
 	tctx->job_waiting = 1;
 	__sync_fetch_and_add(&j->waiting, 1);
-	__sync_fetch_and_add(&j->waits, 1);
-	STAT_INC(allot_waits);
 	set_descheduled(tctx, true);
 	scx_bpf_dsq_insert(p, TAILCTL_JOB_DSQ_BASE + tctx->svc, slice_ns, enq_flags);
 	waiters_set(&job_waiters_mask, tctx->svc);
@@ -3295,7 +3302,8 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	 * only delays work the kernel is waiting for.
 	 */
 	if (is_pcpu_kthread(p)) {
-		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
+		/* Re-enqueued (ops.cpu_release): it keeps what is left of its slice (0: unchanged). */
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, (enq_flags & SCX_ENQ_REENQ) ? 0 : slice_ns, enq_flags);
 		STAT_INC(kthread_dispatches);
 		return;
 	}
@@ -3414,6 +3422,14 @@ static __always_inline u64 wait_of(struct task_ctx *tctx, u64 now)
 
 	return now > at ? now - at : 0;
 }
+
+/*
+ * Releases on a CPU since its ops.dispatch last ran (the kernel calls it only
+ * with the local DSQ empty): tailctl_cpu_release stops re-enqueueing past
+ * REENQ_STREAK_MAX, see there.
+ */
+#define REENQ_STREAK_MAX 64
+static u32 reenq_streak[MAX_CPUS];
 
 /* Set while a CPU releases a service's waiters (see release_waiters). */
 static u32 releasing[TAILCTL_MAX_SERVICES];
@@ -3534,6 +3550,10 @@ void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 {
 	u64 now = bpf_ktime_get_ns();
 	u32 svc;
+
+	/* This CPU's local DSQ emptied: its re-enqueue bound starts over (tailctl_cpu_release). */
+	if ((u32)cpu < MAX_CPUS && reenq_streak[(u32)cpu & (MAX_CPUS - 1)])
+		reenq_streak[(u32)cpu & (MAX_CPUS - 1)] = 0;
 
 	/* Only services whose queues may hold a thread (usually none). */
 	if (READ_ONCE(throttle_waiters_mask) | READ_ONCE(job_waiters_mask)) {
@@ -3700,18 +3720,45 @@ void BPF_STRUCT_OPS(tailctl_stopping, struct task_struct *p, bool runnable)
  * can hold a CPU for seconds. Give it all back through ops.enqueue
  * (SCX_ENQ_REENQ), where it goes to the shared queue and an idle CPU is kicked;
  * a registered worker passes its request's cap and its job's allotment again
- * there (a token it holds stays held: must_throttle lets a holder through, so
- * nothing is claimed twice). A per-CPU kthread comes straight back
- * (ops.enqueue), as it must. Measured (guest test rtpreempt): on 7.3 the
+ * there (the preempted one gave its tokens back in ops.stopping, so this is a
+ * rotation point like any preemption; one still queued keeps what it holds:
+ * must_throttle lets a holder through). A per-CPU kthread comes straight back
+ * with the slice it had (ops.enqueue).
+ *
+ * Only with the generic re-enqueue (7.1+), which the kernel runs from an
+ * irq_work after the switch. Before it (6.18), the kfunc runs synchronously
+ * here while the preempted task is still current, and migration-disabled (by
+ * the BPF program's own prologue): the kernel puts it straight back on this
+ * local DSQ with a fresh default slice, bypassing ops.enqueue, so the call
+ * helps nothing and a per-CPU kthread behind it could wait out ever-refilled
+ * slices (found in review). Measured (guest test rtpreempt): on 7.3 the
  * preempted task got 0.999 of a CPU during a pinned RT spin, against
- * 0.73-0.74 without this. Left out by the kernel: on 6.18 the reenqueue skips
- * the preempted task (marked migration-disabled while the CPU switches away
- * from it), and on both kernels this is not called when the CPU leaves the
- * idle task, so a task sent to an idle CPU just before an RT task woke there
- * still waits.
+ * 0.73-0.74 without this; on 6.18 0.0 with or without.
+ *
+ * Bounded: a task re-enqueued more than SCX_REENQ_MAX_REPEAT (256) times
+ * without running ejects the scheduler (7.x). Tasks that can only run here
+ * come straight back, in the same order, so a per-CPU kthread stuck behind
+ * another would count up with every release while the higher class keeps
+ * coming back. Past REENQ_STREAK_MAX releases with no ops.dispatch on this
+ * CPU in between (it runs only when the local DSQ has emptied), the local
+ * DSQ is left as it is, as before this callback.
+ *
+ * Not covered by the kernel on either version: this runs only when the CPU
+ * leaves an ext task, not the idle task, so a task sent to an idle CPU just
+ * before an RT task woke there still waits.
  */
 void BPF_STRUCT_OPS(tailctl_cpu_release, s32 cpu, struct scx_cpu_release_args *args)
 {
+	u32 *streak, c = cpu;
+
+	if (!__COMPAT_has_generic_reenq())
+		return;
+	if (c >= MAX_CPUS)
+		return;
+	streak = &reenq_streak[c & (MAX_CPUS - 1)];
+	if (*streak >= REENQ_STREAK_MAX)
+		return;
+	(*streak)++;
 	scx_bpf_reenqueue_local();
 }
 

@@ -28,9 +28,10 @@
 #              held a grace period 21 s, the RCU stall detector ejected us
 #              (rarely: this test passed 4 of 4 runs before the fix).
 #   rtpreempt: an RT spinner takes the CPU of a running task (unregistered,
-#              and a registered worker): without ops.cpu_release the task
-#              waited behind it in that CPU's local queue (7.3: 0.04-0.74 of
-#              a CPU during the spin). Asserted on 7.x only (see the test).
+#              and a registered worker without a cap): without
+#              ops.cpu_release the task waited behind it in that CPU's local
+#              queue (7.3: 0.04-0.74 of a CPU during the spin). Asserted on
+#              7.x only (see the test).
 #   slotreuse: a service killed mid-serialization (its workers queued for the
 #              token: it clears the SERIALIZED marks); the next registration in
 #              its slot must not inherit its cap (same request tag).
@@ -381,8 +382,10 @@ test_rtpreempt() {
   [ "$(nproc)" -ge 2 ] || { fail rtpreempt "needs 2 CPUs ($(nproc))"; return; }
   start_sched || { fail rtpreempt "scheduler did not load"; return; }
   local results=() kind p r bad=""
-  local w; w=$(rt_waiter 1.5 2>>"$out/ktest.err") || bad="waiter: ${w:-the probe failed: $(tail -c 300 "$out/ktest.err")}"
-  [ -n "$bad" ] || results+=("\"waiter\": $w")
+  # Reported only (below): a probe that found no valid attempt is reported too.
+  local w; w=$(rt_waiter 1.5 2>>"$out/ktest.err")
+  $PY -c 'import json,sys; json.loads(sys.argv[1])' "$w" 2>/dev/null || w='{"error": "the probe failed"}'
+  results+=("\"waiter\": $w")
   for kind in unregistered registered; do
     [ -z "$bad" ] || break
     if [ $kind = unregistered ]; then
@@ -404,19 +407,22 @@ test_rtpreempt() {
   [ -z "$bad" ] || { fail rtpreempt "$bad"; return; }
   local all; all=$(IFS=,; echo "{${results[*]}}")
   local n; n=$(jget "$st" reenqueues)
-  # The preempted running task is asserted from 7.x on. On 6.18
-  # scx_bpf_reenqueue_local() skips it (the kernel has marked the task it
-  # switches away from migration-disabled), so it waits out the spin with or
-  # without the callback: reported only. The waiter is reported only, on every
+  # The preempted running task is asserted from 7.x on. On 6.18 the callback
+  # does nothing (the kernel's synchronous re-enqueue would put the preempted
+  # task straight back, see tailctl_cpu_release), so it waits out the spin:
+  # reported only. The waiter is reported only, on every
   # kernel: ops.cpu_release() is called when a CPU leaves an ext task for a
   # higher class, not when it leaves the idle task, so a task sent to an idle
   # CPU's local queue just before an RT task woke there waits for the RT task
   # (7.3: until RT throttling, 950 ms into the spin; 6.18: the whole spin).
   local on7=1; case "$(uname -r)" in 6.*) on7=0;; esac
   if [ $on7 = 1 ]; then
-    $PY -c "import json,sys; a = json.loads(sys.argv[1]); sys.exit(0 if min(a[k]['victim_share'] for k in ('unregistered', 'registered')) >= 0.9 else 1)" "$all" \
+    # Moved off the spinner's CPU (never seen there during the spin) and kept
+    # running. (The re-enqueue count alone proves nothing: the harness's RT
+    # heartbeat makes releases all through a run.)
+    $PY -c "import json,sys; a = json.loads(sys.argv[1]); sys.exit(0 if all(a[k]['victim_share'] >= 0.9 and a[k]['cpu'] not in a[k]['victim_cpus'] for k in ('unregistered', 'registered')) else 1)" "$all" \
       || { fail rtpreempt "a preempted task stayed behind the RT spinner: $all (reenqueues $n)"; return; }
-    [ "${n:-0}" -gt 0 ] 2>/dev/null || { fail rtpreempt "the scheduler counted no re-enqueue: $all $st"; return; }
   fi
-  pass rtpreempt "preempted running task's CPU share during the spin: unregistered $(jget "$all" unregistered.victim_share), registered $(jget "$all" registered.victim_share)$([ $on7 = 1 ] || echo ' (6.x: not asserted)'); waiter in the RT CPU's queue (not asserted) ran on CPU $(jget "$all" waiter.waiter_cpu) $(jget "$all" waiter.woke_after_spin_start_ms) ms into a $(jget "$all" waiter.spin_ms) ms spin; $n re-enqueued" "${all:1:${#all}-2}, \"reenqueues\": $n"
+  local wmsg; wmsg=$($PY -c "import json,sys; w = json.loads(sys.argv[1])['waiter']; print(w['error'] if 'error' in w else 'ran on CPU %s %s ms into a %s ms spin' % (w['waiter_cpu'], w['woke_after_spin_start_ms'], w['spin_ms']))" "$all")
+  pass rtpreempt "preempted running task's CPU share during the spin: unregistered $(jget "$all" unregistered.victim_share), registered $(jget "$all" registered.victim_share)$([ $on7 = 1 ] || echo ' (6.x: not asserted)'); waiter in the RT CPU's queue (not asserted): $wmsg; $n re-enqueued" "${all:1:${#all}-2}, \"reenqueues\": $n"
 }
