@@ -63,7 +63,9 @@ enum Cmd {
 
 #[derive(Parser)]
 struct RunArgs {
-    /// Allotment policies, as scx_tailctl's `--allot` takes them.
+    /// Allotment policies, as scx_tailctl's `--allot` takes them; `+FLAG` appends
+    /// `--FLAG` to that run's scx_tailctl (e.g. `deq,deq+saws-u=kernel` compares
+    /// SAWS's `u` from the steal counters with the kernel's accounting).
     #[arg(
         long,
         value_delimiter = ',',
@@ -253,6 +255,9 @@ fn run(a: RunArgs) -> Result<()> {
     let policies: Vec<String> = if a.no_scheduler {
         vec!["default".into()]
     } else {
+        if let Some(p) = a.policies.iter().find(|p| p.starts_with("default+")) {
+            bail!("`{p}`: the default kernel scheduler takes no scx_tailctl flags");
+        }
         if a.policies.iter().any(|p| p != "default") {
             check_can_load(&scx_bin, "tailctl-jobs")?;
         }
@@ -328,8 +333,15 @@ fn run(a: RunArgs) -> Result<()> {
             } else {
                 let log = a.out.join(format!("scx_tailctl-{policy}-{round}.log"));
                 let mut extra = a.scx_args.clone();
-                if policy != "off" {
-                    extra.push(format!("--allot={policy}"));
+                let (name, flags) = policy.split_once('+').unwrap_or((policy.as_str(), ""));
+                extra.extend(
+                    flags
+                        .split('+')
+                        .filter(|f| !f.is_empty())
+                        .map(|f| format!("--{f}")),
+                );
+                if name != "off" {
+                    extra.push(format!("--allot={name}"));
                     if a.allot_trace {
                         let trace = a.out.join(format!("allot-trace-{policy}-{round}.csv"));
                         extra.push(format!("--allot-trace={}", trace.display()));
