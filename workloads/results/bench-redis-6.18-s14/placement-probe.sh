@@ -1,8 +1,10 @@
 #!/bin/bash
 # Where redis-server and redis-benchmark run, and how busy each vCPU is, under the default scheduler and scx_tailctl/bpfland.
+# PIN=1: redis-server on CPU 1 and redis-benchmark on CPU 2 under every scheduler.
 BIN=$1; BPFLAND=$2
 redis-server --port 6399 --bind 127.0.0.1 --save '' --appendonly no --daemonize no >/tmp/rd/redis.log 2>&1 &
 rp=$!; sleep 2
+[ "${PIN:-0}" = 1 ] && taskset -apc 1 $rp >/dev/null
 sysctl -q -w kernel.sched_schedstats=1
 state() { cat /sys/kernel/sched_ext/state; }
 for sched in default tailctl bpfland tailctl default bpfland; do
@@ -34,7 +36,7 @@ def cpu_of(pid):
 def ex(pid):
     return int(open(f"/proc/{pid}/schedstat").read().split()[0])
 c0 = cpustat(); e0 = ex(rp); t0 = time.monotonic(); q0 = schedstat()
-cl = subprocess.Popen(["redis-benchmark","-h","127.0.0.1","-p","6399","-q","-n","20000","-c","16","-t","set,get"], stdout=subprocess.DEVNULL)
+cl = subprocess.Popen((["taskset", "-c", "2"] if os.environ.get("PIN") == "1" else []) + ["redis-benchmark","-h","127.0.0.1","-p","6399","-q","-n","20000","-c","16","-t","set,get"], stdout=subprocess.DEVNULL)
 pairs = collections.Counter()
 ce = 0
 while cl.poll() is None:
