@@ -370,7 +370,19 @@ impl<'a> Scheduler<'a> {
         // ENQ_LAST: a CPU's last runnable task comes back through ops.enqueue
         // instead of being kept running by the kernel, so a thread whose
         // request is at its cap is really taken off the CPU.
+        // ALLOW_QUEUED_WAKEUP: a wake-up onto another CPU is queued to that
+        // CPU (an IPI runs ops.enqueue there) instead of the waker taking the
+        // remote runqueue's lock and updating its clock. Without it, in the
+        // guest, a sleeping task was charged for part of its CPU's idle time:
+        // a pinned redis-server 3.3-4.1 s of sum_exec_runtime (and of its CPU's
+        // sched_info run time) against 1.9-2.3 s with it, 1.9-2.4 s under the
+        // default and scx_bpfland (which sets it), both kernels
+        // (workloads/results/bench-redis-6.18-s14, placement-probe.sh). Requests
+        // are charged from sum_exec_runtime. ops.enqueue may now come without
+        // a preceding ops.select_cpu: a worker's woke_idle is then false (it is
+        // cleared at every enqueue) and it takes the shared queue's path.
         ops.flags = *compat::SCX_OPS_ENQ_LAST
+            | *compat::SCX_OPS_ALLOW_QUEUED_WAKEUP
             | if opts.partial {
                 *compat::SCX_OPS_SWITCH_PARTIAL
             } else {
