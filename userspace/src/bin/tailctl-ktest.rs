@@ -117,6 +117,22 @@ enum Cmd {
         ms: u64,
         #[arg(long, default_value_t = 4)]
         count: u32,
+        /// Split each request into this many bursts; between two, the worker
+        /// sleeps until a pacer thread on `--pacer-cpu` wakes it (a wake-up
+        /// from another CPU, as a server's by its client).
+        #[arg(long, default_value_t = 1)]
+        chunks: u32,
+        /// The pacer's period (us); 0: ping-pong instead, the pacer answering
+        /// each burst at once over a socket, as a client waiting for its reply.
+        #[arg(long, default_value_t = 2000)]
+        pace_us: u64,
+        #[arg(long, default_value_t = 0)]
+        pacer_cpu: usize,
+        /// Also report how busy this CPU was over all requests (the worker
+        /// should be pinned there): wall time less its idle time in
+        /// /proc/stat, a clock independent of what tasks are charged.
+        #[arg(long)]
+        busy_cpu: Option<usize>,
     },
     Serve {
         #[arg(long, default_value_t = 10)]
@@ -764,20 +780,119 @@ fn serialize(cli: &Cli, w: &SerializeWorkload, user_only: bool) -> Result<serde_
     Ok(out)
 }
 
-fn account(cli: &Cli, ms: u64, count: u32) -> Result<()> {
+/// How `account` splits a request into bursts separated by sleeps.
+struct Pacing {
+    chunks: u32,
+    pace_us: u64,
+    pacer_cpu: usize,
+}
+
+/// A thread on another CPU that bumps a generation every period, waking
+/// whoever waits for the next one.
+struct Pacer {
+    gen: std::sync::Mutex<u64>,
+    tick: std::sync::Condvar,
+    stop: AtomicBool,
+}
+
+impl Pacer {
+    fn wait_next(&self) {
+        let mut g = self.gen.lock().unwrap_or_else(|e| e.into_inner());
+        let start = *g;
+        while *g == start && !self.stop.load(Ordering::Relaxed) {
+            g = self.tick.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// Idle time of `cpu` so far (from /proc/stat: idle + iowait, kept by the
+/// tick-less idle code, not sampled), in nanoseconds.
+fn cpu_idle_ns(cpu: usize) -> Result<u64> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let name = format!("cpu{cpu}");
+    let line = stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name.as_str()))
+        .with_context(|| format!("{name} not in /proc/stat"))?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Ok((f.get(3).copied().unwrap_or(0) + f.get(4).copied().unwrap_or(0)) * 1_000_000_000 / hz)
+}
+
+fn account(cli: &Cli, ms: u64, count: u32, pacing: Pacing, busy_cpu: Option<usize>) -> Result<()> {
     let pool = start_pool(cli, None, true)?;
     if !pool.is_kernel_assisted() {
         bail!("scx_tailctl did not accept the registration");
     }
     let acct = Acct::open(&cli.pin_dir)?;
     let svc = pool.service().unwrap_or(0);
+    let chunks = pacing.chunks.max(1);
+    let pacer = Arc::new(Pacer {
+        gen: std::sync::Mutex::new(0),
+        tick: std::sync::Condvar::new(),
+        stop: AtomicBool::new(false),
+    });
+    // Ping-pong: after each burst but the last the worker sends a byte and
+    // waits for the pacer's answer, so both sides sleep and wake each other.
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+    let (ours, theirs) = (Arc::new(ours), Arc::new(theirs));
+    let pingpong = pacing.pace_us == 0;
+    let pacer_thread = (chunks > 1).then(|| {
+        let p = pacer.clone();
+        let sock = ours.clone();
+        let (cpu, period) = (pacing.pacer_cpu, Duration::from_micros(pacing.pace_us));
+        std::thread::spawn(move || -> Result<()> {
+            use std::io::{Read, Write};
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() } as u32;
+            set_affinity(tid, &[cpu])?;
+            let mut b = [0u8];
+            while !p.stop.load(Ordering::Relaxed) {
+                if pingpong {
+                    (&*sock).read_exact(&mut b)?;
+                    if p.stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    (&*sock).write_all(&b)?;
+                } else {
+                    std::thread::sleep(period);
+                    *p.gen.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+                    p.tick.notify_all();
+                }
+            }
+            Ok(())
+        })
+    });
+    let idle0 = busy_cpu.map(cpu_idle_ns).transpose()?;
+    let wall0 = Instant::now();
     let mut rows = Vec::new();
+    let (mut kernel_total, mut thread_total) = (0u64, 0u64);
     for _ in 0..count {
         let t0 = Instant::now();
+        let p = pacer.clone();
+        let sock = theirs.clone();
         let h = pool.submit(move || {
+            use std::io::{Read, Write};
             let c0 = thread_cpu();
             let w0 = Instant::now();
-            burn_cpu(Duration::from_millis(ms));
+            for i in 0..chunks {
+                if i > 0 && pingpong {
+                    let mut b = [1u8];
+                    // A failed exchange only ends the sleeps early; the
+                    // pacer's own error is reported when it is joined.
+                    let _ = (&*sock)
+                        .write_all(&b)
+                        .and_then(|_| (&*sock).read_exact(&mut b));
+                } else if i > 0 {
+                    p.wait_next();
+                }
+                burn_cpu(Duration::from_millis(ms) / chunks);
+            }
             (
                 (thread_cpu() - c0).as_nanos() as u64,
                 w0.elapsed().as_nanos() as u64,
@@ -792,6 +907,8 @@ fn account(cli: &Cli, ms: u64, count: u32) -> Result<()> {
         // The runtime's own figure: its wall-clock work for the request.
         let rt_ns = pool.shared_state().request(slot as usize).work_ns();
         let k = acct.get(svc, slot)?;
+        kernel_total += k.work_ns;
+        thread_total += cpu_ns;
         rows.push(json!({
             "true_cpu_ms": cpu_ns as f64 / 1e6,
             "kernel_ms": k.work_ns as f64 / 1e6,
@@ -801,7 +918,37 @@ fn account(cli: &Cli, ms: u64, count: u32) -> Result<()> {
             "elapsed_ms": t0.elapsed().as_secs_f64() * 1e3,
         }));
     }
-    println!("{}", serde_json::to_string(&json!({ "requests": rows }))?);
+    let wall = wall0.elapsed().as_nanos() as u64;
+    let busy = match (busy_cpu, idle0) {
+        (Some(c), Some(i0)) => Some(wall.saturating_sub(cpu_idle_ns(c)? - i0)),
+        _ => None,
+    };
+    pacer.stop.store(true, Ordering::Relaxed);
+    pacer.tick.notify_all();
+    if pingpong {
+        // Wakes the pacer from its read, to see the stop.
+        use std::io::Write;
+        let _ = (&*theirs).write_all(&[0]);
+    }
+    if let Some(t) = pacer_thread {
+        t.join()
+            .map_err(|_| anyhow::anyhow!("pacer panicked"))?
+            .context("the pacer")?;
+    }
+    println!(
+        "{}",
+        serde_json::to_string(&json!({
+            "requests": rows,
+            "chunks": chunks,
+            "kernel_total_ms": kernel_total as f64 / 1e6,
+            "thread_cpu_total_ms": thread_total as f64 / 1e6,
+            // Includes the 50 ms pauses between requests and the pool's own
+            // threads: an upper bound on what the requests can have used.
+            "busy_cpu": busy_cpu,
+            "cpu_busy_ms": busy.map(|b| b as f64 / 1e6),
+            "wall_ms": wall as f64 / 1e6,
+        }))?
+    );
     Ok(())
 }
 
@@ -1697,7 +1844,24 @@ fn main() -> Result<()> {
             println!("{}", serde_json::to_string(&out)?);
             Ok(())
         }
-        Cmd::Account { ms, count } => account(&cli, ms, count),
+        Cmd::Account {
+            ms,
+            count,
+            chunks,
+            pace_us,
+            pacer_cpu,
+            busy_cpu,
+        } => account(
+            &cli,
+            ms,
+            count,
+            Pacing {
+                chunks,
+                pace_us,
+                pacer_cpu,
+            },
+            busy_cpu,
+        ),
         Cmd::Serve {
             secs,
             require_kernel,
