@@ -1090,6 +1090,13 @@ static __always_inline void note_held(struct task_ctx *tctx, struct tailctl_requ
 	}
 }
 
+/*
+ * --serialize-mark-only: a crossing only marks the request (stamp, count,
+ * SERIALIZED in the region); its cap is left as it was, so its threads are not
+ * held to one token.
+ */
+const volatile bool serialize_mark_only;
+
 /* Serialize the request if its work crossed the threshold at the current load. */
 static __always_inline void check_threshold(struct task_ctx *tctx, struct tailctl_region *r,
 					    struct tailctl_request_acct *a, u64 now)
@@ -1125,6 +1132,11 @@ static __always_inline void check_threshold(struct task_ctx *tctx, struct tailct
 	 */
 	now = clock_or(now);
 	a->serialized_at_ns = now;
+	if (serialize_mark_only) {
+		STAT_INC(serializations);
+		__sync_fetch_and_add(&r->header.kernel_serialized, 1);
+		goto publish;
+	}
 	__sync_lock_test_and_set(&a->alloc, 1);
 	/* The thread that saw the crossing keeps running with the one token; the others are preempted now. */
 	claim_token(tctx, a);
@@ -1136,11 +1148,13 @@ static __always_inline void check_threshold(struct task_ctx *tctx, struct tailct
 	__sync_fetch_and_add(&r->header.kernel_serialized, 1);
 
 	/* Publish: set SERIALIZED unless the slot moved on (one CAS on flags+generation). */
+publish:
 	req = &r->requests[slot];
 	old = *(volatile u64 *)&req->flags;
 	if ((u32)(old >> 32) == (u32)(tctx->tag >> 32))
 		__sync_val_compare_and_swap((u64 *)&req->flags, old, old | TAILCTL_FLAG_SERIALIZED);
-	req->kernel_alloc = 1;
+	if (!serialize_mark_only)
+		req->kernel_alloc = 1;
 }
 
 /*
@@ -2897,7 +2911,7 @@ static __always_inline void req_set_share(struct tailctl_request_acct *a, u32 sh
 		return;
 	if (__sync_val_compare_and_swap(&a->alloc, old, share) != old)
 		return;
-	if (READ_ONCE(a->serialized_at_ns)) {
+	if (READ_ONCE(a->serialized_at_ns) && !serialize_mark_only) {
 		__sync_lock_test_and_set(&a->alloc, 1);
 		return;
 	}

@@ -20,6 +20,7 @@
 # Usage (in the guest): regab-guest.sh BIN OUT [ROUNDS] [RPS] [REQUESTS] [TARGET]
 #   BIN: a directory with scx_tailctl, tailctl-server, tailctl-loadgen (a release build)
 #   OUT: where the per-run JSON (raw, not for the repository) and summary.json/table.md go
+#   THRESHOLD_TABLE=FILE (environment): tail-control's thresholds from FILE, see below
 set -u
 B=$1 O=$2 ROUNDS=${3:-5} RPS=${4:-110} N=${5:-2000} TARGET=${6:-10s}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,7 +31,9 @@ PY=python3
 cal=$("$B/tailctl-server" --workers 4 --calibrate) || { echo "regab: calibration failed" >&2; exit 1; }
 bs=$(echo "$cal" | $PY -c 'import json,sys;print(json.load(sys.stdin)["bs_unit_ns"])')
 sp=$(echo "$cal" | $PY -c 'import json,sys;print(json.load(sys.stdin)["spin_unit_ns"])')
-"$B/scx_tailctl" >"$O/scx.log" 2>&1 &
+# SCX_ARGS (environment): scx_tailctl's flags, e.g. --serialize-mark-only.
+# shellcheck disable=SC2086
+"$B/scx_tailctl" ${SCX_ARGS:-} >"$O/scx.log" 2>&1 &
 S=$!
 for _ in $(seq 100); do
   [ "$(cat /sys/kernel/sched_ext/state 2>/dev/null)" = enabled ] && [ -S /run/tailctl/tailctl.sock ] && break
@@ -68,7 +71,7 @@ run() { # NAME SERVER-ARGS...
   local p=$!
   sleep 1.5
   snap $p "$O/$name.before"
-  "$B/tailctl-loadgen" --addr 127.0.0.1:7000 --trace "$O/trace.txt" --targets "$TARGET" --no-progress --json \
+  "$B/tailctl-loadgen" --addr 127.0.0.1:7000 --trace "$O/trace.txt" --targets "$TARGET" --no-progress --json --records "$O/$name.csv" \
     >"$O/$name.json" 2>/dev/null
   snap $p "$O/$name.after"
   kill $p
@@ -77,6 +80,10 @@ run() { # NAME SERVER-ARGS...
 }
 
 loose=(--policy tc --distribution bing --rps "$RPS" --target "$TARGET")
+# THRESHOLD_TABLE=FILE: tail-control reads its thresholds from FILE (scaled to the guest's CPU
+# per request, which the calibrated table underestimates several times under TCG) instead of
+# computing them for TARGET; TARGET then only sets where the load generator counts misses.
+[ -n "${THRESHOLD_TABLE:-}" ] && loose=(--policy tc --threshold-table "$THRESHOLD_TABLE")
 configs=(sf-unreg sf-reg tc-unreg tc-reg)
 for r in $(seq 1 "$ROUNDS"); do
   order=("${configs[@]}")
@@ -94,4 +101,4 @@ kill -INT $S
 wait $S
 state=$(cat /sys/kernel/sched_ext/state)
 $PY "$here/regab_summary.py" "$O" "$ROUNDS" --sched-state "$state" --target "$TARGET" \
-  --command "tools/vm/regab-guest.sh BIN OUT $ROUNDS $RPS $N $TARGET"
+  --command "${SCX_ARGS:+SCX_ARGS='$SCX_ARGS' }${THRESHOLD_TABLE:+THRESHOLD_TABLE=$(basename "$THRESHOLD_TABLE") }tools/vm/regab-guest.sh BIN OUT $ROUNDS $RPS $N $TARGET"

@@ -60,6 +60,15 @@ struct Opts {
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     wake_preempt_us: u64,
 
+    /// Serialization marks, but does not cap: a request whose CPU time crosses
+    /// its threshold is marked SERIALIZED (the runtime stops lending its work
+    /// to thieves, as tail-control's user-space serialization does) while the
+    /// threads already on it keep running, instead of being held to one token.
+    /// An experiment switch: the strict cap keeps workers waiting mid-task
+    /// (workloads/results/regab-6.18-serialize).
+    #[arg(long)]
+    serialize_mark_only: bool,
+
     /// Longest a thread of a capped request waits for its request's token before
     /// it runs anyway (the liveness bound; counted as overdue_runs). Far below
     /// sched_ext's 30 s watchdog.
@@ -392,6 +401,7 @@ impl<'a> Scheduler<'a> {
         let rodata = skel.maps.rodata_data.as_mut().unwrap();
         rodata.slice_ns = opts.slice_us * 1000;
         rodata.wake_preempt_ns = opts.wake_preempt_us * 1000;
+        rodata.serialize_mark_only = opts.serialize_mark_only;
         rodata.max_throttle_wait_ns = opts.max_throttle_wait_ms * 1_000_000;
         rodata.tid_start_tick_ns = services::identity::clock_tick_ns();
         rodata.prio_guard_ns = opts.priority_guard_ms * 1_000_000;
