@@ -11,7 +11,7 @@ set -uo pipefail
 bin=$(readlink -f "$1"); out=$2; shift 2
 ktest=$(dirname "$bin")/tailctl-ktest
 wl=$(dirname "$bin")
-all_tests=(load stress service serialize account isolation fault nosyscall daemonidle experiment maps top
+all_tests=(load stress service serialize serializemark account isolation fault nosyscall daemonidle experiment maps top
            pinned rtpreempt greedy leaks races waitbound slotreuse tidreuse bindleak regversion regdos pidns fuzz
            allotequi allotexit allotstarve allotmug allotdeq allotcgdyn allotcgnest prioprompt priostarve priouser priocgroup
            llcqueues)
@@ -252,6 +252,34 @@ EOF_PY
     PASS*) pass serialize "${verdict#PASS }" "\"compare\": $c" ;;
     *) fail serialize "$(echo "${verdict#FAIL }" | tr '"' "'")" ;;
   esac
+}
+
+# --serialize-mark-only: the kernel marks the huge request SERIALIZED on its CPU time (the
+# runtime then stops lending its work) but holds none of its threads back.
+test_serializemark() {
+  local w; w=$(nproc)
+  start_sched --serialize-mark-only || { fail serializemark "scheduler did not load"; return; }
+  local c
+  c=$(timeout 600 "$ktest" -w "$w" serialize --threshold-ms 200 --small-every-ms 40 2>"$out/ktest.err") \
+    || { fail serializemark "ktest failed: $(tail -c 300 "$out/ktest.err" | tr '\n"' ' ')"; stop_sched; return; }
+  stop_sched || { fail serializemark "scheduler exit non-zero"; return; }
+  echo "$c" >"$out/serializemark.json"
+  local verdict
+  verdict=$($PY - "$c" <<'EOF_PY'
+import json, sys
+c = json.loads(sys.argv[1]); k = c.get("kernel") or {}
+problems = []
+if not k.get("serialized"):
+    problems.append("the kernel never marked the huge request")
+if k.get("throttled", 0) or k.get("bounces", 0):
+    problems.append(f"threads were held back: {k.get('throttled')} throttled waits, {k.get('bounces')} bounces")
+if c.get("max_concurrency_before_mark", 0) < 2:
+    problems.append("the huge request never ran on 2+ threads")
+print(("FAIL " + "; ".join(problems)) if problems else
+      f"PASS marked {c.get('mark_after_ms', 0):.0f} ms in (threshold crossed at {c.get('threshold_crossed_after_ms', 0):.0f} ms), 0 throttled waits, up to {k.get('max_running')} of its threads running at once, done in {c.get('huge_wall_ms', 0):.0f} ms")
+EOF_PY
+)
+  case "$verdict" in PASS*) pass serializemark "${verdict#PASS }";; *) fail serializemark "${verdict#FAIL }";; esac
 }
 
 test_account() {
