@@ -65,7 +65,8 @@ struct Opts {
     /// to thieves, as tail-control's user-space serialization does) while the
     /// threads already on it keep running, instead of being held to one token.
     /// An experiment switch: the strict cap keeps workers waiting mid-task
-    /// (workloads/results/regab-6.18-serialize).
+    /// (workloads/results/regab-6.18-serialize). With --request-shares a
+    /// marked request keeps the share it had when it was marked.
     #[arg(long)]
     serialize_mark_only: bool,
 
