@@ -38,6 +38,11 @@
 #                progresses (per-thread CPU time from /proc), the longest wait
 #                for a job token is reported with the watchdog margin, the
 #                scheduler stays loaded, `tailctl maps` lists the job.
+#   allotcgdeq:  the same under --allot deq: both jobs desire every CPU (the hog's threads
+#                runnable beyond its allotment are its queued work, SAWS's Q), so the
+#                cgroup job's usual allotment over the later half of the controller's
+#                quanta (--allot-trace) is at least CPUs/2 (it stayed at 1 while a job
+#                without a region had Q = 0), capped as under equi.
 #   allotcgdyn:  cgroup jobs that start and end at any time (--job with a
 #                `*` pattern that matches nothing at start), beside a
 #                registered wide service under --allot equi: a cgroup created
@@ -94,7 +99,7 @@ allot_sched() {
 }
 # The policy an allot test starts with.
 allot_first_policy() {
-  case $1 in allotcgroup) echo cgroup ;; allotcgdyn) echo cgdyn ;; allotcgnest) echo cgnest ;; allotreqalloc) echo reqshares ;; allotequi) echo off ;; allotexit | allotstarve | allotmug) echo equi ;; allotdeq) echo deq ;; *) echo none ;; esac
+  case $1 in allotcgroup) echo allotcgroup ;; allotcgdeq) echo allotcgdeq ;; allotcgdyn) echo cgdyn ;; allotcgnest) echo cgnest ;; allotreqalloc) echo reqshares ;; allotequi) echo off ;; allotexit | allotstarve | allotmug) echo equi ;; allotdeq) echo deq ;; *) echo none ;; esac
 }
 # allot_end TEST: stop the scheduler unless the next test starts with the same policy.
 allot_end() {
@@ -503,32 +508,39 @@ allot_thread_ticks() {
   done | tr '\n' ' '
 }
 
-test_allotcgroup() {
-  local n half cg=/sys/fs/cgroup/tailctl-cgjob; n=$(nproc); half=$((n / 2))
-  [ "$(stat -f -c %T /sys/fs/cgroup 2>/dev/null)" = cgroup2fs ] || { fail allotcgroup "no cgroup v2 at /sys/fs/cgroup"; return; }
-  mkdir -p "$cg" || { fail allotcgroup "cannot create $cg"; return; }
-  if [ -n "$sched_pid" ]; then allot_cur=""; stop_sched || { fail allotcgroup "previous scheduler exit non-zero: $(sched_why)"; return; }; fi
-  allot_cur=cgroup
-  start_sched --allot equi --job "$cg" || { fail allotcgroup "scheduler did not load with --job: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; rmdir "$cg"; return; }
+test_allotcgroup() { allotcg_beside_service allotcgroup equi; }
+test_allotcgdeq() { allotcg_beside_service allotcgdeq deq; }
+# allotcg_beside_service TEST POLICY: a cgroup job's hog beside a registered wide service under
+# --allot POLICY. Under equi both are allotted CPUs/2. Under deq both desire every CPU (the hog's
+# threads beyond its allotment are its queued work, the service's queued requests its own), so
+# the cgroup job must reach an equal part; without its waiting threads counted, SAWS's desire
+# `u*a` keeps it at the one core a new job starts with, and the service takes the rest.
+allotcg_beside_service() {
+  local t=$1 pol=$2 n half cg=/sys/fs/cgroup/tailctl-cgjob; n=$(nproc); half=$((n / 2))
+  [ "$(stat -f -c %T /sys/fs/cgroup 2>/dev/null)" = cgroup2fs ] || { fail "$t" "no cgroup v2 at /sys/fs/cgroup"; return; }
+  mkdir -p "$cg" || { fail "$t" "cannot create $cg"; return; }
+  if [ -n "$sched_pid" ]; then allot_cur=""; stop_sched || { fail "$t" "previous scheduler exit non-zero: $(sched_why)"; return; }; fi
+  allot_cur=$t
+  start_sched --allot "$pol" --job "$cg" --allot-trace "$out/allot-trace-$t.csv" || { fail "$t" "scheduler did not load with --job: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; rmdir "$cg"; return; }
   # The hog enters the cgroup before it starts its threads: every thread is a job thread.
   (echo $BASHPID >"$cg/cgroup.procs" && exec "$ktest" hog --threads $((n * 2)) --secs 60) >"$out/allot-cghog.json" 2>>"$out/allot.err" & local hp=$!
   allot_service $((n * 2)) 60 >"$out/allot-cgsvc.json" 2>>"$out/allot.err" & local sp=$!
   sleep 4
   local t1 t2 maps
   t1=$(allot_thread_ticks $hp)
-  allot_jobs_json "$out/c1" && sleep 6 && allot_jobs_json "$out/c2" || { kill -9 $hp $sp; wait $hp $sp 2>/dev/null; stop_sched; rmdir "$cg"; fail allotcgroup "map dumps failed: $(tail -c 300 "$out/allot.err")"; return; }
+  allot_jobs_json "$out/c1" && sleep 6 && allot_jobs_json "$out/c2" || { kill -9 $hp $sp; wait $hp $sp 2>/dev/null; stop_sched; rmdir "$cg"; fail "$t" "map dumps failed: $(tail -c 300 "$out/allot.err")"; return; }
   t2=$(allot_thread_ticks $hp)
   maps=$("$wl/tailctl" maps dump services 2>>"$out/allot.err" | head -n 20)
   kill -9 $hp $sp; wait $hp $sp 2>/dev/null
   local st; st=$(allot_stats); local jobs; jobs=$(allot_cores "$out/c1" "$out/c2")
-  sched_alive || { fail allotcgroup "scheduler ejected: $(sched_why)"; rmdir "$cg"; return; }
-  allot_end allotcgroup || { fail allotcgroup "scheduler exit non-zero: $(sched_why)"; rmdir "$cg"; return; }
+  sched_alive || { fail "$t" "scheduler ejected: $(sched_why)"; rmdir "$cg"; return; }
+  allot_end "$t" || { fail "$t" "scheduler exit non-zero: $(sched_why)"; rmdir "$cg"; return; }
   rmdir "$cg" 2>/dev/null
-  echo "$maps" >"$out/allotcgroup-maps.txt"
-  echo "{\"jobs\": $jobs, \"stats\": $st}" >"$out/allotcgroup.json"
+  echo "$maps" >"$out/$t-maps.txt"
+  echo "{\"jobs\": $jobs, \"stats\": $st}" >"$out/$t.json"
   local verdict
-  verdict=$($PY - "$jobs" "$st" "$half" "$sp" "$t1" "$t2" "$maps" <<'PY'
-import json, sys
+  verdict=$($PY - "$jobs" "$st" "$half" "$sp" "$t1" "$t2" "$maps" "$pol" "$out/allot-trace-$t.csv" <<'PY'
+import collections, csv, json, sys
 jobs, st, half, sp = json.loads(sys.argv[1]), json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 tick = lambda s: dict((int(a), int(b)) for a, b in (w.split(":") for w in s.split()))
 t1, t2, maps = tick(sys.argv[5]), tick(sys.argv[6]), sys.argv[7]
@@ -538,11 +550,30 @@ why = []
 if not cg or not svc:
     print("bad", "a job was not seen in job_acct:", jobs); sys.exit()
 cg = cg[0]
-if cg["allot"] != half or svc["allot"] != half:
-    why.append(f"allotments cgroup {cg['allot']} / service {svc['allot']}, expected {half}/{half}")
+pol, trace = sys.argv[8], sys.argv[9]
+# The cgroup job's allotment in every controller round of its life (--allot-trace: owner
+# has the cgroup-job pid in its low 32 bits).
+rounds = []
+try:
+    for r in csv.DictReader(open(trace)):
+        if int(r["owner"]) & 0xffffffff >= 0x80000000 and r["quantum"] == "1":
+            rounds.append(int(r["allot"]))
+except (OSError, ValueError, KeyError):
+    pass
+late = rounds[len(rounds) // 2:]
+common = collections.Counter(late).most_common(1)[0][0] if late else None
+if pol == "equi":
+    if cg["allot"] != half or svc["allot"] != half:
+        why.append(f"allotments cgroup {cg['allot']} / service {svc['allot']}, expected {half}/{half}")
+else:
+    # Both want every CPU: the cgroup job gets at least an equal part in most rounds.
+    if common is None or common < half:
+        why.append(f"the cgroup job's usual allotment {common} (rounds {len(rounds)}, at 1: {rounds.count(1)}), expected at least {half}")
+    if svc["allot"] < 1:
+        why.append(f"the service is allotted {svc['allot']}")
 # As allotequi: 10% + 0.1 core of overrun (a tick per slice under TCG).
-if cg["own"] > half * 1.1 + 0.1:
-    why.append(f"the cgroup job ran {cg['own']} cores within an allotment of {half}")
+if cg["own"] > cg["allot"] * 1.1 + 0.1 and cg["own"] > half * 1.1 + 0.1:
+    why.append(f"the cgroup job ran {cg['own']} cores within an allotment of {cg['allot']}")
 if cg["cores"] < half * 0.4:
     why.append(f"the cgroup job got {cg['cores']} cores of its {half}: its tasks are not charged to it")
 if svc["cores"] < half * 0.4:
@@ -556,15 +587,15 @@ if st["watchdog_margin_ms"] < 25000:
     why.append(f"a job thread waited {st.get('allot_max_wait_ns', 0) / 1e6:.0f} ms")
 if "cgroup-job" not in maps:
     why.append("tailctl maps does not list the cgroup job")
-msg = (f"cgroup job (allot {cg['allot']}): {cg['own']} own + {cg['borrowed']} borrowed cores, "
-       f"service (allot {svc['allot']}): {svc['cores']} cores; hog threads' ticks in the window "
+msg = (f"{pol}: cgroup job (allot {cg['allot']}, desire {cg['desire']}, usual {common} in the later half of {len(rounds)} quanta): {cg['own']} own + {cg['borrowed']} borrowed cores, "
+       f"service (allot {svc['allot']}, desire {svc['desire']}): {svc['cores']} cores; hog threads' ticks in the window "
        f"min {workers[0] if workers else None} max {workers[-1] if workers else None}; "
        f"longest job-token wait {st.get('allot_max_wait_ns', 0) / 1e6:.1f} ms (watchdog margin {st['watchdog_margin_ms']} ms), "
        f"{st.get('allot_waits')} waits, {st.get('allot_overdue')} overdue, {st.get('allot_borrows')} borrows")
 print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
 )
-  case "$verdict" in ok*) pass allotcgroup "${verdict#ok }" "\"detail\": $(cat "$out/allotcgroup.json")";; *) fail allotcgroup "${verdict#bad }";; esac
+  case "$verdict" in ok*) pass "$t" "${verdict#ok }" "\"detail\": $(cat "$out/$t.json")";; *) fail "$t" "${verdict#bad }";; esac
 }
 
 # cgjob_slot CGROUP: "SLOT EPOCH" when the kernel's job_cgroups maps the cgroup's id to a slot

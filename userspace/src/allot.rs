@@ -59,7 +59,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use log::{debug, info, warn};
-use tailctl_allot::{check_allotment, AllotPolicy, Event, JobId, JobView, Machine, PolicyKind};
+use tailctl_allot::{
+    check_allotment, ASteal, AllotPolicy, Event, JobId, JobView, Machine, PolicyKind, Utilisation,
+};
 
 use crate::bpf_intf::{
     tailctl_allot_cmd, tailctl_header, tailctl_job_acct, tailctl_region, tailctl_service,
@@ -82,6 +84,22 @@ pub struct Config {
     pub request_shares: bool,
     /// `--saws-u`: where SAWS's `u` comes from.
     pub saws_u: SawsU,
+    /// `--asteal-u`: where A-Steal's utilisation comes from.
+    pub asteal_u: AstealU,
+}
+
+/// Where `--allot asteal` takes its utilisation from (`--asteal-u`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AstealU {
+    /// The `u` DEQ reads (`--saws-u`; for a job without a region, its
+    /// core-time utilisation): SAWS §4.2.1 uses its sampled `u` for A-Steal's
+    /// desires too, and `tailctl sim multiprog --asteal-u same` does the same,
+    /// so the two policies are measured alike.
+    #[default]
+    Same,
+    /// Working time over allotted core-time from the kernel's accounting, for
+    /// every job (SAWS §3.2's `w(q)/(a(q)L)`; the daemon's only reading before).
+    CoreTime,
 }
 
 /// Where the controller takes SAWS's `u` from (`--saws-u`).
@@ -111,6 +129,37 @@ pub fn saws_alpha(steal_ns: u64, allot: u32, window_ns: u64) -> Option<f64> {
 pub fn kernel_u(work_ns: u64, steal_ns: u64) -> Option<f64> {
     let busy = work_ns as f64 + steal_ns as f64;
     (busy > 0.0).then(|| work_ns as f64 / busy)
+}
+
+/// The desire inputs `(u, Q)` of a job without a region: a cgroup job
+/// (`--job`), or a service whose region holds no valid header. No runtime
+/// counts its steals or its queued work, so both come from the kernel:
+///
+/// - `u` is A-Steal's core-time utilisation, working time over the allotted
+///   core-time of the window (`allot · window_ns`), or over the measured
+///   core-time when that is more (its threads ran on lent CPUs). A job whose
+///   threads sleep leaves allotted cores idle and is inefficient, which the
+///   working-over-busy ratio of [`kernel_u`] (always 1 for a job that never
+///   steals) cannot show. 1.0 (no evidence) without a window or an allotment.
+/// - `Q` is its threads runnable beyond the allotment: they wait for a job
+///   token as stealable work waits for a thief. Without it SAWS's desire of
+///   such a job is `u·a` and never grows past the one core a new job starts
+///   with.
+pub fn unmodified_inputs(
+    work_ns: u64,
+    steal_ns: u64,
+    allot: u32,
+    window_ns: u64,
+    runnable: u32,
+) -> (f64, f64) {
+    let allotted = (allot as f64 * window_ns as f64).max(work_ns as f64 + steal_ns as f64);
+    let u = if allot > 0 && window_ns > 0 && allotted > 0.0 {
+        (work_ns as f64 / allotted).clamp(0.0, 1.0)
+    } else {
+        1.0
+    };
+    let queued = runnable.min(MAX_WORKERS).saturating_sub(allot);
+    (u, queued as f64)
 }
 
 /// The maps and the program the controller uses (its own handles), and
@@ -182,8 +231,7 @@ impl Controller {
     /// Start controlling with `cfg.policy` (which must not be `off`), woken by `events`.
     pub fn start(cfg: Config, handles: Handles, events: Receiver<()>) -> Result<Self> {
         let policy = cfg
-            .policy
-            .build()
+            .build_policy()
             .context("--allot off has no controller")?;
         let shutdown = Arc::new(AtomicBool::new(false));
         let stop = shutdown.clone();
@@ -212,6 +260,16 @@ impl Controller {
 impl Config {
     fn policy_name(&self) -> &'static str {
         self.policy.build().map_or("off", |p| p.name())
+    }
+
+    /// The policy `--allot` names, A-Steal reading the utilisation `--asteal-u` says.
+    fn build_policy(&self) -> Option<Box<dyn AllotPolicy>> {
+        match (self.policy, self.asteal_u) {
+            (PolicyKind::Asteal, AstealU::Same) => Some(Box::new(
+                ASteal::default().with_utilisation(Utilisation::Reported),
+            )),
+            (p, _) => p.build(),
+        }
     }
 }
 
@@ -658,23 +716,29 @@ impl Loop {
             // α over the window since the last reading (a job's first reading
             // has none: the policy's constant), timed by the round's one
             // clock reading.
-            let alpha = match (acct, k.read_ns) {
-                (Some(_), read) if read > 0 => {
-                    saws_alpha(steal, k.allot, round_ns.saturating_sub(read))
-                }
+            let window = match (acct, k.read_ns) {
+                (Some(_), read) if read > 0 => Some(round_ns.saturating_sub(read)),
                 _ => None,
             };
+            let alpha = window.and_then(|w| saws_alpha(steal, k.allot, w));
             if let Some(a) = acct {
                 k.work_ns = a.work_ns;
                 k.steal_ns = a.steal_ns;
                 k.read_ns = round_ns;
             }
-            let steal_success = match (self.cfg.saws_u, acct) {
-                (SawsU::Kernel, Some(_)) => kernel_u(work, steal)
-                    .unwrap_or_else(|| inputs.steal_success(k.steals, k.failed_steals)),
-                _ => inputs.steal_success(k.steals, k.failed_steals),
+            let (steal_success, queued_avg, queued_now) = if inputs.workers == 0 {
+                // No region (a cgroup job): u and Q from the kernel's accounting.
+                let (u, q) = unmodified_inputs(work, steal, k.allot, window.unwrap_or(0), runnable);
+                (u, q, q)
+            } else {
+                let u = match (self.cfg.saws_u, acct) {
+                    (SawsU::Kernel, Some(_)) => kernel_u(work, steal)
+                        .unwrap_or_else(|| inputs.steal_success(k.steals, k.failed_steals)),
+                    _ => inputs.steal_success(k.steals, k.failed_steals),
+                };
+                let q = inputs.queued_avg(k.steals, k.failed_steals, k.stealable_seen);
+                (u, q, inputs.stealable as f64)
             };
-            let queued_avg = inputs.queued_avg(k.steals, k.failed_steals, k.stealable_seen);
             k.steals = inputs.steals;
             k.failed_steals = inputs.failed_steals;
             k.stealable_seen = inputs.stealable_seen;
@@ -692,7 +756,7 @@ impl Loop {
                 steal_ns: steal,
                 steal_success,
                 queued_avg,
-                queued_now: inputs.stealable as f64,
+                queued_now,
                 queued_alpha: alpha,
             });
             // No region (a cgroup job, --job): its runnable threads are its demand.
@@ -918,6 +982,84 @@ mod tests {
         assert_eq!(kernel_u(1, 0), Some(1.0));
         assert_eq!(kernel_u(0, 0), None);
         assert_eq!(kernel_u(u64::MAX, u64::MAX), Some(0.5));
+    }
+
+    #[test]
+    fn unmodified_inputs_from_kernel_accounting() {
+        let ms = 1_000_000;
+        // One allotted core busy the whole 10 ms window, 7 more threads runnable.
+        assert_eq!(unmodified_inputs(10 * ms, 0, 1, 10 * ms, 8), (1.0, 7.0));
+        // Two allotted cores, half used, nothing waiting.
+        assert_eq!(unmodified_inputs(10 * ms, 0, 2, 10 * ms, 1), (0.5, 0.0));
+        // Lent CPUs: more work than the allotment held; u stays at 1.
+        assert_eq!(unmodified_inputs(30 * ms, 0, 1, 10 * ms, 4), (1.0, 3.0));
+        // No window yet, or no allotment: no evidence.
+        assert_eq!(unmodified_inputs(5 * ms, 0, 1, 0, 1).0, 1.0);
+        assert_eq!(unmodified_inputs(0, 0, 0, 10 * ms, 2), (1.0, 2.0));
+        // Counts past what a job can hold are clamped.
+        assert_eq!(
+            unmodified_inputs(0, 0, 1, 10 * ms, u32::MAX).1,
+            (MAX_WORKERS - 1) as f64
+        );
+    }
+
+    /// DEQ on the inputs of a cgroup job: with `Q` from its waiting threads its desire
+    /// grows from the one core a new job gets (it stayed at 1 with `Q = 0`).
+    #[test]
+    fn deq_grows_an_unmodified_job() {
+        let m = Machine {
+            cores: 4,
+            quantum_ns: 10_000_000,
+        };
+        let mut p = tailctl_allot::Deq::default();
+        let mut allot = [0];
+        let mut v = JobView {
+            id: 7,
+            max_parallelism: 8,
+            runnable: 8,
+            ..Default::default()
+        };
+        p.decide(Event::JobStarted(7), m, &[v], &mut allot);
+        assert_eq!(allot, [1]);
+        v.allot = 1;
+        let (u, q) = unmodified_inputs(m.quantum_ns, 0, 1, m.quantum_ns, 8);
+        (v.steal_success, v.queued_avg, v.queued_now) = (u, q, q);
+        p.decide(Event::Quantum, m, &[v], &mut allot);
+        assert_eq!(allot, [4]);
+    }
+
+    #[test]
+    fn asteal_reads_the_same_u_unless_told() {
+        let cfg = |asteal_u| Config {
+            policy: PolicyKind::Asteal,
+            quantum: Duration::from_millis(10),
+            request_shares: false,
+            saws_u: SawsU::Steals,
+            asteal_u,
+        };
+        let m = Machine {
+            cores: 4,
+            quantum_ns: 10_000_000,
+        };
+        // Its one core worked the whole quantum, but 9 of 10 steal attempts failed.
+        let v = JobView {
+            id: 1,
+            allot: 1,
+            max_parallelism: 4,
+            runnable: 4,
+            work_ns: m.quantum_ns,
+            steal_success: 0.1,
+            ..Default::default()
+        };
+        let run = |asteal_u| {
+            let mut p = cfg(asteal_u).build_policy().unwrap();
+            let mut allot = [1];
+            p.decide(Event::Quantum, m, &[v], &mut allot);
+            allot[0]
+        };
+        // Same u as DEQ: inefficient, the desire stays at 1; on core-time: doubles.
+        assert_eq!(run(AstealU::Same), 1);
+        assert_eq!(run(AstealU::CoreTime), 2);
     }
 
     #[test]

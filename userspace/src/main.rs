@@ -131,10 +131,19 @@ struct Opts {
     /// cores) from: `steals`, the runtime's steal counters in the job's region
     /// (SAWS's implementable form: successful searches over all searches), or
     /// `kernel`, the kernel's own accounting of the job's working and stealing
-    /// CPU time over the quantum (SAWS's Eq. 1 exactly; a job without a region
-    /// uses it either way).
+    /// CPU time over the quantum (SAWS's Eq. 1 exactly). A job without a
+    /// region (a cgroup job) has neither: its `u` is its working time over its
+    /// allotted CPU time, its queued work its threads runnable beyond the
+    /// allotment.
     #[arg(long, value_enum, default_value = "steals")]
     saws_u: allot::SawsU,
+
+    /// Where `--allot asteal` takes its utilisation from: `same`, the `u` DEQ
+    /// reads (`--saws-u`; SAWS uses its sampled `u` for A-Steal too, as
+    /// `tailctl sim multiprog` does), or `core-time`, working time over
+    /// allotted CPU time from the kernel's accounting for every job.
+    #[arg(long, value_enum, default_value = "same")]
+    asteal_u: allot::AstealU,
 
     /// With --allot: write the controller's rounds to FILE as CSV, one line
     /// per job per round (what the policy saw, the allotment before and
@@ -472,6 +481,7 @@ impl<'a> Scheduler<'a> {
                     quantum: opts.quantum,
                     request_shares: opts.request_shares,
                     saws_u: opts.saws_u,
+                    asteal_u: opts.asteal_u,
                 },
                 allot::Handles {
                     services: libbpf_rs::MapHandle::try_from(&skel.maps.services)?,
