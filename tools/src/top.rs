@@ -29,6 +29,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Paragraph, Row, Table};
 use ratatui::Frame;
 
+use crate::maps::region::efficiency;
 use crate::maps::{Snapshot, DEFAULT_PIN_DIR};
 
 #[derive(clap::Parser)]
@@ -78,6 +79,9 @@ struct App {
     /// Each job's CPU time at the last refresh ((slot, pid) -> ns), and the cores it used since.
     prev_job_cpu: BTreeMap<(usize, u64), u64>,
     job_cores: BTreeMap<(usize, u64), f64>,
+    /// Each job's (working, stealing) CPU time at the last refresh, and its efficiency since.
+    prev_job_split: BTreeMap<(usize, u64), (u64, u64)>,
+    job_eff: BTreeMap<(usize, u64), f64>,
     last_read: Instant,
     error: Option<String>,
     sort: SortKey,
@@ -115,6 +119,19 @@ impl App {
                     })
                     .collect();
                 self.prev_job_cpu = cpu;
+                let split: BTreeMap<(usize, u64), (u64, u64)> = s
+                    .services
+                    .iter()
+                    .filter_map(|v| {
+                        let j = v.job.as_ref()?;
+                        Some(((v.slot, v.pid), (j.work_ns, j.steal_ns)))
+                    })
+                    .collect();
+                self.job_eff = split
+                    .iter()
+                    .filter_map(|(k, v)| Some((*k, efficiency(*self.prev_job_split.get(k)?, *v)?)))
+                    .collect();
+                self.prev_job_split = split;
                 self.snap = s;
                 self.error = None;
             }
@@ -230,6 +247,9 @@ impl App {
                     self.job_cores
                         .get(&(s.slot, s.pid))
                         .map_or("-".into(), |c| format!("{c:.2}")),
+                    self.job_eff
+                        .get(&(s.slot, s.pid))
+                        .map_or("-".into(), |e| format!("{e:.2}")),
                     g("active"),
                     g("busy_workers"),
                     g("stealable"),
@@ -243,7 +263,7 @@ impl App {
         f.render_widget(
             Table::new(
                 svc_rows,
-                [3, 8, 16, 6, 6, 6, 5, 6, 7, 5, 6, 8, 10, 5, 10].map(Constraint::Length),
+                [3, 8, 16, 6, 6, 6, 5, 6, 4, 7, 5, 6, 8, 10, 5, 10].map(Constraint::Length),
             )
             .header(
                 Row::new([
@@ -255,6 +275,7 @@ impl App {
                     "allot",
                     "used",
                     "cores",
+                    "eff",
                     "active",
                     "busy",
                     "steal",
@@ -266,7 +287,7 @@ impl App {
                 .style(bold),
             )
             .block(Block::default().borders(Borders::TOP).title(format!(
-                " services ({}) — priority level (3 normal), desire, allotment, threads on CPUs now (+borrowed), cores used; desire inputs: busy workers, stealable tasks ",
+                " services ({}) — priority level (3 normal), desire, allotment, threads on CPUs now (+borrowed), cores used, efficiency (working share of its CPU time); desire inputs: busy workers, stealable tasks ",
                 self.snap.services.len()
             ))),
             svcs,
@@ -430,6 +451,8 @@ pub fn run(args: Args) -> Result<()> {
             .filter_map(|v| Some(((v.slot, v.pid), v.job.as_ref()?.cpu_ns)))
             .collect(),
         job_cores: BTreeMap::new(),
+        prev_job_split: BTreeMap::new(),
+        job_eff: BTreeMap::new(),
         snap,
         rates: BTreeMap::new(),
         last_read: Instant::now(),

@@ -204,6 +204,10 @@ pub struct JobFigures {
     /// CPU time of the job's threads, and the part on borrowed CPUs (ns).
     pub cpu_ns: u64,
     pub borrowed_ns: u64,
+    /// CPU time of the job's threads while working and while not (stealing, or
+    /// parked), as the kernel splits it by the worker states in the region (ns).
+    pub work_ns: u64,
+    pub steal_ns: u64,
     /// Threads on a CPU within the allotment / on borrowed CPUs / waiting for a token.
     pub running: u64,
     pub borrowing: u64,
@@ -213,7 +217,21 @@ pub struct JobFigures {
     pub lat_mean_us: Option<f64>,
 }
 
+/// SAWS's and AMCilk's efficiency: the share of a job's CPU time spent working
+/// (not stealing), from two readings of its working and stealing time, `None`
+/// when it did neither in between (see the unit test `efficiency_over_a_window`).
+pub fn efficiency(before: (u64, u64), after: (u64, u64)) -> Option<f64> {
+    let work = after.0.saturating_sub(before.0) as f64;
+    let steal = after.1.saturating_sub(before.1) as f64;
+    (work + steal > 0.0).then(|| work / (work + steal))
+}
+
 impl JobFigures {
+    /// Efficiency over the job's life so far (see [`efficiency`]), as "0.93" or "-".
+    pub fn efficiency_label(&self) -> String {
+        efficiency((0, 0), (self.work_ns, self.steal_ns)).map_or("-".into(), |e| format!("{e:.2}"))
+    }
+
     /// Cores in use now, as "within+borrowed": two threads within the
     /// allotment and one on a borrowed CPU read
     ///
@@ -354,6 +372,8 @@ impl Snapshot {
                         JobFigures {
                             cpu_ns: g("cpu_ns"),
                             borrowed_ns: g("borrowed_ns"),
+                            work_ns: g("work_ns"),
+                            steal_ns: g("steal_ns"),
                             running: g("running"),
                             borrowing: g("borrowing"),
                             waiting: g("waiting"),
@@ -485,7 +505,7 @@ impl Snapshot {
         let mut s = String::from("SERVICES\n");
         let _ = writeln!(
             s,
-            "{:>4} {:>7} {:<15} {:>5} {:>6} {:>6} {:>5} {:>5} {:>8} {:>7} {:>6} {:>5} {:>5} {:>9} {:>6} {:>6} {:<6} thresholds (q=1..)",
+            "{:>4} {:>7} {:<15} {:>5} {:>6} {:>6} {:>5} {:>5} {:>8} {:>4} {:>7} {:>6} {:>5} {:>5} {:>9} {:>6} {:>6} {:<6} thresholds (q=1..)",
             "slot",
             "pid",
             "comm",
@@ -495,6 +515,7 @@ impl Snapshot {
             "allot",
             "used",
             "cpu_s",
+            "eff",
             "realloc",
             "active",
             "busy",
@@ -515,7 +536,7 @@ impl Snapshot {
             let j = svc.job.clone().unwrap_or_default();
             let _ = writeln!(
                 s,
-                "{:>4} {:>7} {:<15} {:>5} {:>6} {:>6} {:>5} {:>5} {:>8.2} {:>7} {:>6} {:>5} {:>5} {:>9} {:>6} {:>6} {:<6} {}",
+                "{:>4} {:>7} {:<15} {:>5} {:>6} {:>6} {:>5} {:>5} {:>8.2} {:>4} {:>7} {:>6} {:>5} {:>5} {:>9} {:>6} {:>6} {:<6} {}",
                 svc.slot,
                 svc.pid,
                 svc.comm,
@@ -525,6 +546,7 @@ impl Snapshot {
                 svc.allot_label(),
                 j.used_label(),
                 j.cpu_ns as f64 / 1e9,
+                j.efficiency_label(),
                 j.reallocs,
                 g("active"),
                 g("busy_workers"),
@@ -667,6 +689,22 @@ fn read_region(regions: &MapHandle, slot: usize) -> Result<(u32, Region)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn efficiency_over_a_window() {
+        // 30 ms working and 10 ms stealing since the last reading.
+        assert_eq!(efficiency((100, 50), (30_000_100, 10_000_050)), Some(0.75));
+        assert_eq!(efficiency((7, 7), (7, 7)), None);
+        // Counters that went backwards (a new registration in the slot) count as nothing.
+        assert_eq!(efficiency((9, 9), (1, 1)), None);
+        let j = JobFigures {
+            work_ns: 9,
+            steal_ns: 1,
+            ..Default::default()
+        };
+        assert_eq!(j.efficiency_label(), "0.90");
+        assert_eq!(JobFigures::default().efficiency_label(), "-");
+    }
 
     fn put(bytes: &mut [u8], off: usize, size: usize, v: u64) {
         bytes[off..off + size].copy_from_slice(&v.to_le_bytes()[..size]);
