@@ -31,16 +31,31 @@ def parse(path):
     }
 
 
+def policy_round(path):
+    """The policy (with its scx_tailctl flags, as tailctl-jobs names it) and round of a log.
+
+    >>> policy_round("out/scx_tailctl-deq-2.log")
+    ('deq', 2)
+    >>> policy_round("out/scx_tailctl-asteal+asteal-u=core-time-10.log")
+    ('asteal+asteal-u=core-time', 10)
+    >>> policy_round("out/sched.log") is None
+    True
+    """
+    m = re.search(r"scx_tailctl-(.+)-(\d+)\.log$", os.path.basename(path))
+    return (m.group(1), int(m.group(2))) if m else None
+
+
 def main():
     out = sys.argv[1]
     rows = []
     for path in glob.glob(os.path.join(out, "scx_tailctl-*-*.log")):
-        m = re.search(r"scx_tailctl-(\w+)-(\d+)\.log$", path)
+        pr = policy_round(path)
         r = parse(path)
-        if m and r and m.group(1) != "off":
-            rows.append((m.group(1), int(m.group(2)), r))
+        if pr and r and pr[0] != "off":
+            rows.append((pr[0], pr[1], r))
     order = ["equi", "deq", "asteal", "drep"]
-    rows.sort(key=lambda x: (order.index(x[0]) if x[0] in order else 99, x[1]))
+    base = lambda pol: pol.split("+")[0]
+    rows.sort(key=lambda x: (order.index(base(x[0])) if base(x[0]) in order else 99, x[0], x[1]))
     print("Decision-to-enforcement latency of every reallocation (the kernel's clock: the `allot:` line "
           "of each scheduler's final counters), per run and in all; the controller's decide time, its "
           "thread's CPU per round and how late it woke (its last `allot:` log line). Made by "
