@@ -37,7 +37,8 @@
 #                service gets a real part of its CPUs/2; every hog thread
 #                progresses (per-thread CPU time from /proc), the longest wait
 #                for a job token is reported with the watchdog margin, the
-#                scheduler stays loaded, `tailctl maps` lists the job.
+#                scheduler stays loaded, `tailctl maps` lists the job (its
+#                efficiency 1.00: a cgroup job's CPU time is all work).
 #   allotcgdeq:  the same under --allot deq: both jobs desire every CPU (the hog's threads
 #                runnable beyond its allotment are its queued work, SAWS's Q), so the
 #                cgroup job's usual allotment over the later half of the controller's
@@ -585,8 +586,13 @@ if not workers or workers[0] == 0:
     why.append(f"a hog thread made no progress in the window: ticks {sorted(spin.values())}")
 if st["watchdog_margin_ms"] < 25000:
     why.append(f"a job thread waited {st.get('allot_max_wait_ns', 0) / 1e6:.0f} ms")
-if "cgroup-job" not in maps:
+# Its row in `tailctl maps dump services` (slot pid comm uid prio desire allot used cpu_s eff ...):
+# a cgroup job's CPU time is all work, so its efficiency reads 1.00.
+row = next((l.split() for l in maps.splitlines() if "cgroup-job" in l), None)
+if row is None:
     why.append("tailctl maps does not list the cgroup job")
+elif len(row) < 10 or row[9] != "1.00":
+    why.append(f"tailctl maps shows the cgroup job's efficiency as {row[9:10]}, expected 1.00: {' '.join(row)}")
 msg = (f"{pol}: cgroup job (allot {cg['allot']}, desire {cg['desire']}, usual {common} in the later half of {len(rounds)} quanta): {cg['own']} own + {cg['borrowed']} borrowed cores, "
        f"service (allot {svc['allot']}, desire {svc['desire']}): {svc['cores']} cores; hog threads' ticks in the window "
        f"min {workers[0] if workers else None} max {workers[-1] if workers else None}; "
