@@ -522,9 +522,9 @@ test_allotcgasteal() { allotcg_beside_service allotcgasteal asteal; }
 # threads beyond its allotment are its queued work, the service's queued requests its own), so
 # the cgroup job must reach an equal part; without its waiting threads counted, SAWS's desire
 # `u*a` keeps it at the one core a new job starts with, and the service takes the rest. Under
-# asteal the hog uses all it is allotted (efficient), so its desire doubles up to its cap and
-# DEQ gives it at least an equal part whatever the service's desire; the service's desire
-# follows the `u` of its steal counters (--asteal-u same).
+# asteal the hog's desire doubles while it uses its allotment (and halves when a grown
+# allotment's first quantum was not fully used: see the verdict); the service's desire follows
+# the `u` of its steal counters (--asteal-u same).
 allotcg_beside_service() {
   local t=$1 pol=$2 n half cg=/sys/fs/cgroup/tailctl-cgjob; n=$(nproc); half=$((n / 2))
   [ "$(stat -f -c %T /sys/fs/cgroup 2>/dev/null)" = cgroup2fs ] || { fail "$t" "no cgroup v2 at /sys/fs/cgroup"; return; }
