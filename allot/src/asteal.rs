@@ -131,13 +131,28 @@ impl ASteal {
                 1.0
             };
         }
-        let allotted =
-            (job.allot as f64 * quantum_ns as f64).max(job.work_ns as f64 + job.steal_ns as f64);
-        if allotted <= 0.0 {
-            return 0.0;
-        }
-        (job.work_ns as f64 / allotted).clamp(0.0, 1.0)
+        core_time_utilisation(job.work_ns, job.steal_ns, job.allot, quantum_ns).unwrap_or(0.0)
     }
+}
+
+/// SAWS §3.2's `w(q)/(a(q)L)`: working core-time over the allotted core-time of a window
+/// (`allot · window_ns`), or over the measured core-time when that is more (the allotment changed
+/// during the window, or the job ran on lent cores); `None` when neither is positive.
+///
+/// ```
+/// use tailctl_allot::asteal::core_time_utilisation;
+/// // Two allotted cores for 10 ms, 15 ms of work.
+/// assert_eq!(core_time_utilisation(15_000_000, 0, 2, 10_000_000), Some(0.75));
+/// assert_eq!(core_time_utilisation(0, 0, 0, 10_000_000), None);
+/// ```
+pub fn core_time_utilisation(
+    work_ns: u64,
+    steal_ns: u64,
+    allot: u32,
+    window_ns: u64,
+) -> Option<f64> {
+    let allotted = (allot as f64 * window_ns as f64).max(work_ns as f64 + steal_ns as f64);
+    (allotted > 0.0).then(|| (work_ns as f64 / allotted).clamp(0.0, 1.0))
 }
 
 impl AllotPolicy for ASteal {

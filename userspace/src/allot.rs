@@ -59,6 +59,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use log::{debug, info, warn};
+use tailctl_allot::asteal::core_time_utilisation;
 use tailctl_allot::{
     check_allotment, ASteal, AllotPolicy, Event, JobId, JobView, Machine, PolicyKind, Utilisation,
 };
@@ -152,9 +153,8 @@ pub fn unmodified_inputs(
     window_ns: u64,
     runnable: u32,
 ) -> (f64, f64) {
-    let allotted = (allot as f64 * window_ns as f64).max(work_ns as f64 + steal_ns as f64);
-    let u = if allot > 0 && window_ns > 0 && allotted > 0.0 {
-        (work_ns as f64 / allotted).clamp(0.0, 1.0)
+    let u = if allot > 0 && window_ns > 0 {
+        core_time_utilisation(work_ns, steal_ns, allot, window_ns).unwrap_or(1.0)
     } else {
         1.0
     };
