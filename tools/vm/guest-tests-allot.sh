@@ -49,6 +49,13 @@
 #                it is allotted at least CPUs/2 in at least a third of the later quanta
 #                (A-Steal halves a grown allotment whose first quantum was not fully used:
 #                its distribution is reported); capped; nothing starves.
+#   allotdrep:   under --allot drep (AMCilk's mean-flow-time policy), which moves cores only
+#                when jobs come and go: a wide service alone is allotted every CPU; a second
+#                one arrives and the two split the CPUs (both at least 1, the sum every CPU)
+#                and keep that split in every quantum round while both run (DREP decides
+#                nothing on a quantum); each runs within its allotment (job_acct CPU time);
+#                the second is killed and the first is allotted every CPU again in the first
+#                round without it (the kill -> decision latency is reported); nothing starves.
 #   allotcgdyn:  cgroup jobs that start and end at any time (--job with a
 #                `*` pattern that matches nothing at start), beside a
 #                registered wide service under --allot equi: a cgroup created
@@ -105,7 +112,7 @@ allot_sched() {
 }
 # The policy an allot test starts with.
 allot_first_policy() {
-  case $1 in allotcgroup) echo allotcgroup ;; allotcgdeq) echo allotcgdeq ;; allotcgasteal) echo allotcgasteal ;; allotcgdyn) echo cgdyn ;; allotcgnest) echo cgnest ;; allotreqalloc) echo reqshares ;; allotequi) echo off ;; allotexit | allotstarve | allotmug) echo equi ;; allotdeq) echo deq ;; *) echo none ;; esac
+  case $1 in allotcgroup) echo allotcgroup ;; allotcgdeq) echo allotcgdeq ;; allotcgasteal) echo allotcgasteal ;; allotdrep) echo drep ;; allotcgdyn) echo cgdyn ;; allotcgnest) echo cgnest ;; allotreqalloc) echo reqshares ;; allotequi) echo off ;; allotexit | allotstarve | allotmug) echo equi ;; allotdeq) echo deq ;; *) echo none ;; esac
 }
 # allot_end TEST: stop the scheduler unless the next test starts with the same policy.
 allot_end() {
@@ -505,6 +512,96 @@ print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
 )
   case "$verdict" in ok*) pass allotdeq "${verdict#ok }" "\"detail\": $(cat "$out/allotdeq.json"), \"rounds\": $(cat "$out/allotdeq-rounds.json")";; *) fail allotdeq "${verdict#bad }";; esac
+}
+
+test_allotdrep() {
+  local n; n=$(nproc)
+  allot_sched drep || { fail allotdrep "scheduler did not load with --allot drep: $(sched_why)"; return; }
+  allot_service $((n * 2)) 60 >"$out/allot-drep-a.json" 2>>"$out/allot.err" & local ap=$!
+  sleep 3
+  local ta; ta=$(date +%s%N)
+  allot_service $((n * 2)) 60 >"$out/allot-drep-b.json" 2>>"$out/allot.err" & local bp=$!
+  sleep 4
+  allot_jobs_json "$out/r1" && sleep 6 && allot_jobs_json "$out/r2" || { kill -9 $ap $bp; wait $ap $bp 2>/dev/null; stop_sched; fail allotdrep "map dumps failed: $(tail -c 300 "$out/allot.err")"; return; }
+  local both; both=$(allot_cores "$out/r1" "$out/r2")
+  local tkill; tkill=$(date +%s%N)
+  kill -9 $bp; wait $bp 2>/dev/null
+  # Until the first service is allotted every CPU again (or ~5 s).
+  local back=""
+  for _ in $(seq 1 50); do
+    back=$("$wl/tailctl" maps dump job_acct --json 2>/dev/null | $PY -c '
+import json, sys
+for e in json.load(sys.stdin):
+    v = e["value"]
+    if v["owner"] & 0xffffffff == int(sys.argv[1]) and v["allot"] == int(sys.argv[2]):
+        print(v["decided_at_ns"]); break' "$ap" "$n")
+    [ -n "$back" ] && break
+    sleep 0.1
+  done
+  kill -9 $ap; wait $ap 2>/dev/null
+  local st; st=$(allot_stats)
+  sched_alive || { fail allotdrep "scheduler ejected: $(sched_why)"; return; }
+  # Stopping the scheduler flushes the controller's trace (buffered about a second).
+  allot_end allotdrep || { fail allotdrep "scheduler exit non-zero: $(sched_why)"; return; }
+  [ -n "$sched_pid" ] && sleep 2
+  echo "{\"both\": $both, \"stats\": $st, \"back_decided_ns\": \"$back\"}" >"$out/allotdrep.json"
+  local verdict
+  verdict=$($PY - "$both" "$st" "$n" "$ap" "$bp" "$ta" "$tkill" "${back:-0}" "$out/allot-trace-drep.csv" <<'PY'
+import collections, csv, json, sys, time
+both, st, n, ap, bp = json.loads(sys.argv[1]), json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+# Shell stamps (`date`, CLOCK_REALTIME) onto the trace's and the kernel's CLOCK_MONOTONIC.
+off = time.time_ns() - time.monotonic_ns()
+ta, tkill = int(sys.argv[6]) - off, int(sys.argv[7]) - off
+back = int(sys.argv[8])
+why = []
+try:
+    rows = list(csv.DictReader(open(sys.argv[9])))
+except OSError as e:
+    print("bad", f"no allotment trace: {e}"); sys.exit()
+# Per round (seq): {pid: row}.
+rounds = collections.defaultdict(dict)
+for r in rows:
+    rounds[int(r["seq"])][int(r["owner"]) & 0xffffffff] = r
+seqs = sorted(rounds)
+alone = [s for s in seqs if ap in rounds[s] and bp not in rounds[s] and int(rounds[s][ap]["round_ns"]) < ta]
+pair = [s for s in seqs if ap in rounds[s] and bp in rounds[s]]
+after = [s for s in seqs if ap in rounds[s] and bp not in rounds[s] and pair and s > pair[-1]]
+if not alone or int(rounds[alone[-1]][ap]["allot"]) != n:
+    why.append(f"alone, the first service was allotted {rounds[alone[-1]][ap]['allot'] if alone else None}, expected {n}")
+splits = collections.Counter((int(rounds[s][ap]["allot"]), int(rounds[s][bp]["allot"])) for s in pair)
+if not pair:
+    why.append("no controller round saw both services")
+for (a, b), c in splits.items():
+    if a < 1 or b < 1 or a + b != n:
+        why.append(f"split {a}/{b} in {c} rounds: expected both at least 1 and {n} in all")
+# DREP decides nothing on a quantum: one split from the arrival to the exit.
+if len(splits) > 1:
+    why.append(f"the split changed while both ran: {dict(splits)}")
+quanta = sum(1 for s in pair if rounds[s][ap]["quantum"] == "1")
+if quanta < 10:
+    why.append(f"only {quanta} quantum rounds while both ran")
+first_after = int(rounds[after[0]][ap]["allot"]) if after else None
+if first_after != n:
+    why.append(f"in the first round after the second service's exit the first was allotted {first_after}, expected {n}")
+a, b = both.get(str(ap)), both.get(str(bp))
+if not a or not b:
+    print("bad", "a service was not seen in job_acct:", both); sys.exit()
+for name, j in (("first", a), ("second", b)):
+    # As allotequi: 10% + 0.1 core of overrun (a tick per slice under TCG).
+    if j["own"] > j["allot"] * 1.1 + 0.1:
+        why.append(f"the {name} service ran {j['own']} cores within an allotment of {j['allot']}")
+    if j["cores"] < j["allot"] * 0.4:
+        why.append(f"the {name} service got {j['cores']} cores of its {j['allot']}")
+if st["watchdog_margin_ms"] < 25000:
+    why.append(f"a job thread waited {st.get('allot_max_wait_ns', 0) / 1e6:.0f} ms")
+lat = f"{(back - tkill) / 1e6:.1f} ms" if back > tkill else "not seen"
+msg = (f"alone {n}; split {dict(splits)} over {len(pair)} rounds ({quanta} quanta); cores {a['own']} own + {a['borrowed']} borrowed "
+       f"/ {b['own']} own + {b['borrowed']} borrowed; after the exit {first_after} in the first round, kill -> decision {lat}; "
+       f"{st.get('allot_reallocs')} reallocations, enforcement mean {st.get('lat_mean_us')} us; watchdog margin {st['watchdog_margin_ms']} ms")
+print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
+PY
+)
+  case "$verdict" in ok*) pass allotdrep "${verdict#ok }" "\"detail\": $(cat "$out/allotdrep.json")";; *) fail allotdrep "${verdict#bad }";; esac
 }
 
 # Per-thread CPU ticks (utime + stime) of process $1, as "tid:ticks" words.
