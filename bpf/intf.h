@@ -290,6 +290,14 @@ struct tailctl_job_acct {
 	u64 max_wait_ns;
 	/* When apply_allot ran for the last decision (bpf_ktime_get_ns): its kicks start here. */
 	u64 applied_at_ns;
+	/*
+	 * Time its token holders spent queued for a CPU (a token taken at enqueue
+	 * or on release from the job queue, until ops.running): allotted core-time
+	 * that other tasks used. Core-time utilisation leaves it out of the
+	 * allotted time, so CPU contention from outside the job does not read as
+	 * the job's inefficiency.
+	 */
+	u64 token_wait_ns;
 };
 
 /*

@@ -323,6 +323,8 @@ struct task_ctx {
 	bool job_overdue;
 	u64 job_from_ns;
 	u64 job_wait_at_ns;
+	/* When it took a job token to queue for a CPU (0: none pending): j->token_wait_ns. */
+	u64 job_token_at_ns;
 	/* Marked descheduled in its worker slot (see set_descheduled). */
 	bool job_desched;
 };
@@ -2502,6 +2504,7 @@ static __always_inline void job_stop(struct task_struct *p, struct task_ctx *tct
 		}
 	}
 	tctx->job_borrowing = false;
+	tctx->job_token_at_ns = 0;
 	job_put(tctx);
 	if (j)
 		job_check_enforced(j, now, false);
@@ -2602,8 +2605,10 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
 	if (tctx->job_token)
 		return false;
 	/* Others of the job are waiting for a token: queue behind them (rotation). */
-	if (!READ_ONCE(j->waiting) && job_claim(tctx, j, allot))
+	if (!READ_ONCE(j->waiting) && job_claim(tctx, j, allot)) {
+		tctx->job_token_at_ns = bpf_ktime_get_ns();
 		return false;
+	}
 	/*
 	 * Its CPU would go idle otherwise (nothing in the shared queue) and the
 	 * job has no free token a waiter could take: keep running here, lent.
@@ -2678,6 +2683,8 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 					continue;
 				overdue = true;
 			}
+			if (claimed)
+				tctx->job_token_at_ns = now;
 			/* Counted before the move: a waiter dequeued under us waited all the same. */
 			if (waited > j->max_wait_ns)
 				j->max_wait_ns = waited;
@@ -2770,6 +2777,14 @@ static __always_inline void job_running(struct task_struct *p, struct task_ctx *
 
 	tctx->keep_wait = false;
 	tctx->job_from_ns = p->se.sum_exec_runtime;
+	/* A token holder's wait for a CPU: its allotted core-time that others used. */
+	if (tctx->job_token_at_ns) {
+		u64 now = bpf_ktime_get_ns(), at = tctx->job_token_at_ns;
+
+		tctx->job_token_at_ns = 0;
+		if (j && tctx->job_token && now > at)
+			__sync_fetch_and_add(&j->token_wait_ns, now - at);
+	}
 	if (!j) {
 		set_descheduled(tctx, false);
 		return;

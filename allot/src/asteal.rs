@@ -25,6 +25,12 @@
 //! the same sampled `u`. [`Utilisation::Reported`] takes it from [`JobView::steal_success`], so a
 //! controller that feeds SAWS a sampled `u` can feed A-Steal the same one.
 //!
+//! **Contention is not inefficiency.** On a machine the jobs share with other tasks, a job's
+//! token holder can wait for a CPU another task holds; that allotted core-time was denied, not
+//! left idle, and [`JobView::token_wait_ns`] (the kernel's count of it) comes off the allotted
+//! time. Without it, A-Steal halved a job that used every core it got whenever something else
+//! ran beside it (the daemon, a shell, a map dump in a guest test).
+//!
 //! **Instability.** The rule is blind to the job's actual parallelism: a job of constant
 //! parallelism 10 on 16 or more cores climbs 1, 2, 4, 8, 16, then finds 10/16 < δ inefficient,
 //! drops to 8, finds 8 efficient and satisfied, doubles to 16, and so on for ever (SAWS's
@@ -131,27 +137,40 @@ impl ASteal {
                 1.0
             };
         }
-        core_time_utilisation(job.work_ns, job.steal_ns, job.allot, quantum_ns).unwrap_or(0.0)
+        core_time_utilisation(
+            job.work_ns,
+            job.steal_ns,
+            job.token_wait_ns,
+            job.allot,
+            quantum_ns,
+        )
+        .unwrap_or(0.0)
     }
 }
 
 /// SAWS §3.2's `w(q)/(a(q)L)`: working core-time over the allotted core-time of a window
-/// (`allot · window_ns`), or over the measured core-time when that is more (the allotment changed
-/// during the window, or the job ran on lent cores); `None` when neither is positive.
+/// (`allot · window_ns`), less `token_wait_ns`, the allotted time its token holders spent queued
+/// for a CPU other tasks held (the job was denied it, it did not leave it idle), or over the
+/// measured core-time when that is more (the allotment changed during the window, or the job ran
+/// on lent cores); `None` when neither is positive.
 ///
 /// ```
 /// use tailctl_allot::asteal::core_time_utilisation;
 /// // Two allotted cores for 10 ms, 15 ms of work.
-/// assert_eq!(core_time_utilisation(15_000_000, 0, 2, 10_000_000), Some(0.75));
-/// assert_eq!(core_time_utilisation(0, 0, 0, 10_000_000), None);
+/// assert_eq!(core_time_utilisation(15_000_000, 0, 0, 2, 10_000_000), Some(0.75));
+/// // The same, but a holder waited 5 ms for a CPU another task held: all it could use, it used.
+/// assert_eq!(core_time_utilisation(15_000_000, 0, 5_000_000, 2, 10_000_000), Some(1.0));
+/// assert_eq!(core_time_utilisation(0, 0, 0, 0, 10_000_000), None);
 /// ```
 pub fn core_time_utilisation(
     work_ns: u64,
     steal_ns: u64,
+    token_wait_ns: u64,
     allot: u32,
     window_ns: u64,
 ) -> Option<f64> {
-    let allotted = (allot as f64 * window_ns as f64).max(work_ns as f64 + steal_ns as f64);
+    let allotted = (allot as f64 * window_ns as f64 - token_wait_ns as f64)
+        .max(work_ns as f64 + steal_ns as f64);
     (allotted > 0.0).then(|| (work_ns as f64 / allotted).clamp(0.0, 1.0))
 }
 
@@ -278,6 +297,35 @@ mod tests {
         let mut allot = [8];
         reported.decide(Event::Quantum, m, &[job], &mut allot);
         assert_eq!(reported.desire(1), Some(4.0));
+    }
+
+    /// Allotted core-time its token holders spent queued behind other tasks was denied, not
+    /// wasted: a job that used all the rest is efficient (it was halved before `token_wait_ns`).
+    #[test]
+    fn contention_is_not_inefficiency() {
+        let m = Machine {
+            cores: 4,
+            quantum_ns: 10_000_000,
+        };
+        let mut p = ASteal::default();
+        let mut allot = [0];
+        p.decide(Event::JobStarted(1), m, &[testing::job(1, 4)], &mut allot);
+        let mut job = testing::job(1, 4);
+        job.allot = 1;
+        job.work_ns = m.quantum_ns;
+        p.decide(Event::Quantum, m, &[job], &mut allot);
+        assert_eq!(allot, [2]);
+        // Two cores, 14 ms of work: a holder waited 6 ms for a CPU another task held.
+        job.allot = 2;
+        job.work_ns = 14_000_000;
+        job.token_wait_ns = 6_000_000;
+        let mut denied = p.clone();
+        denied.decide(Event::Quantum, m, &[job], &mut allot);
+        assert_eq!(denied.desire(1), Some(4.0));
+        // Without the wait the same 14 ms of 20 read as u = 0.7 < δ: halved.
+        job.token_wait_ns = 0;
+        p.decide(Event::Quantum, m, &[job], &mut allot);
+        assert_eq!(p.desire(1), Some(1.0));
     }
 
     #[test]

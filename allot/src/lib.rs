@@ -75,6 +75,11 @@ pub struct JobView {
     pub work_ns: u64,
     /// Core-time spent stealing (looking for work, failing) during the quantum, in ns.
     pub steal_ns: u64,
+    /// Allotted core-time the job could not use because its token holders were queued for a
+    /// CPU that other tasks held (the kernel's `token_wait_ns`), in ns: CPU contention from
+    /// outside the job, left out of the allotted time in core-time utilisation
+    /// ([`crate::asteal::core_time_utilisation`]). 0 where nothing else competes (the simulator).
+    pub token_wait_ns: u64,
     /// SAWS's `u`: 1 - purely unsuccessful steals / total steals during the quantum, in [0, 1]
     /// (1.0 when there were no steals).
     pub steal_success: f64,

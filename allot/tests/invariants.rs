@@ -58,6 +58,8 @@ fn view(g: &mut Gen, id: u64, allot: u32, m: Machine) -> JobView {
         runnable: g.below(max_parallelism as u64 + 2) as u32,
         work_ns,
         steal_ns: core_time.saturating_sub(work_ns),
+        // Up to twice the allotted core-time: more than a window holds must not break a policy.
+        token_wait_ns: g.below(2 * core_time + 1),
         steal_success: g.float(1.0),
         queued_avg: g.float(3.0 * m.cores as f64),
         queued_now: g.float(3.0 * m.cores as f64),

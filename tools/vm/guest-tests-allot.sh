@@ -660,13 +660,25 @@ cg = cg[0]
 pol, trace = sys.argv[8], sys.argv[9]
 # The cgroup job's allotment in every controller round of its life (--allot-trace: owner
 # has the cgroup-job pid in its low 32 bits).
-rounds = []
+rounds, u_raw, u_net, waited = [], [], [], []
 try:
+    prev = None
     for r in csv.DictReader(open(trace)):
         if int(r["owner"]) & 0xffffffff >= 0x80000000 and r["quantum"] == "1":
             rounds.append(int(r["allot"]))
+            # Its core-time u over the quantum before this round, with and without the time its
+            # token holders waited for a CPU other tasks held (token_wait_ns: denied, not idle).
+            a, w, tw = int(r["allot_before"]), int(r["work_ns"]), int(r.get("token_wait_ns") or 0)
+            if prev is not None and a > 0:
+                span = a * (int(r["round_ns"]) - prev)
+                if span > 0:
+                    u_raw.append(min(w / span, 1.0))
+                    u_net.append(min(w / max(span - tw, w, 1), 1.0))
+                    waited.append(tw / span)
+            prev = int(r["round_ns"])
 except (OSError, ValueError, KeyError):
     pass
+med = lambda v: round(sorted(v)[len(v) // 2], 2) if v else None
 late = rounds[len(rounds) // 2:]
 common = collections.Counter(late).most_common(1)[0][0] if late else None
 if pol == "equi":
@@ -711,7 +723,10 @@ msg = (f"{pol}: cgroup job (allot {cg['allot']}, desire {cg['desire']}, in the l
        f"service (allot {svc['allot']}, desire {svc['desire']}): {svc['cores']} cores; hog threads' ticks in the window "
        f"min {workers[0] if workers else None} max {workers[-1] if workers else None}; "
        f"longest job-token wait {st.get('allot_max_wait_ns', 0) / 1e6:.1f} ms (watchdog margin {st['watchdog_margin_ms']} ms), "
-       f"{st.get('allot_waits')} waits, {st.get('allot_overdue')} overdue, {st.get('allot_borrows')} borrows")
+       f"{st.get('allot_waits')} waits, {st.get('allot_overdue')} overdue, {st.get('allot_borrows')} borrows; "
+       f"its core-time u per quantum: median {med(u_net)} ({sum(x < 0.8 for x in u_net)} of {len(u_net)} under 0.8), "
+       f"{med(u_raw)} counting its holders' wait for a CPU against it ({sum(x < 0.8 for x in u_raw)} under 0.8; "
+       f"that wait {med(waited)} of the allotted time at the median)")
 print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
 )

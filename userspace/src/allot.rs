@@ -137,8 +137,10 @@ pub fn kernel_u(work_ns: u64, steal_ns: u64) -> Option<f64> {
 /// counts its steals or its queued work, so both come from the kernel:
 ///
 /// - `u` is A-Steal's core-time utilisation, working time over the allotted
-///   core-time of the window (`allot · window_ns`), or over the measured
-///   core-time when that is more (its threads ran on lent CPUs). A job whose
+///   core-time of the window (`allot · window_ns`) less the time its token
+///   holders waited for a CPU other tasks held (`token_wait_ns`: denied, not
+///   left idle), or over the measured core-time when that is more (its
+///   threads ran on lent CPUs). A job whose
 ///   threads sleep leaves allotted cores idle and is inefficient, which the
 ///   working-over-busy ratio of [`kernel_u`] (always 1 for a job that never
 ///   steals) cannot show. 1.0 (no evidence) without a window or an allotment.
@@ -149,12 +151,13 @@ pub fn kernel_u(work_ns: u64, steal_ns: u64) -> Option<f64> {
 pub fn unmodified_inputs(
     work_ns: u64,
     steal_ns: u64,
+    token_wait_ns: u64,
     allot: u32,
     window_ns: u64,
     runnable: u32,
 ) -> (f64, f64) {
     let u = if allot > 0 && window_ns > 0 {
-        core_time_utilisation(work_ns, steal_ns, allot, window_ns).unwrap_or(1.0)
+        core_time_utilisation(work_ns, steal_ns, token_wait_ns, allot, window_ns).unwrap_or(1.0)
     } else {
         1.0
     };
@@ -179,7 +182,7 @@ pub struct Handles {
 /// clock of the kernel's and the services' stamps); `quantum` is 1 for a
 /// quantum round, 0 for one run for a job start or exit; `allot_before` is the
 /// allotment the job had going into the round.
-pub const TRACE_HEADER: &str = "seq,round_ns,quantum,slot,owner,runnable,work_ns,steal_ns,steal_success,queued_avg,queued_now,alpha,demand,allot_before,allot";
+pub const TRACE_HEADER: &str = "seq,round_ns,quantum,slot,owner,runnable,work_ns,steal_ns,steal_success,queued_avg,queued_now,alpha,demand,allot_before,allot,token_wait_ns";
 
 /// The per-round trace: buffered and flushed about once a second (a write
 /// per round would put a syscall, on a VM's shared folder a round trip to the
@@ -291,6 +294,7 @@ struct Known {
     desire: Option<u32>,
     work_ns: u64,
     steal_ns: u64,
+    token_wait_ns: u64,
     /// CLOCK_MONOTONIC of the reading `work_ns` and `steal_ns` come from
     /// (0: none yet).
     read_ns: u64,
@@ -706,10 +710,11 @@ impl Loop {
             })
             .collect();
         for ((id, k), (acct, inputs)) in self.jobs.iter_mut().zip(data) {
-            let (work, steal, runnable) = acct.map_or((0, 0, 0), |a| {
+            let (work, steal, token_wait, runnable) = acct.map_or((0, 0, 0, 0), |a| {
                 (
                     a.work_ns.saturating_sub(k.work_ns),
                     a.steal_ns.saturating_sub(k.steal_ns),
+                    a.token_wait_ns.saturating_sub(k.token_wait_ns),
                     a.runnable,
                 )
             });
@@ -724,11 +729,19 @@ impl Loop {
             if let Some(a) = acct {
                 k.work_ns = a.work_ns;
                 k.steal_ns = a.steal_ns;
+                k.token_wait_ns = a.token_wait_ns;
                 k.read_ns = round_ns;
             }
             let (steal_success, queued_avg, queued_now) = if inputs.workers == 0 {
                 // No region (a cgroup job): u and Q from the kernel's accounting.
-                let (u, q) = unmodified_inputs(work, steal, k.allot, window.unwrap_or(0), runnable);
+                let (u, q) = unmodified_inputs(
+                    work,
+                    steal,
+                    token_wait,
+                    k.allot,
+                    window.unwrap_or(0),
+                    runnable,
+                );
                 (u, q, q)
             } else {
                 let u = match (self.cfg.saws_u, acct) {
@@ -754,6 +767,7 @@ impl Loop {
                 runnable: runnable.min(MAX_WORKERS),
                 work_ns: work,
                 steal_ns: steal,
+                token_wait_ns: token_wait,
                 steal_success,
                 queued_avg,
                 queued_now,
@@ -787,7 +801,7 @@ impl Loop {
             self.trace.write(|w| {
                 writeln!(
                     w,
-                    "{seq},{round_ns},{},{},{id},{},{},{},{:.3},{:.3},{:.0},{},{},{},{want}",
+                    "{seq},{round_ns},{},{},{id},{},{},{},{:.3},{:.3},{:.0},{},{},{},{want},{}",
                     quantum as u8,
                     k.slot,
                     v.runnable,
@@ -798,7 +812,8 @@ impl Loop {
                     v.queued_now,
                     v.queued_alpha.map_or("-".into(), |a| format!("{a:.3}")),
                     demands[i],
-                    k.allot
+                    k.allot,
+                    v.token_wait_ns
                 )
             });
             if unchanged {
@@ -988,17 +1003,23 @@ mod tests {
     fn unmodified_inputs_from_kernel_accounting() {
         let ms = 1_000_000;
         // One allotted core busy the whole 10 ms window, 7 more threads runnable.
-        assert_eq!(unmodified_inputs(10 * ms, 0, 1, 10 * ms, 8), (1.0, 7.0));
+        assert_eq!(unmodified_inputs(10 * ms, 0, 0, 1, 10 * ms, 8), (1.0, 7.0));
         // Two allotted cores, half used, nothing waiting.
-        assert_eq!(unmodified_inputs(10 * ms, 0, 2, 10 * ms, 1), (0.5, 0.0));
+        assert_eq!(unmodified_inputs(10 * ms, 0, 0, 2, 10 * ms, 1), (0.5, 0.0));
+        // Two allotted cores, 15 ms of work, a holder queued 5 ms behind another task's CPU:
+        // everything it was not denied, it used.
+        assert_eq!(
+            unmodified_inputs(15 * ms, 0, 5 * ms, 2, 10 * ms, 2),
+            (1.0, 0.0)
+        );
         // Lent CPUs: more work than the allotment held; u stays at 1.
-        assert_eq!(unmodified_inputs(30 * ms, 0, 1, 10 * ms, 4), (1.0, 3.0));
+        assert_eq!(unmodified_inputs(30 * ms, 0, 0, 1, 10 * ms, 4), (1.0, 3.0));
         // No window yet, or no allotment: no evidence.
-        assert_eq!(unmodified_inputs(5 * ms, 0, 1, 0, 1).0, 1.0);
-        assert_eq!(unmodified_inputs(0, 0, 0, 10 * ms, 2), (1.0, 2.0));
+        assert_eq!(unmodified_inputs(5 * ms, 0, 0, 1, 0, 1).0, 1.0);
+        assert_eq!(unmodified_inputs(0, 0, 0, 0, 10 * ms, 2), (1.0, 2.0));
         // Counts past what a job can hold are clamped.
         assert_eq!(
-            unmodified_inputs(0, 0, 1, 10 * ms, u32::MAX).1,
+            unmodified_inputs(0, 0, 0, 1, 10 * ms, u32::MAX).1,
             (MAX_WORKERS - 1) as f64
         );
     }
@@ -1022,7 +1043,7 @@ mod tests {
         p.decide(Event::JobStarted(7), m, &[v], &mut allot);
         assert_eq!(allot, [1]);
         v.allot = 1;
-        let (u, q) = unmodified_inputs(m.quantum_ns, 0, 1, m.quantum_ns, 8);
+        let (u, q) = unmodified_inputs(m.quantum_ns, 0, 0, 1, m.quantum_ns, 8);
         (v.steal_success, v.queued_avg, v.queued_now) = (u, q, q);
         p.decide(Event::Quantum, m, &[v], &mut allot);
         assert_eq!(allot, [4]);

@@ -816,6 +816,8 @@ impl Job {
             runnable: ((working + self.muggable.len()) as u32).max(1),
             work_ns: self.q.work,
             steal_ns: self.q.steal,
+            // A simulated job's cores are its own: nothing else competes for them.
+            token_wait_ns: 0,
             steal_success: u,
             queued_avg: q_avg,
             queued_now: self.queued as f64,
