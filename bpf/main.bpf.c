@@ -2706,8 +2706,10 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 			/* Dequeued under us: it comes back through enqueue. */
 			if (tctx) {
 				tctx->job_overdue = false;
-				if (claimed)
+				if (claimed) {
+					tctx->job_token_at_ns = 0;
 					job_put(tctx);
+				}
 			}
 			continue;
 		}
@@ -2782,8 +2784,13 @@ static __always_inline void job_running(struct task_struct *p, struct task_ctx *
 		u64 now = bpf_ktime_get_ns(), at = tctx->job_token_at_ns;
 
 		tctx->job_token_at_ns = 0;
+		/*
+		 * Bounded by the wait bound: a stamp a racing release left behind
+		 * (see job_release_waiters) cannot add more than that.
+		 */
 		if (j && tctx->job_token && now > at)
-			__sync_fetch_and_add(&j->token_wait_ns, now - at);
+			__sync_fetch_and_add(&j->token_wait_ns,
+					     now - at < max_throttle_wait_ns ? now - at : max_throttle_wait_ns);
 	}
 	if (!j) {
 		set_descheduled(tctx, false);

@@ -128,14 +128,15 @@ impl ASteal {
         self.desire.get(&job).copied()
     }
 
-    /// Utilisation of the quantum (see the module docs).
-    fn utilisation(&self, job: &JobView, quantum_ns: u64) -> f64 {
+    /// Utilisation of the quantum (see the module docs); `None`: no evidence (every allotted
+    /// core was denied to it and it ran nothing).
+    fn utilisation(&self, job: &JobView, quantum_ns: u64) -> Option<f64> {
         if self.util == Utilisation::Reported {
-            return if job.steal_success.is_finite() {
+            return Some(if job.steal_success.is_finite() {
                 job.steal_success.clamp(0.0, 1.0)
             } else {
                 1.0
-            };
+            });
         }
         core_time_utilisation(
             job.work_ns,
@@ -144,7 +145,6 @@ impl ASteal {
             job.allot,
             quantum_ns,
         )
-        .unwrap_or(0.0)
     }
 }
 
@@ -193,9 +193,14 @@ impl AllotPolicy for ASteal {
                 // A new job asks for 1; one the policy has not measured keeps its allotment.
                 None => j.allot.max(1) as f64,
             };
-            // A job that had no core learnt nothing this quantum: its desire stands.
-            if event == Event::Quantum && j.allot > 0 {
-                let efficient = self.utilisation(j, machine.quantum_ns) >= self.delta;
+            // A job that had no core, or was denied all of it, learnt nothing this quantum:
+            // its desire stands.
+            let u = match event {
+                Event::Quantum if j.allot > 0 => self.utilisation(j, machine.quantum_ns),
+                _ => None,
+            };
+            if let Some(u) = u {
+                let efficient = u >= self.delta;
                 let satisfied = j.allot as f64 >= d.ceil();
                 if !efficient {
                     d /= self.rho;
@@ -326,6 +331,13 @@ mod tests {
         job.token_wait_ns = 0;
         p.decide(Event::Quantum, m, &[job], &mut allot);
         assert_eq!(p.desire(1), Some(1.0));
+        // Denied every allotted core and ran nothing: no evidence either way, the desire stands.
+        let mut starved = denied.clone();
+        job.allot = 4;
+        job.work_ns = 0;
+        job.token_wait_ns = 4 * m.quantum_ns;
+        starved.decide(Event::Quantum, m, &[job], &mut allot);
+        assert_eq!(starved.desire(1), Some(4.0));
     }
 
     #[test]

@@ -165,6 +165,20 @@ pub fn unmodified_inputs(
     (u, queued as f64)
 }
 
+/// The token wait a round's utilisation may count: what the kernel counted
+/// since the last round (`new_ns`) plus what earlier rounds could not hold
+/// (`carry`), up to the round's allotted core-time (`allot · window_ns`); the
+/// rest is carried, at most one round's worth (a wait is counted whole when it
+/// ends, so it can straddle rounds; anything beyond is dropped, not
+/// accumulated).
+pub fn spread_token_wait(new_ns: u64, carry: &mut u64, allot: u32, window_ns: u64) -> u64 {
+    let cap = (allot as u64).saturating_mul(window_ns);
+    let pending = new_ns.saturating_add(*carry);
+    let now = pending.min(cap);
+    *carry = (pending - now).min(cap);
+    now
+}
+
 /// The maps and the program the controller uses (its own handles), and
 /// where it writes its per-round trace (`--allot-trace`).
 pub struct Handles {
@@ -295,6 +309,11 @@ struct Known {
     work_ns: u64,
     steal_ns: u64,
     token_wait_ns: u64,
+    /// Token wait counted past what the last round's allotted core-time could
+    /// hold (the kernel adds a wait when it ends, so a wait that spanned a
+    /// round boundary lands whole in the later round): carried into the next
+    /// rounds, at most one round's allotted core-time.
+    token_wait_carry: u64,
     /// CLOCK_MONOTONIC of the reading `work_ns` and `steal_ns` come from
     /// (0: none yet).
     read_ns: u64,
@@ -726,6 +745,12 @@ impl Loop {
                 _ => None,
             };
             let alpha = window.and_then(|w| saws_alpha(steal, k.allot, w));
+            let token_wait = spread_token_wait(
+                token_wait,
+                &mut k.token_wait_carry,
+                k.allot,
+                window.unwrap_or(0),
+            );
             if let Some(a) = acct {
                 k.work_ns = a.work_ns;
                 k.steal_ns = a.steal_ns;
@@ -1022,6 +1047,23 @@ mod tests {
             unmodified_inputs(0, 0, 0, 1, 10 * ms, u32::MAX).1,
             (MAX_WORKERS - 1) as f64
         );
+    }
+
+    #[test]
+    fn token_wait_is_spread_over_rounds() {
+        let ms = 1_000_000;
+        let mut carry = 0;
+        // 25 ms of wait ended in a round of 2 cores x 10 ms: 20 counted, 5 carried.
+        assert_eq!(spread_token_wait(25 * ms, &mut carry, 2, 10 * ms), 20 * ms);
+        assert_eq!(carry, 5 * ms);
+        assert_eq!(spread_token_wait(0, &mut carry, 2, 10 * ms), 5 * ms);
+        assert_eq!(carry, 0);
+        // Garbage: at most a round counted and a round carried, never an overflow.
+        assert_eq!(spread_token_wait(u64::MAX, &mut carry, 2, 10 * ms), 20 * ms);
+        assert_eq!(carry, 20 * ms);
+        // No window yet: nothing counted, the carry bounded by it.
+        assert_eq!(spread_token_wait(5 * ms, &mut carry, 1, 0), 0);
+        assert_eq!(carry, 0);
     }
 
     /// DEQ on the inputs of a cgroup job: with `Q` from its waiting threads its desire
