@@ -2190,7 +2190,8 @@ static __always_inline void prio_init_cpus(void)
  *  - A job thread may be queued for a CPU only holding one of its job's
  *    `allot` tokens (claimed at enqueue, given back at stopping). Without one
  *    it waits in its job's queue (DSQ TAILCTL_JOB_DSQ_BASE + slot); dispatch
- *    hands freed tokens to waiters (FIFO) and moves them to the shared vtime
+ *    hands freed tokens to waiters (in the queue's order: mid-task workers
+ *    first, see job_queue_key) and moves them to the shared vtime
  *    queue, where they compete like any task. A holder whose job has waiters
  *    gets no slice extension (rotation).
  *  - Work conserving: a CPU that finds nothing in the shared queue (no
@@ -2582,6 +2583,35 @@ static __always_inline void job_reclaim(struct task_struct *p)
  * it was queued here (waiting for a job token, or kept on its CPU as a
  * borrower), false if it holds a token or its job has no allotment.
  */
+/*
+ * The job queue's order (--job-queue). working-first (the default): a waiter
+ * whose worker slot says WORKING (kept off the CPU mid-task: the task it
+ * runs is on its request's critical path, and no thief can mug it) goes
+ * before searching and parked ones, each group in the order it started
+ * waiting; tokens, and CPUs lent to the job, reach it first. A cgroup job's
+ * threads (no region) keep the order they came in. fifo: the order they came
+ * in for everyone. The key is the wait's start, plus JOB_QUEUE_THIEF_SLICES
+ * slices for a thread not on a task: it goes after mid-task workers that
+ * started waiting up to that much later, not behind all of them for ever (a
+ * lag past the wait bound held thieves of a busy capped service there,
+ * ~1 s, and released them over the allotment as overdue).
+ */
+const volatile bool job_queue_fifo;
+#define JOB_QUEUE_THIEF_SLICES 4
+
+static __always_inline u64 job_queue_key(struct task_ctx *tctx)
+{
+	struct tailctl_region *r;
+	u32 w = tctx->worker;
+
+	if (tctx->cg || w >= TAILCTL_MAX_WORKERS)
+		return tctx->job_wait_at_ns;
+	r = service_region(tctx->svc);
+	if (r && READ_ONCE(r->workers[w].state) == TAILCTL_WORKER_WORKING)
+		return tctx->job_wait_at_ns;
+	return tctx->job_wait_at_ns + JOB_QUEUE_THIEF_SLICES * slice_ns;
+}
+
 static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *tctx, u64 enq_flags)
 {
 	struct tailctl_job_acct *j;
@@ -2627,7 +2657,11 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
 	tctx->job_waiting = 1;
 	__sync_fetch_and_add(&j->waiting, 1);
 	set_descheduled(tctx, true);
-	scx_bpf_dsq_insert(p, TAILCTL_JOB_DSQ_BASE + tctx->svc, slice_ns, enq_flags);
+	if (job_queue_fifo)
+		scx_bpf_dsq_insert(p, TAILCTL_JOB_DSQ_BASE + tctx->svc, slice_ns, enq_flags);
+	else
+		scx_bpf_dsq_insert_vtime(p, TAILCTL_JOB_DSQ_BASE + tctx->svc, slice_ns,
+					 job_queue_key(tctx), enq_flags);
 	waiters_set(&job_waiters_mask, tctx->svc);
 	/* Work conserving: an idle CPU borrows it; its own CPU looks again if it was the last task. */
 	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);

@@ -70,6 +70,14 @@ struct Opts {
     #[arg(long)]
     serialize_mark_only: bool,
 
+    /// The order of a job's threads waiting for one of its allotment's tokens
+    /// (--allot): `working-first` hands tokens (and CPUs lent to the job) to
+    /// workers kept off the CPU in the middle of a task before thieves and
+    /// parked workers (a thief cannot take a task in progress, and a join
+    /// waits for it); `fifo` in the order they started waiting.
+    #[arg(long, value_enum, default_value = "working-first")]
+    job_queue: JobQueue,
+
     /// Longest a thread of a capped request waits for its request's token before
     /// it runs anyway (the liveness bound; counted as overdue_runs). Far below
     /// sched_ext's 30 s watchdog.
@@ -230,6 +238,13 @@ struct Opts {
     /// Enable libbpf debug output.
     #[arg(short = 'v', long)]
     verbose: bool,
+}
+
+/// `--job-queue`: the order of a job's token waiters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum JobQueue {
+    WorkingFirst,
+    Fifo,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -412,6 +427,7 @@ impl<'a> Scheduler<'a> {
         rodata.slice_ns = opts.slice_us * 1000;
         rodata.wake_preempt_ns = opts.wake_preempt_us * 1000;
         rodata.serialize_mark_only = opts.serialize_mark_only;
+        rodata.job_queue_fifo = opts.job_queue == JobQueue::Fifo;
         rodata.max_throttle_wait_ns = opts.max_throttle_wait_ms * 1_000_000;
         rodata.tid_start_tick_ns = services::identity::clock_tick_ns();
         rodata.prio_guard_ns = opts.priority_guard_ms * 1_000_000;
