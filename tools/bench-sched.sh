@@ -26,7 +26,8 @@
 # BENCH_TCG_THREADS=multi (default single, immune to the attach/detach oops
 # multi-threaded TCG shows now and then), BENCH_HB_GROUPS, BENCH_HB_LOOPS,
 # BENCH_PIPE_LOOPS, BENCH_SECS, BENCH_REDIS_N size the run; BENCH_TAILCTL_ARGS
-# are scx_tailctl's flags (e.g. "--wake-preempt-us 1000"); BENCH_ONLY (e.g. "redis")
+# are scx_tailctl's flags (e.g. "--wake-preempt-us 1000"), BENCH_TAILCTL_ALT_ARGS
+# those of a fourth block, scx_tailctl_alt (two settings in one run); BENCH_ONLY (e.g. "redis")
 # runs only the named benchmarks (hackbench,pipe,cyclictest,redis,stress-ng).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -63,7 +64,7 @@ echo "[bench] booting kernel $kernel, $cpus vCPUs; $rounds rounds" >&2
   --console "$out/console.log" --rwdir "$out" -- \
   env BENCH_ROUNDS="$rounds" BENCH_HB_GROUPS="${BENCH_HB_GROUPS:-}" BENCH_HB_LOOPS="${BENCH_HB_LOOPS:-}" \
       BENCH_PIPE_LOOPS="${BENCH_PIPE_LOOPS:-}" BENCH_SECS="${BENCH_SECS:-}" BENCH_REDIS_N="${BENCH_REDIS_N:-}" BENCH_ONLY="${BENCH_ONLY:-}" \
-      BENCH_TAILCTL_ARGS="${BENCH_TAILCTL_ARGS:-}" \
+      BENCH_TAILCTL_ARGS="${BENCH_TAILCTL_ARGS:-}" BENCH_TAILCTL_ALT_ARGS="${BENCH_TAILCTL_ALT_ARGS:-}" \
   bash tools/vm/bench-sched-guest.sh "$target/debug/scx_tailctl" "$bpfland" "$out" >&2
 echo "[bench] guest run took $(( $(date +%s) - start )) s" >&2
 python3 tools/vm/bench_sched_summary.py "$out" $json --command "tools/bench-sched.sh${args:+ $args}"

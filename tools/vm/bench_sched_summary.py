@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 
 SCHEDS = ["scx_tailctl", "scx_bpfland"]
+# scx_tailctl with other flags (BENCH_TAILCTL_ALT_ARGS), when the run has it.
+ALT = "scx_tailctl_alt"
 # (bench, metric, lower is better, label)
 METRICS = [
     ("hackbench", "seconds", True, "hackbench time"),
@@ -71,6 +73,7 @@ def summarise(out):
     config_path = out / "raw" / "config.json"
     config = json.loads(config_path.read_text()) if config_path.exists() else {}
     rounds = sorted({r["round"] for r in records})
+    scheds = SCHEDS + ([ALT] if any(r.get("sched") == ALT for r in records) else [])
     values = {}  # (round, sched, bench, metric) -> value
     for r in records:
         if r.get("bench") != "bpf":
@@ -80,14 +83,14 @@ def summarise(out):
     for bench, metric, lower, label in METRICS:
         row = {"bench": bench, "metric": metric, "lower_is_better": lower, "label": label,
                "default": spread([values.get((rd, "default", bench, metric)) for rd in rounds])}
-        for s in SCHEDS:
+        for s in scheds:
             row[s] = spread([values.get((rd, s, bench, metric)) for rd in rounds])
             row[s + "_cost"] = spread([cost(values.get((rd, s, bench, metric)),
                                             values.get((rd, "default", bench, metric)), lower)
                                        for rd in rounds])
         benchmarks.append(row)
     mix = {"bench": "stress-ng mix", "metric": "geomean cost", "label": "stress-ng mix (geometric mean of the four)"}
-    for s in SCHEDS:
+    for s in scheds:
         per_round = []
         for rd in rounds:
             cs = [cost(values.get((rd, s, b, m)), values.get((rd, "default", b, m)), lo) for b, m, lo, _ in MIX]
@@ -111,7 +114,7 @@ def summarise(out):
     callbacks = []
     for cb in sorted(bpf, key=lambda c: -sum(v["run_cnt"] for v in bpf[c].values())):
         row = {"callback": cb}
-        for s in SCHEDS:
+        for s in scheds:
             e = bpf[cb].get(s)
             if e:
                 row[s] = {"run_cnt": e["run_cnt"], "run_time_ns": e["run_time_ns"],
@@ -125,7 +128,8 @@ def summarise(out):
             row["paired_ratio"] = spread([t["by_round"][k] / b["by_round"][k]
                                           for k in t["by_round"] if b["by_round"].get(k)])
         callbacks.append(row)
-    return {"config": config, "rounds": len(rounds), "benchmarks": benchmarks, "bpf_callbacks": callbacks}
+    return {"config": config, "rounds": len(rounds), "scheds": scheds, "benchmarks": benchmarks,
+            "bpf_callbacks": callbacks}
 
 
 def fmt_cost(sp):
@@ -143,11 +147,15 @@ def fmt_val(sp):
 
 def table(report, command):
     c = report["config"]
+    alt = ALT in report.get("scheds", [])
+    alt_head = f" scx_tailctl `{c.get('tailctl_alt_args', '?')}` cost |" if alt else ""
     lines = []
     if command:
         lines += [f"Command: `{command}`", ""]
     lines += [f"Guest: kernel {c.get('kernel', '?')}, {c.get('cpus', '?')} vCPUs (qemu TCG), "
-              f"{report['rounds']} rounds, each running the default scheduler, scx_tailctl and scx_bpfland "
+              f"{report['rounds']} rounds, each running the default scheduler, scx_tailctl"
+              + (f" `{c['tailctl_args']}`" if c.get("tailctl_args") else "")
+              + (f", scx_tailctl `{c.get('tailctl_alt_args')}`" if alt else "") + " and scx_bpfland "
               f"in a rotating order; sizes: hackbench {c.get('hackbench', '?')}, pipe {c.get('pipe_loops', '?')} "
               f"round trips, cyclictest and stress-ng {c.get('secs', '?')} s, redis {c.get('redis_n', '?')} requests"
               + (f"; only {c['only']}." if c.get("only") else "."),
@@ -155,17 +163,21 @@ def table(report, command):
               "Cost factor against the default scheduler of the same round (> 1: worse; time or latency over "
               "the default's, or the default's throughput over this one's): median [min, max] over rounds.",
               "",
-              "| benchmark | default (median) | scx_tailctl | scx_bpfland | scx_tailctl cost | scx_bpfland cost |",
-              "|---|---:|---:|---:|---:|---:|"]
+              "| benchmark | default (median) | scx_tailctl | scx_bpfland | scx_tailctl cost | scx_bpfland cost |"
+              + alt_head,
+              "|---|---:|---:|---:|---:|---:|" + "---:|" * bool(alt_head)]
     for b in report["benchmarks"]:
         # A benchmark this run left out (BENCH_ONLY) has no row.
         if not any(b.get(k) for k in ("default", "scx_tailctl_cost", "scx_bpfland_cost")):
             continue
+        extra = f" {fmt_cost(b.get(ALT + '_cost'))} |" if alt else ""
         if "default" in b:
             lines.append(f"| {b['label']} ({b['metric']}) | {fmt_val(b['default'])} | {fmt_val(b['scx_tailctl'])} | "
-                         f"{fmt_val(b['scx_bpfland'])} | {fmt_cost(b['scx_tailctl_cost'])} | {fmt_cost(b['scx_bpfland_cost'])} |")
+                         f"{fmt_val(b['scx_bpfland'])} | {fmt_cost(b['scx_tailctl_cost'])} | {fmt_cost(b['scx_bpfland_cost'])} |"
+                         + extra)
         else:
-            lines.append(f"| {b['label']} | | | | {fmt_cost(b['scx_tailctl_cost'])} | {fmt_cost(b['scx_bpfland_cost'])} |")
+            lines.append(f"| {b['label']} | | | | {fmt_cost(b['scx_tailctl_cost'])} | {fmt_cost(b['scx_bpfland_cost'])} |"
+                         + extra)
     lines += ["",
               "BPF cost per callback (kernel.bpf_stats_enabled during a fixed hackbench + pipe probe after each "
               "block): mean ns per call over all rounds [min, max of the per-round means], and calls; "
