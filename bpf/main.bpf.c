@@ -2190,8 +2190,8 @@ static __always_inline void prio_init_cpus(void)
  *  - A job thread may be queued for a CPU only holding one of its job's
  *    `allot` tokens (claimed at enqueue, given back at stopping). Without one
  *    it waits in its job's queue (DSQ TAILCTL_JOB_DSQ_BASE + slot); dispatch
- *    hands freed tokens to waiters (in the queue's order: mid-task workers
- *    first, see job_queue_key) and moves them to the shared vtime
+ *    hands freed tokens to waiters (FIFO; see job_queue_key for the
+ *    experiment) and moves them to the shared vtime
  *    queue, where they compete like any task. A holder whose job has waiters
  *    gets no slice extension (rotation).
  *  - Work conserving: a CPU that finds nothing in the shared queue (no
@@ -2584,7 +2584,8 @@ static __always_inline void job_reclaim(struct task_struct *p)
  * borrower), false if it holds a token or its job has no allotment.
  */
 /*
- * The job queue's order (--job-queue). working-first (the default): a waiter
+ * The job queue's order (--job-queue). working-first (an experiment; fifo is
+ * the default, working-first was slower in the job-arrival runs): a waiter
  * whose worker slot says WORKING (kept off the CPU mid-task: the task it
  * runs is on its request's critical path, and no thief can mug it) goes
  * before searching and parked ones, each group in the order it started

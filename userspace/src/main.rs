@@ -71,11 +71,12 @@ struct Opts {
     serialize_mark_only: bool,
 
     /// The order of a job's threads waiting for one of its allotment's tokens
-    /// (--allot): `working-first` hands tokens (and CPUs lent to the job) to
-    /// workers kept off the CPU in the middle of a task before thieves and
-    /// parked workers (a thief cannot take a task in progress, and a join
-    /// waits for it); `fifo` in the order they started waiting.
-    #[arg(long, value_enum, default_value = "working-first")]
+    /// (--allot): `fifo` (the default) in the order they started waiting;
+    /// `working-first` (an experiment) hands tokens (and CPUs lent to the
+    /// job) to workers kept off the CPU in the middle of a task before
+    /// thieves and parked workers. It was slower in the job-arrival runs
+    /// (workloads/results/jobs-6.18-s16-jobqueue).
+    #[arg(long, value_enum, default_value = "fifo")]
     job_queue: JobQueue,
 
     /// Longest a thread of a capped request waits for its request's token before
