@@ -16,7 +16,10 @@
 #   allotstarve: two wide capped services and an unregistered one-thread
 #                neighbour: the neighbour keeps running, every job thread
 #                still runs (the longest wait for a job token is reported with
-#                the watchdog margin), the scheduler stays loaded.
+#                the watchdog margin), the scheduler stays loaded; the kernel
+#                counts the capped jobs' token holders queued behind the
+#                neighbour (job_acct.token_wait_ns: above 0, at most the
+#                allotted core-time).
 #   allotdeq:    under --allot deq, a low-desire service (n workers, one
 #                request of one item in flight: one busy worker) and a busy
 #                one: the low one is allotted its desire (1, at most n/2 - 1)
@@ -185,7 +188,10 @@ for k, y in a2.items():
         s = {"pid": y["owner"] & 0xffffffff, "allot": y["allot"], "desire": None}
     cpu = (y["cpu_ns"] - x["cpu_ns"]) / 1e9 / dt
     bor = (y["borrowed_ns"] - x["borrowed_ns"]) / 1e9 / dt
+    # Allotted core-time its token holders spent queued for a CPU others held, in cores.
+    tw = (y.get("token_wait_ns", 0) - x.get("token_wait_ns", 0)) / 1e9 / dt
     res[str(s["pid"])] = {"slot": k, "cores": round(cpu, 3), "own": round(cpu - bor, 3), "borrowed": round(bor, 3),
+                          "token_wait": round(tw, 3),
                           "allot": s["allot"], "desire": s["desire"], "reallocs": y["reallocs"],
                           "lat_mean_us": round(y["lat_sum_ns"] / y["lat_count"] / 1e3, 1) if y["lat_count"] else None,
                           "max_wait_ms": round(y["max_wait_ns"] / 1e6, 1), "overdue": y["overdue"]}
@@ -384,10 +390,16 @@ if margin < 25000:
     why.append(f"a job thread waited {maxw:.0f} ms")
 if st.get("allot_waits", 0) == 0:
     why.append("no job thread ever waited for a token: nothing was capped")
+# The neighbour takes CPU time from the capped jobs' token holders: the kernel counts that wait
+# (job_acct.token_wait_ns), and never more than the allotted core-time.
+for j in jobs.values():
+    if not 0 < j["token_wait"] <= j["allot"] * 1.05:
+        why.append(f"token wait {j['token_wait']} cores for an allotment of {j['allot']} beside the neighbour")
 rel = f" = {share / base:.2f}x its {base:.2f} CPUs beside {n} unregistered hog threads (same boot)" if base else ""
 msg = (f"neighbour {share:.2f} CPUs{rel}; jobs {[(j['allot'], j['cores']) for j in jobs.values()]} (allot, cores); "
        f"longest wait for a job token {maxw:.1f} ms, watchdog margin {margin} ms; "
        f"{st.get('allot_waits')} waits, {st.get('allot_overdue')} past the wait bound; "
+       f"token holders queued behind other tasks {[j['token_wait'] for j in jobs.values()]} cores; "
        f"guest CPUs (cores) beside the jobs {mach}, beside the baseline's hogs {mbase}")
 print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
