@@ -293,8 +293,9 @@ struct tailctl_job_acct {
 	/*
 	 * Time its token holders spent queued for a CPU (a token taken at enqueue
 	 * or on release from the job queue, until ops.running): allotted core-time
-	 * that other tasks used. Core-time utilisation leaves it out of the
-	 * allotted time, so CPU contention from outside the job does not read as
+	 * that other tasks used, or that passed while a kicked idle CPU woke up.
+	 * Core-time utilisation leaves it out of the allotted time, so CPU
+	 * contention from outside the job (and wake-up delay) does not read as
 	 * the job's inefficiency.
 	 */
 	u64 token_wait_ns;

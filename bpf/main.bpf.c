@@ -325,6 +325,9 @@ struct task_ctx {
 	u64 job_wait_at_ns;
 	/* When it took a job token to queue for a CPU (0: none pending): j->token_wait_ns. */
 	u64 job_token_at_ns;
+	/* Its vtime while it waits in a working-first job queue (--job-queue; job_vtime_back). */
+	u64 job_vtime;
+	bool job_vtime_set;
 	/* Marked descheduled in its worker slot (see set_descheduled). */
 	bool job_desched;
 };
@@ -2579,13 +2582,8 @@ static __always_inline void job_reclaim(struct task_struct *p)
 }
 
 /*
- * ops.enqueue for a registered thread that passed its request's cap: true if
- * it was queued here (waiting for a job token, or kept on its CPU as a
- * borrower), false if it holds a token or its job has no allotment.
- */
-/*
  * The job queue's order (--job-queue). working-first (an experiment; fifo is
- * the default, working-first was slower in the job-arrival runs): a waiter
+ * the default): a waiter
  * whose worker slot says WORKING (kept off the CPU mid-task: the task it
  * runs is on its request's critical path, and no thief can mug it) goes
  * before searching and parked ones, each group in the order it started
@@ -2595,9 +2593,22 @@ static __always_inline void job_reclaim(struct task_struct *p)
  * slices for a thread not on a task: it goes after mid-task workers that
  * started waiting up to that much later, not behind all of them for ever (a
  * lag past the wait bound held thieves of a busy capped service there,
- * ~1 s, and released them over the allotment as overdue).
+ * ~1 s, and released them over the allotment as overdue). The key is not a
+ * vtime: the insert overwrites p->scx.dsq_vtime with it, so the task's own
+ * vtime is kept in tctx->job_vtime and put back wherever it leaves the job
+ * queue (released: job_release_waiters; lent: ops.running; re-enqueued:
+ * ops.enqueue).
  */
 const volatile bool job_queue_fifo;
+
+/* A task that waited in a working-first job queue gets its own vtime back. */
+static __always_inline void job_vtime_back(struct task_struct *p, struct task_ctx *tctx)
+{
+	if (tctx && tctx->job_vtime_set) {
+		p->scx.dsq_vtime = tctx->job_vtime;
+		tctx->job_vtime_set = false;
+	}
+}
 #define JOB_QUEUE_THIEF_SLICES 4
 
 static __always_inline u64 job_queue_key(struct task_ctx *tctx)
@@ -2613,6 +2624,11 @@ static __always_inline u64 job_queue_key(struct task_ctx *tctx)
 	return tctx->job_wait_at_ns + JOB_QUEUE_THIEF_SLICES * slice_ns;
 }
 
+/*
+ * ops.enqueue for a registered thread that passed its request's cap: true if
+ * it was queued here (waiting for a job token, or kept on its CPU as a
+ * borrower), false if it holds a token or its job has no allotment.
+ */
 static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *tctx, u64 enq_flags)
 {
 	struct tailctl_job_acct *j;
@@ -2658,11 +2674,14 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
 	tctx->job_waiting = 1;
 	__sync_fetch_and_add(&j->waiting, 1);
 	set_descheduled(tctx, true);
-	if (job_queue_fifo)
+	if (job_queue_fifo) {
 		scx_bpf_dsq_insert(p, TAILCTL_JOB_DSQ_BASE + tctx->svc, slice_ns, enq_flags);
-	else
+	} else {
+		tctx->job_vtime = p->scx.dsq_vtime;
+		tctx->job_vtime_set = true;
 		scx_bpf_dsq_insert_vtime(p, TAILCTL_JOB_DSQ_BASE + tctx->svc, slice_ns,
 					 job_queue_key(tctx), enq_flags);
+	}
 	waiters_set(&job_waiters_mask, tctx->svc);
 	/* Work conserving: an idle CPU borrows it; its own CPU looks again if it was the last task. */
 	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
@@ -2703,7 +2722,7 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 		struct task_ctx *tctx = task_ctx(p);
 		struct tailctl_job_acct *j = NULL;
 		bool claimed = false, overdue = false;
-		u64 waited = 0;
+		u64 waited = 0, vt;
 		s32 cpu;
 
 		if (tctx && tctx->svc == (s32)svc && allot && still_bound(p, tctx))
@@ -2735,8 +2754,13 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 			job_leave_wait(tctx);
 			tctx->job_overdue = overdue;
 		}
-		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
-					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
+		/*
+		 * Out of a working-first queue its own vtime goes with it (not
+		 * written into p here: it is still in this queue's rbtree, and a
+		 * failed move leaves it there; enqueue puts it back then).
+		 */
+		vt = tctx && tctx->job_vtime_set ? tctx->job_vtime : p->scx.dsq_vtime;
+		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, time_before(vt, vtime_now) ? vtime_now : vt);
 		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0)) {
 			/* Dequeued under us: it comes back through enqueue. */
 			if (tctx) {
@@ -2748,6 +2772,8 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 			}
 			continue;
 		}
+		if (tctx)
+			tctx->job_vtime_set = false;
 		/* A waiter this CPU may not run goes to one that may (its own, if pinned). */
 		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 		if (cpu >= 0)
@@ -3380,6 +3406,9 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	}
 
 	tctx = resolve_task(p);
+	/* Out of a working-first job queue without a release (affinity or nice change): its vtime back. */
+	if (!job_queue_fifo)
+		job_vtime_back(p, tctx);
 	/* Only for the wakeup it was set for. */
 	if (tctx) {
 		woke_idle = tctx->woke_idle && (enq_flags & SCX_ENQ_WAKEUP);
@@ -3682,15 +3711,18 @@ void BPF_STRUCT_OPS(tailctl_running, struct task_struct *p)
 	struct task_ctx *tctx;
 	struct tailctl_region *r;
 
-	if (time_before(vtime_now, p->scx.dsq_vtime))
-		vtime_now = p->scx.dsq_vtime;
-	if (wake_preempt_ns)
-		cpu_cur_set(p->scx.dsq_vtime, bpf_ktime_get_ns());
 	/*
 	 * Every task has its state (ops.init_task): its vtime is charged from
 	 * here (charge_vtime). The same look-up serves the binding check.
 	 */
 	tctx = task_ctx(p);
+	/* Lent straight from a working-first job queue: its own vtime, not the queue's key. */
+	if (!job_queue_fifo)
+		job_vtime_back(p, tctx);
+	if (time_before(vtime_now, p->scx.dsq_vtime))
+		vtime_now = p->scx.dsq_vtime;
+	if (wake_preempt_ns)
+		cpu_cur_set(p->scx.dsq_vtime, bpf_ktime_get_ns());
 	if (tctx)
 		tctx->vtime_exec_at = p->se.sum_exec_runtime;
 

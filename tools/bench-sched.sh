@@ -67,4 +67,9 @@ echo "[bench] booting kernel $kernel, $cpus vCPUs; $rounds rounds" >&2
       BENCH_TAILCTL_ARGS="${BENCH_TAILCTL_ARGS:-}" BENCH_TAILCTL_ALT_ARGS="${BENCH_TAILCTL_ALT_ARGS:-}" \
   bash tools/vm/bench-sched-guest.sh "$target/debug/scx_tailctl" "$bpfland" "$out" >&2
 echo "[bench] guest run took $(( $(date +%s) - start )) s" >&2
-python3 tools/vm/bench_sched_summary.py "$out" $json --command "tools/bench-sched.sh${args:+ $args}"
+# The command line as run, with the environment that shaped it.
+envs=""
+for v in BENCH_ONLY BENCH_TCG_THREADS BENCH_HB_GROUPS BENCH_HB_LOOPS BENCH_PIPE_LOOPS BENCH_SECS BENCH_REDIS_N BENCH_TAILCTL_ARGS BENCH_TAILCTL_ALT_ARGS; do
+  [ -n "${!v:-}" ] && envs+="$v=\"${!v}\" "
+done
+python3 tools/vm/bench_sched_summary.py "$out" $json --command "${envs}tools/bench-sched.sh${args:+ $args}"

@@ -26,9 +26,9 @@
 //! controller that feeds SAWS a sampled `u` can feed A-Steal the same one.
 //!
 //! **Contention is not inefficiency.** On a machine the jobs share with other tasks, a job's
-//! token holder can wait for a CPU another task holds; that allotted core-time was denied, not
-//! left idle, and [`JobView::token_wait_ns`] (the kernel's count of it) comes off the allotted
-//! time. Without it, A-Steal halved a job that used every core it got whenever something else
+//! token holder can wait for a CPU another task holds (or for an idle one to wake up); that
+//! allotted core-time was denied, not left idle, and [`JobView::token_wait_ns`] (the kernel's
+//! count of it) comes off the allotted time. Without it, A-Steal halved a job that used every core it got whenever something else
 //! ran beside it (the daemon, a shell, a map dump in a guest test).
 //!
 //! **Instability.** The rule is blind to the job's actual parallelism: a job of constant

@@ -76,8 +76,9 @@ pub struct JobView {
     /// Core-time spent stealing (looking for work, failing) during the quantum, in ns.
     pub steal_ns: u64,
     /// Allotted core-time the job could not use because its token holders were queued for a
-    /// CPU that other tasks held (the kernel's `token_wait_ns`), in ns: CPU contention from
-    /// outside the job, left out of the allotted time in core-time utilisation
+    /// CPU (the kernel's `token_wait_ns`: one other tasks held, or an idle one still waking
+    /// up), in ns: contention from outside the job, left out of the allotted time in
+    /// core-time utilisation
     /// ([`crate::asteal::core_time_utilisation`]). 0 where nothing else competes (the simulator).
     pub token_wait_ns: u64,
     /// SAWS's `u`: 1 - purely unsuccessful steals / total steals during the quantum, in [0, 1]

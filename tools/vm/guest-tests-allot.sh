@@ -191,7 +191,7 @@ for k, y in a2.items():
     # Allotted core-time its token holders spent queued for a CPU others held, in cores.
     tw = (y.get("token_wait_ns", 0) - x.get("token_wait_ns", 0)) / 1e9 / dt
     res[str(s["pid"])] = {"slot": k, "cores": round(cpu, 3), "own": round(cpu - bor, 3), "borrowed": round(bor, 3),
-                          "token_wait": round(tw, 3),
+                          "token_wait": round(tw, 4),
                           "allot": s["allot"], "desire": s["desire"], "reallocs": y["reallocs"],
                           "lat_mean_us": round(y["lat_sum_ns"] / y["lat_count"] / 1e3, 1) if y["lat_count"] else None,
                           "max_wait_ms": round(y["max_wait_ns"] / 1e6, 1), "overdue": y["overdue"]}

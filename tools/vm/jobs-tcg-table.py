@@ -28,14 +28,17 @@ def boot(d):
         e["n"] += r["n"]
         e["sum"] += r["mean"] * r["n"]
         e["max"] = max(e["max"], r["max"])
-        e["hist"] = [a + b for a, b in zip(e["hist"], r["hist"])]
+        if len(r["hist"]) == len(e["hist"]):
+            e["hist"] = [a + b for a, b in zip(e["hist"], r["hist"])]
     try:
         rep = json.load(open(os.path.join(d, "report.json")))
     except (OSError, ValueError):
         rep = {}
     for r in rep.get("runs", []):
         e = res.setdefault(r.get("policy"), {"n": 0, "sum": 0.0, "hist": [0] * len(realloc.BUCKETS), "max": 0.0})
-        e.setdefault("responses", []).append(r.get("mean_response_s") or 0.0)
+        # A run without a response (it failed) is left out, not counted as 0 s.
+        if r.get("mean_response_s") is not None:
+            e.setdefault("responses", []).append(r["mean_response_s"])
     for e in res.values():
         if e.get("responses"):
             e["response"] = round(sum(e["responses"]) / len(e["responses"]), 3)
@@ -72,7 +75,7 @@ def main():
     for (mode, i), b in sorted(runs.items(), key=lambda x: (x[0][1], x[0][0] != "single")):
         for pol, e in sorted(b.items()):
             w = within(e["hist"])
-            if not e["n"]:
+            if not e["n"] or w is None:
                 print(f"| {mode}-{i} | {pol} | - | - | - | - | - | {e.get('response') or '-'} |")
                 continue
             print(f"| {mode}-{i} | {pol} | {e['n']} | {e['sum'] / e['n']:.1f} | {e['max']:.0f} | "
@@ -83,7 +86,7 @@ def main():
             t["hist"] = [a + b for a, b in zip(t["hist"], e["hist"])]
     print()
     for mode, t in sorted(tot.items(), reverse=True):
-        if t["n"]:
+        if t["n"] and within(t["hist"]) is not None:
             print(f"- {mode}: {t['n']} reallocations, mean {t['sum'] / t['n']:.1f} us, "
                   f"{100 * within(t['hist']):.0f}% within 100 us, {t['hist'][-1]} at 10 ms or more "
                   f"(buckets {dict(zip(realloc.BUCKETS, t['hist']))})")

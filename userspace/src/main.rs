@@ -74,8 +74,8 @@ struct Opts {
     /// (--allot): `fifo` (the default) in the order they started waiting;
     /// `working-first` (an experiment) hands tokens (and CPUs lent to the
     /// job) to workers kept off the CPU in the middle of a task before
-    /// thieves and parked workers. It was slower in the job-arrival runs
-    /// (workloads/results/jobs-6.18-s16-jobqueue).
+    /// thieves and parked workers (not yet measured without a defect since
+    /// fixed: workloads/results/jobs-6.18-s16-jobqueue).
     #[arg(long, value_enum, default_value = "fifo")]
     job_queue: JobQueue,
 
