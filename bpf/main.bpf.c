@@ -2596,8 +2596,8 @@ static __always_inline void job_reclaim(struct task_struct *p)
  * ~1 s, and released them over the allotment as overdue). The key is not a
  * vtime: the insert overwrites p->scx.dsq_vtime with it, so the task's own
  * vtime is kept in tctx->job_vtime and put back wherever it leaves the job
- * queue (released: job_release_waiters; lent: ops.running; re-enqueued:
- * ops.enqueue).
+ * queue (ops.running, or ops.enqueue when it is re-enqueued; a released
+ * waiter joins the shared queue at vtime_now meanwhile).
  */
 const volatile bool job_queue_fifo;
 
@@ -2722,7 +2722,7 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 		struct task_ctx *tctx = task_ctx(p);
 		struct tailctl_job_acct *j = NULL;
 		bool claimed = false, overdue = false;
-		u64 waited = 0, vt;
+		u64 waited = 0;
 		s32 cpu;
 
 		if (tctx && tctx->svc == (s32)svc && allot && still_bound(p, tctx))
@@ -2755,12 +2755,18 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 			tctx->job_overdue = overdue;
 		}
 		/*
-		 * Out of a working-first queue its own vtime goes with it (not
-		 * written into p here: it is still in this queue's rbtree, and a
-		 * failed move leaves it there; enqueue puts it back then).
+		 * Out of a working-first queue its dsq_vtime is the queue's key,
+		 * not a vtime: it joins the shared queue at vtime_now and gets its
+		 * own vtime back at ops.running (or ops.enqueue, if this move
+		 * fails). tctx->job_vtime is not read here: clang merges a load
+		 * from it with the load from p into one instruction, which the
+		 * verifier refuses.
 		 */
-		vt = tctx && tctx->job_vtime_set ? tctx->job_vtime : p->scx.dsq_vtime;
-		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, time_before(vt, vtime_now) ? vtime_now : vt);
+		if (job_queue_fifo)
+			scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
+						   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
+		else
+			scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, vtime_now);
 		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0)) {
 			/* Dequeued under us: it comes back through enqueue. */
 			if (tctx) {
@@ -2772,8 +2778,6 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 			}
 			continue;
 		}
-		if (tctx)
-			tctx->job_vtime_set = false;
 		/* A waiter this CPU may not run goes to one that may (its own, if pinned). */
 		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 		if (cpu >= 0)
