@@ -219,6 +219,22 @@ tot["lat_mean_us"] = round(tot.get("allot_lat_sum_ns", 0) / n / 1e3, 1) if n els
 tot["watchdog_margin_ms"] = 30000 - max(tot.get("allot_max_wait_ns", 0), tot.get("max_throttle_wait_ns", 0)) // 1000000
 print(json.dumps(tot))'
 }
+# allot_wait_allot PID N TRIES PAUSE: poll job_acct until the job of PID is allotted N (at most
+# TRIES polls PAUSE s apart); prints "decided_at_ns lat_last_ns enforced_at_ns", or nothing.
+allot_wait_allot() {
+  local got="" _
+  for _ in $(seq 1 "$3"); do
+    got=$("$wl/tailctl" maps dump job_acct --json 2>/dev/null | $PY -c '
+import json, sys
+for e in json.load(sys.stdin):
+    v = e["value"]
+    if v["owner"] & 0xffffffff == int(sys.argv[1]) and v["allot"] == int(sys.argv[2]):
+        print(v["decided_at_ns"], v["lat_last_ns"], v["enforced_at_ns"]); break' "$1" "$2")
+    [ -n "$got" ] && break
+    sleep "$4"
+  done
+  echo "$got"
+}
 # A CPU-bound registered service: greedy --benign keeps 16 requests of 8 x 20 ms items in flight.
 # exec: run in the background, the job's pid ($!) is the service's own (services.pid).
 allot_service() { exec "$ktest" -w "$1" greedy --benign --secs "$2" --requests 16 --items 8 --item-us 20000; }
@@ -290,17 +306,7 @@ test_allotexit() {
   local tkill treap; tkill=$EPOCHREALTIME
   kill -9 $np; wait $np 2>/dev/null; treap=$EPOCHREALTIME
   # Until the wide service's allotment changes (or 5 s).
-  local decided=""
-  for _ in $(seq 1 100); do
-    decided=$("$wl/tailctl" maps dump job_acct --json 2>/dev/null | $PY -c '
-import json, sys
-for e in json.load(sys.stdin):
-    v = e["value"]
-    if v["owner"] & 0xffffffff == int(sys.argv[1]) and v["allot"] == int(sys.argv[2]):
-        print(v["decided_at_ns"], v["lat_last_ns"], v["enforced_at_ns"]); break' "$wp" "$n")
-    [ -n "$decided" ] && break
-    sleep 0.05
-  done
+  local decided; decided=$(allot_wait_allot "$wp" "$n" 100 0.05)
   allot_jobs_json "$out/x2"; sleep 3; allot_jobs_json "$out/x3"
   # Measured: the rest of its run would only cost guest time.
   kill -9 $wp; wait $wp 2>/dev/null
@@ -538,18 +544,8 @@ test_allotdrep() {
   local both; both=$(allot_cores "$out/r1" "$out/r2")
   local tkill; tkill=$(date +%s%N)
   kill -9 $bp; wait $bp 2>/dev/null
-  # Until the first service is allotted every CPU again (or ~5 s).
-  local back=""
-  for _ in $(seq 1 50); do
-    back=$("$wl/tailctl" maps dump job_acct --json 2>/dev/null | $PY -c '
-import json, sys
-for e in json.load(sys.stdin):
-    v = e["value"]
-    if v["owner"] & 0xffffffff == int(sys.argv[1]) and v["allot"] == int(sys.argv[2]):
-        print(v["decided_at_ns"]); break' "$ap" "$n")
-    [ -n "$back" ] && break
-    sleep 0.1
-  done
+  # Until the first service is allotted every CPU again (or ~5 s): its decision's stamp.
+  local back; back=$(allot_wait_allot "$ap" "$n" 50 0.1); back=${back%% *}
   kill -9 $ap; wait $ap 2>/dev/null
   local st; st=$(allot_stats)
   sched_alive || { fail allotdrep "scheduler ejected: $(sched_why)"; return; }
