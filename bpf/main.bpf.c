@@ -2583,9 +2583,9 @@ static __always_inline void job_reclaim(struct task_struct *p)
 
 /*
  * The job queue's order (--job-queue). working-first (an experiment; fifo is
- * the default): a waiter
- * whose worker slot says WORKING (kept off the CPU mid-task: the task it
- * runs is on its request's critical path, and no thief can mug it) goes
+ * the default): a waiter whose worker slot says WORKING (kept off the CPU
+ * mid-task: the task it runs is on its request's critical path, and no thief
+ * can mug it) goes
  * before searching and parked ones, each group in the order it started
  * waiting; tokens, and CPUs lent to the job, reach it first. A cgroup job's
  * threads (no region) keep the order they came in. fifo: the order they came
@@ -2600,6 +2600,7 @@ static __always_inline void job_reclaim(struct task_struct *p)
  * waiter joins the shared queue at vtime_now meanwhile).
  */
 const volatile bool job_queue_fifo;
+#define JOB_QUEUE_THIEF_SLICES 4
 
 /* A task that waited in a working-first job queue gets its own vtime back. */
 static __always_inline void job_vtime_back(struct task_struct *p, struct task_ctx *tctx)
@@ -2609,7 +2610,6 @@ static __always_inline void job_vtime_back(struct task_struct *p, struct task_ct
 		tctx->job_vtime_set = false;
 	}
 }
-#define JOB_QUEUE_THIEF_SLICES 4
 
 static __always_inline u64 job_queue_key(struct task_ctx *tctx)
 {
