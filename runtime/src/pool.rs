@@ -246,6 +246,15 @@ pub struct PoolStats {
     /// Quanta at which the adaptive scheduler reassigned the workers
     /// ([`PriorityMode::Adaptive`]; zero in prompt mode).
     pub reallocations: u64,
+    /// `sched_yield` calls of workers that searched without finding work
+    /// (after the spinning rounds, before parking). Each is a pass through
+    /// the kernel's scheduler, which costs more under a BPF scheduler.
+    pub yields: u64,
+    /// Times a worker with nothing to do parked (top-level search loop).
+    pub parks: u64,
+    /// Times a worker parked inside a join or scope while the other half
+    /// ran elsewhere (or waited, off the CPU, for its thief).
+    pub join_parks: u64,
 }
 
 /// Builds a [`Pool`].
@@ -1230,6 +1239,9 @@ pub(crate) fn stats_of(reg: &Registry) -> PoolStats {
             .adaptive
             .as_ref()
             .map_or(0, |a| a.reallocations.load(Ordering::Relaxed)),
+        yields: c.yields.load(Ordering::Relaxed),
+        parks: c.parks.load(Ordering::Relaxed),
+        join_parks: c.join_parks.load(Ordering::Relaxed),
     }
 }
 

@@ -61,6 +61,11 @@ pub(crate) struct Counters {
     pub(crate) swallowed_panics: AtomicU64,
     /// Tasks taken from deques of workers the kernel marked descheduled (`mug`).
     pub(crate) desched_mugs: AtomicU64,
+    /// `sched_yield` calls of searching workers (see `PoolStats::yields`).
+    pub(crate) yields: AtomicU64,
+    /// Parks of searching workers: in the top-level loop, in a join or scope wait.
+    pub(crate) parks: AtomicU64,
+    pub(crate) join_parks: AtomicU64,
 }
 
 /// Configuration fixed at build time.
@@ -1017,9 +1022,17 @@ impl WorkerThread {
                         std::hint::spin_loop();
                     }
                 } else {
+                    reg.counters.yields.fetch_add(1, Ordering::Relaxed);
                     std::thread::yield_now();
                 }
                 continue;
+            }
+            // Counted apart: a join's park waits for a thief to finish the
+            // other half, which the kernel may be holding off the CPU.
+            if top_level {
+                reg.counters.parks.fetch_add(1, Ordering::Relaxed);
+            } else {
+                reg.counters.join_parks.fetch_add(1, Ordering::Relaxed);
             }
             reg.shared.set_worker_state(self.index, WORKER_PARKED);
             // The park is bounded as a safety net (sleep/README.md,

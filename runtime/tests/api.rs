@@ -688,3 +688,50 @@ fn a_panic_in_a_par_iter_closure_reaches_the_request_handle() {
         assert_eq!(s, 4950);
     }
 }
+
+// ---------------------------------------------------------------- counters
+
+/// Polls `cond` (yielding) until it holds; panics after a generous bound
+/// instead of hanging the suite if a counter never moves.
+fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !cond() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "{what} never happened"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// A join whose other half a thief holds makes its worker yield and then
+/// park inside the join (`join_parks`); idle workers park at top level
+/// (`parks`). What the job experiment reads to tell where CPU went.
+#[test]
+fn yields_and_parks_are_counted_apart_from_join_parks() {
+    let pool = Arc::new(Pool::builder().workers(2).spin_rounds(16).build().unwrap());
+    let (b_started, release) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (bs, rel) = (b_started.clone(), release.clone());
+    let h = pool.submit(move || {
+        let bs2 = bs.clone();
+        join(
+            // The owner runs this half; the other is in its deque until the thief takes it.
+            move || until(&bs2),
+            move || {
+                bs.store(true, Ordering::SeqCst);
+                until(&rel);
+            },
+        );
+    });
+    // The owner waits in the join for the thief's half, which waits for us.
+    eventually("a park inside a join", || pool.stats().join_parks >= 1);
+    release.store(true, Ordering::SeqCst);
+    h.wait().unwrap();
+    eventually("a top-level park", || pool.stats().parks >= 1);
+    let s = pool.stats();
+    assert!(b_started.load(Ordering::SeqCst));
+    assert!(s.yields >= 1, "{s:?}");
+}

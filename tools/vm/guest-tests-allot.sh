@@ -30,8 +30,8 @@
 #                trace (--allot-trace): the low one's allotment in each
 #                phase-1 round (most must be its desire), and the number of
 #                controller rounds from the ktest's growth stamp to the
-#                rise (with the wall-clock quanta and the round period,
-#                which TCG stretches), reported.
+#                rise: at most 2 (with the wall-clock quanta and the round
+#                period, which TCG stretches, reported).
 #   allotcgroup: a cgroup job (--job): an unmodified CPU-bound process with
 #                2 x CPUs threads (tailctl-ktest hog) in a cgroup named with
 #                --job, beside a registered wide service, under --allot equi:
@@ -518,6 +518,10 @@ if rise:
     wall_q = round((int(low[after_g[rise - 1]]["round_ns"]) - grown_ns) / 10e6, 1)
 elif grown_ns:
     why.append(f"no round after the growth raised the low service's allotment ({len(after_g)} rounds traced)")
+# The bound: allotments follow a change of load within two quanta (counted in the
+# controller's rounds; 8 of 8 earlier runs rose in round 1).
+if rounds and rounds > 2:
+    why.append(f"the low service's allotment rose only in controller round {rounds} after its growth (bound: 2)")
 json.dump({"phase1_rounds": len(p1), "phase1_low_allot": dict(la), "phase1_busy_rest_rounds": rest,
            "round_period_ms": period, "rounds_to_rise": rounds, "wall_quanta_to_rise": wall_q,
            "rise_rows": [low[s] for s in after_g[:(rise or 3) + 1]]}, open(rounds_out, "w"))

@@ -278,6 +278,51 @@ pub struct JobResult {
     pub cpu_s: f64,
     /// Whether its pool was registered with scx_tailctl.
     pub registered: bool,
+    /// Where its CPU time went; `None` in reports made before it was recorded.
+    #[serde(default)]
+    pub cpu: Option<JobCpu>,
+}
+
+/// Where a job's CPU time went: the process's rusage and its pool's counters
+/// ([`tailctl_rt::PoolStats`]), read when the job finished.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobCpu {
+    /// User CPU time, all threads.
+    pub user_s: f64,
+    /// System CPU time, all threads (the kernel's scheduler, a BPF one's callbacks included).
+    pub sys_s: f64,
+    /// Thread CPU time the workers spent searching for work (stealing, spinning, yielding,
+    /// parking and waking; part of user + sys).
+    pub search_s: f64,
+    /// Context switches the threads asked for (yield, park).
+    pub voluntary_switches: u64,
+    /// Context switches forced on them (preemption).
+    pub involuntary_switches: u64,
+    /// Tasks stolen.
+    pub steals: u64,
+    /// `sched_yield` calls of searching workers.
+    pub yields: u64,
+    /// Parks with nothing to do.
+    pub parks: u64,
+    /// Parks inside a join or scope (waiting for a thief to finish the other half).
+    pub join_parks: u64,
+    /// Tasks taken from deques of workers the kernel kept off the CPU (SAWS's mugging).
+    pub desched_mugs: u64,
+}
+
+impl std::ops::AddAssign for JobCpu {
+    fn add_assign(&mut self, o: Self) {
+        self.user_s += o.user_s;
+        self.sys_s += o.sys_s;
+        self.search_s += o.search_s;
+        self.voluntary_switches += o.voluntary_switches;
+        self.involuntary_switches += o.involuntary_switches;
+        self.steals += o.steals;
+        self.yields += o.yields;
+        self.parks += o.parks;
+        self.join_parks += o.join_parks;
+        self.desched_mugs += o.desched_mugs;
+    }
 }
 
 /// One policy's figures over one run of a trace.
@@ -378,7 +423,7 @@ impl PolicyRun {
     ///
     /// ```
     /// use tailctl_workloads::jobs::{JobKind, JobResult, PolicyRun};
-    /// let j = |r: f64| JobResult { kind: JobKind::Fib, size: 20, response_s: r, cpu_s: 1.0, registered: true };
+    /// let j = |r: f64| JobResult { kind: JobKind::Fib, size: 20, response_s: r, cpu_s: 1.0, registered: true, cpu: None };
     /// let run = PolicyRun::new("equi", 0, vec![j(1.0), j(3.0)], 4.0, 2);
     /// assert_eq!(run.mean_response_s, 2.0);
     /// assert_eq!(run.utilisation, 0.25);
@@ -408,6 +453,23 @@ impl PolicyRun {
             machine_cores: None,
             daemon_cpu_s: Vec::new(),
         }
+    }
+
+    /// The jobs' [`JobCpu`] summed, if every job recorded one.
+    ///
+    /// ```
+    /// use tailctl_workloads::jobs::{JobCpu, JobKind, JobResult, PolicyRun};
+    /// let c = JobCpu { user_s: 1.0, sys_s: 0.5, yields: 3, ..Default::default() };
+    /// let j = JobResult { kind: JobKind::Fib, size: 20, response_s: 1.0, cpu_s: 1.5, registered: true, cpu: Some(c) };
+    /// let run = PolicyRun::new("deq", 0, vec![j.clone(), j], 4.0, 2);
+    /// assert_eq!(run.cpu_total().unwrap().yields, 6);
+    /// ```
+    pub fn cpu_total(&self) -> Option<JobCpu> {
+        let mut t = JobCpu::default();
+        for j in &self.jobs {
+            t += j.cpu?;
+        }
+        (!self.jobs.is_empty()).then_some(t)
     }
 
     /// The same run with the speed probes taken around it.
@@ -583,7 +645,54 @@ impl JobsReport {
                 r.registered_jobs.1
             );
         }
-        s
+        s + &self.cpu_table_md()
+    }
+
+    /// Where the jobs' CPU went, per policy: medians over rounds of each run's sums over its
+    /// jobs (empty if no run recorded it).
+    pub fn cpu_table_md(&self) -> String {
+        let mut names: Vec<&str> = Vec::new();
+        for r in &self.runs {
+            if !names.contains(&r.policy.as_str()) {
+                names.push(&r.policy);
+            }
+        }
+        let mut s = String::from(
+            "\nWhere the jobs' CPU went (per run, all jobs; medians over rounds):\n\n| policy | CPU (s) | user (s) | system (s) | searching (s) | voluntary switches | involuntary switches | yields | parks | join parks | steals | mugs of descheduled deques |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        let mut any = false;
+        for p in names {
+            let t: Vec<JobCpu> = self
+                .runs
+                .iter()
+                .filter(|r| r.policy == p)
+                .filter_map(PolicyRun::cpu_total)
+                .collect();
+            if t.is_empty() {
+                continue;
+            }
+            any = true;
+            let m = |f: &dyn Fn(&JobCpu) -> f64| median(t.iter().map(f).collect());
+            s += &format!(
+                "| {p} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+                m(&|c| c.user_s + c.sys_s),
+                m(&|c| c.user_s),
+                m(&|c| c.sys_s),
+                m(&|c| c.search_s),
+                m(&|c| c.voluntary_switches as f64),
+                m(&|c| c.involuntary_switches as f64),
+                m(&|c| c.yields as f64),
+                m(&|c| c.parks as f64),
+                m(&|c| c.join_parks as f64),
+                m(&|c| c.steals as f64),
+                m(&|c| c.desched_mugs as f64),
+            );
+        }
+        if any {
+            s
+        } else {
+            String::new()
+        }
     }
 
     /// Mean and p95 response per policy (medians over rounds) as grouped bars, SVG.
@@ -684,6 +793,7 @@ mod tests {
             response_s,
             cpu_s: 1.0,
             registered: true,
+            cpu: None,
         }
     }
 
@@ -715,6 +825,37 @@ mod tests {
         assert_eq!(s[1].vs_baseline, Some(-0.375));
         assert!(report.table_md().contains("| deq | 2 |"));
         assert_eq!(s[1].slowdown, None);
+    }
+
+    #[test]
+    fn the_cpu_table_sums_jobs_and_takes_medians_over_rounds() {
+        let with = |r: f64, yields: u64| JobResult {
+            cpu: Some(JobCpu {
+                user_s: 1.0,
+                sys_s: r,
+                yields,
+                ..Default::default()
+            }),
+            ..job(r)
+        };
+        let report = against_equi(vec![
+            PolicyRun::new("equi", 0, vec![with(1.0, 10), with(1.0, 10)], 2.0, 2),
+            PolicyRun::new("equi", 1, vec![with(3.0, 30), with(3.0, 30)], 2.0, 2),
+            PolicyRun::new("equi", 2, vec![with(2.0, 20), with(2.0, 20)], 2.0, 2),
+            // A run with one job missing its record is left out, not counted as zero.
+            PolicyRun::new("deq", 0, vec![with(1.0, 1), job(1.0)], 2.0, 2),
+        ]);
+        let t = report.cpu_table_md();
+        // equi: per run CPU 4/8/6 s (user 2 + system 2/6/4), yields 20/60/40: medians 6, 4, 40.
+        assert!(
+            t.contains("| equi | 6.0 | 2.0 | 4.0 | 0.0 | 0 | 0 | 40 |"),
+            "{t}"
+        );
+        assert!(!t.contains("| deq |"), "{t}");
+        assert!(report.table_md().ends_with(&t));
+        // No run recorded it: no table.
+        let old = against_equi(vec![PolicyRun::new("equi", 0, vec![job(1.0)], 2.0, 2)]);
+        assert_eq!(old.cpu_table_md(), "");
     }
 
     #[test]

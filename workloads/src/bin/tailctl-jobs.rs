@@ -27,8 +27,8 @@ use serde_json::json;
 use tailctl_rt::kernel::link::AssistedPool;
 use tailctl_rt::{Policy, Pool};
 use tailctl_workloads::jobs::{
-    poisson_trace, read_cpu_run_ns, speed_probe, CpuSplit, JobKind, JobResult, JobSpec, JobsReport,
-    PolicyRun,
+    poisson_trace, read_cpu_run_ns, speed_probe, CpuSplit, JobCpu, JobKind, JobResult, JobSpec,
+    JobsReport, PolicyRun,
 };
 use tailctl_workloads::scx::{check_can_load, thread_cpu_between, ScxProc};
 
@@ -119,13 +119,17 @@ struct RunArgs {
     no_progress: bool,
 }
 
-fn cpu_time() -> Duration {
+/// The process's rusage: (user, system) CPU time, (voluntary, involuntary) context switches.
+fn rusage() -> ((Duration, Duration), (u64, u64)) {
     // SAFETY: getrusage writes into the zeroed struct we own.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: valid out-pointer; RUSAGE_SELF always exists.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    (
+        (tv(ru.ru_utime), tv(ru.ru_stime)),
+        (ru.ru_nvcsw as u64, ru.ru_nivcsw as u64),
+    )
 }
 
 fn nproc() -> usize {
@@ -135,24 +139,46 @@ fn nproc() -> usize {
 fn job(kind: JobKind, size: usize, workers: Option<usize>, socket: Option<PathBuf>) -> Result<()> {
     let t0 = Instant::now();
     let workers = workers.unwrap_or_else(nproc).max(1);
-    let builder = Pool::builder().workers(workers).policy(Policy::StealFirst);
-    let (checksum, registered) = match socket {
+    // Search CPU is measured under every policy alike (two thread-clock reads per search).
+    let builder = Pool::builder()
+        .workers(workers)
+        .policy(Policy::StealFirst)
+        .measure_search_cpu(true);
+    let (checksum, registered, stats) = match socket {
         Some(s) => {
             let pool = AssistedPool::start(builder, None, &s)?;
             let registered = pool.is_kernel_assisted();
-            (pool.submit(move || kind.run(size)).wait()?, registered)
+            let sum = pool.submit(move || kind.run(size)).wait()?;
+            (sum, registered, pool.stats())
         }
         None => {
             let pool = builder.build()?;
-            (pool.submit(move || kind.run(size)).wait()?, false)
+            (
+                pool.submit(move || kind.run(size)).wait()?,
+                false,
+                pool.stats(),
+            )
         }
+    };
+    let ((user, sys), (vcsw, ivcsw)) = rusage();
+    let cpu = JobCpu {
+        user_s: user.as_secs_f64(),
+        sys_s: sys.as_secs_f64(),
+        search_s: stats.search_cpu_ns as f64 / 1e9,
+        voluntary_switches: vcsw,
+        involuntary_switches: ivcsw,
+        steals: stats.steals,
+        yields: stats.yields,
+        parks: stats.parks,
+        join_parks: stats.join_parks,
+        desched_mugs: stats.desched_mugs,
     };
     println!(
         "{}",
         json!({
             "kind": kind, "size": size, "workers": workers, "registered": registered,
-            "cpu_s": cpu_time().as_secs_f64(), "wall_s": t0.elapsed().as_secs_f64(),
-            "checksum": checksum,
+            "cpu_s": (user + sys).as_secs_f64(), "wall_s": t0.elapsed().as_secs_f64(),
+            "checksum": checksum, "cpu": cpu,
         })
     );
     Ok(())
@@ -201,6 +227,7 @@ fn spawn_job(
         response_s,
         cpu_s: v["cpu_s"].as_f64().unwrap_or(0.0),
         registered: v["registered"].as_bool() == Some(true),
+        cpu: serde_json::from_value(v["cpu"].clone()).ok(),
     })
 }
 
