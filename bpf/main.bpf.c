@@ -2582,8 +2582,7 @@ static __always_inline void job_reclaim(struct task_struct *p)
 }
 
 /*
- * The job queue's order (--job-queue). working-first (an experiment; fifo is
- * the default): a waiter whose worker slot says WORKING (kept off the CPU
+ * The job queue's order (--job-queue). working-first (the default): a waiter whose worker slot says WORKING (kept off the CPU
  * mid-task: the task it runs is on its request's critical path, and no thief
  * can mug it) goes
  * before searching and parked ones, each group in the order it started
