@@ -2193,9 +2193,9 @@ static __always_inline void prio_init_cpus(void)
  *  - A job thread may be queued for a CPU only holding one of its job's
  *    `allot` tokens (claimed at enqueue, given back at stopping). Without one
  *    it waits in its job's queue (DSQ TAILCTL_JOB_DSQ_BASE + slot); dispatch
- *    hands freed tokens to waiters (FIFO; see job_queue_key for the
- *    experiment) and moves them to the shared vtime
- *    queue, where they compete like any task. A holder whose job has waiters
+ *    hands freed tokens to waiters (mid-task workers first by default,
+ *    --job-queue fifo for arrival order; see job_queue_key) and moves them
+ *    to the shared vtime queue, where they compete like any task. A holder whose job has waiters
  *    gets no slice extension (rotation).
  *  - Work conserving: a CPU that finds nothing in the shared queue (no
  *    unregistered task, no job thread within its allotment) and whose
@@ -2582,13 +2582,16 @@ static __always_inline void job_reclaim(struct task_struct *p)
 }
 
 /*
- * The job queue's order (--job-queue). working-first (the default): a waiter whose worker slot says WORKING (kept off the CPU
- * mid-task: the task it runs is on its request's critical path, and no thief
- * can mug it) goes
- * before searching and parked ones, each group in the order it started
- * waiting; tokens, and CPUs lent to the job, reach it first. A cgroup job's
- * threads (no region) keep the order they came in. fifo: the order they came
- * in for everyone. The key is the wait's start, plus JOB_QUEUE_THIEF_SLICES
+ * The job queue's order (--job-queue). working-first (the default): a waiter
+ * whose worker slot says WORKING (kept off the CPU mid-task: the task it runs
+ * is on its request's critical path, and no thief can mug it) goes before
+ * searching and parked ones, each group in the order it started waiting;
+ * tokens, and CPUs lent to the job, reach it first. A cgroup job's threads
+ * (no region) keep the order they came in. fifo: the order they came in for
+ * everyone. Measured against fifo in 17 paired job-arrival rounds
+ * (workloads/results/jobs-6.18-s17-jobqueue): the longest token wait was
+ * lower in every round (116-252 ms against 176-1005 ms); mean response not
+ * distinguishable. The key is the wait's start, plus JOB_QUEUE_THIEF_SLICES
  * slices for a thread not on a task: it goes after mid-task workers that
  * started waiting up to that much later, not behind all of them for ever (a
  * lag past the wait bound held thieves of a busy capped service there,

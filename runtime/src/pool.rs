@@ -250,9 +250,12 @@ pub struct PoolStats {
     /// (after the spinning rounds, before parking). Each is a pass through
     /// the kernel's scheduler, which costs more under a BPF scheduler.
     pub yields: u64,
-    /// Times a worker with nothing to do parked (top-level search loop).
+    /// Times a worker with nothing to do blocked in its park: in its idle
+    /// loop, or waiting on a worker for another request's result
+    /// ([`RequestHandle::wait`]). A park that times out and parks again
+    /// counts again; a park whose last check found work does not count.
     pub parks: u64,
-    /// Times a worker parked inside a join or scope while the other half
+    /// The same, for a worker inside a join or scope while the other half
     /// ran elsewhere (or waited, off the CPU, for its thief).
     pub join_parks: u64,
 }

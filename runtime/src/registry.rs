@@ -63,8 +63,9 @@ pub(crate) struct Counters {
     pub(crate) desched_mugs: AtomicU64,
     /// `sched_yield` calls of searching workers (see `PoolStats::yields`).
     pub(crate) yields: AtomicU64,
-    /// Parks of searching workers: in the top-level loop, in a join or scope wait.
+    /// Blocking sleeps of searching workers with `top_level` set (see `PoolStats::parks`).
     pub(crate) parks: AtomicU64,
+    /// The same inside a join or scope wait (see `PoolStats::join_parks`).
     pub(crate) join_parks: AtomicU64,
 }
 
@@ -1027,13 +1028,6 @@ impl WorkerThread {
                 }
                 continue;
             }
-            // Counted apart: a join's park waits for a thief to finish the
-            // other half, which the kernel may be holding off the CPU.
-            if top_level {
-                reg.counters.parks.fetch_add(1, Ordering::Relaxed);
-            } else {
-                reg.counters.join_parks.fetch_add(1, Ordering::Relaxed);
-            }
             reg.shared.set_worker_state(self.index, WORKER_PARKED);
             // The park is bounded as a safety net (sleep/README.md,
             // "Bounded park"); parks that ran out with nothing to do double
@@ -1049,6 +1043,18 @@ impl WorkerThread {
                 || self.work_below(floor),
             );
             reg.shared.set_worker_state(self.index, WORKER_STEALING);
+            // Counted only when it really blocked (a re-check that found work
+            // or a wake-up passed on did not), and a join's apart: it waits
+            // for a thief to finish the other half, which the kernel may be
+            // holding off the CPU.
+            if matches!(slept, Ok(Slept::Woken | Slept::TimedOut)) {
+                let c = if top_level {
+                    &reg.counters.parks
+                } else {
+                    &reg.counters.join_parks
+                };
+                c.fetch_add(1, Ordering::Relaxed);
+            }
             match slept {
                 Err(level) => {
                     // Work below our floor that we may not take: pass the

@@ -691,8 +691,7 @@ fn a_panic_in_a_par_iter_closure_reaches_the_request_handle() {
 
 // ---------------------------------------------------------------- counters
 
-/// Polls `cond` (yielding) until it holds; panics after a generous bound
-/// instead of hanging the suite if a counter never moves.
+/// Polls `cond` (yielding) until it holds; panics after a generous bound.
 fn eventually(what: &str, cond: impl Fn() -> bool) {
     let t0 = std::time::Instant::now();
     while !cond() {
@@ -704,21 +703,37 @@ fn eventually(what: &str, cond: impl Fn() -> bool) {
     }
 }
 
+/// Sets its flags when dropped, so a failed assertion unwinds into a pool
+/// whose workers can finish (the pool's drop joins them) instead of a hang.
+struct SetOnDrop(Vec<Arc<AtomicBool>>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        for f in &self.0 {
+            f.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
 /// A join whose other half a thief holds makes its worker yield and then
-/// park inside the join (`join_parks`); idle workers park at top level
-/// (`parks`). What the job experiment reads to tell where CPU went.
+/// park inside the join (`join_parks`), and only there: while the thief is
+/// busy and the owner waits in the join, no top-level park is counted. Once
+/// the request is done, idle workers park at top level (`parks`). What the
+/// job experiment reads to tell where CPU went.
 #[test]
 fn yields_and_parks_are_counted_apart_from_join_parks() {
-    let pool = Arc::new(Pool::builder().workers(2).spin_rounds(16).build().unwrap());
     let (b_started, release) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicBool::new(false)),
     );
+    let pool = Arc::new(Pool::builder().workers(2).spin_rounds(16).build().unwrap());
+    // Declared after the pool: dropped first, on success and on a failed assertion alike.
+    let _unblock = SetOnDrop(vec![b_started.clone(), release.clone()]);
     let (bs, rel) = (b_started.clone(), release.clone());
     let h = pool.submit(move || {
         let bs2 = bs.clone();
         join(
-            // The owner runs this half; the other is in its deque until the thief takes it.
+            // The owner runs this half until the thief has taken the other.
             move || until(&bs2),
             move || {
                 bs.store(true, Ordering::SeqCst);
@@ -726,12 +741,18 @@ fn yields_and_parks_are_counted_apart_from_join_parks() {
             },
         );
     });
-    // The owner waits in the join for the thief's half, which waits for us.
+    until(&b_started);
+    // Both workers are busy now (the thief in its half, the owner in the join).
+    let parks_before = pool.stats().parks;
     eventually("a park inside a join", || pool.stats().join_parks >= 1);
+    assert_eq!(
+        pool.stats().parks,
+        parks_before,
+        "a join's park counted as top-level"
+    );
     release.store(true, Ordering::SeqCst);
     h.wait().unwrap();
-    eventually("a top-level park", || pool.stats().parks >= 1);
+    eventually("a top-level park", || pool.stats().parks > parks_before);
     let s = pool.stats();
-    assert!(b_started.load(Ordering::SeqCst));
     assert!(s.yields >= 1, "{s:?}");
 }

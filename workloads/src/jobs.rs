@@ -286,6 +286,7 @@ pub struct JobResult {
 /// Where a job's CPU time went: the process's rusage and its pool's counters
 /// ([`tailctl_rt::PoolStats`]), read when the job finished.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct JobCpu {
     /// User CPU time, all threads.
     pub user_s: f64,
@@ -294,17 +295,19 @@ pub struct JobCpu {
     /// Thread CPU time the workers spent searching for work (stealing, spinning, yielding,
     /// parking and waking; part of user + sys).
     pub search_s: f64,
-    /// Context switches the threads asked for (yield, park).
+    /// Context switches in which a thread blocked (a park, a futex or I/O wait).
     pub voluntary_switches: u64,
-    /// Context switches forced on them (preemption).
+    /// Context switches away from a thread still runnable: preemptions, and
+    /// `sched_yield` calls that let another thread run (Linux counts those
+    /// as involuntary).
     pub involuntary_switches: u64,
     /// Tasks stolen.
     pub steals: u64,
     /// `sched_yield` calls of searching workers.
     pub yields: u64,
-    /// Parks with nothing to do.
+    /// Blocking parks with nothing to do ([`tailctl_rt::PoolStats::parks`]).
     pub parks: u64,
-    /// Parks inside a join or scope (waiting for a thief to finish the other half).
+    /// Blocking parks inside a join or scope (waiting for a thief to finish the other half).
     pub join_parks: u64,
     /// Tasks taken from deques of workers the kernel kept off the CPU (SAWS's mugging).
     pub desched_mugs: u64,
@@ -658,7 +661,7 @@ impl JobsReport {
             }
         }
         let mut s = String::from(
-            "\nWhere the jobs' CPU went (per run, all jobs; medians over rounds):\n\n| policy | CPU (s) | user (s) | system (s) | searching (s) | voluntary switches | involuntary switches | yields | parks | join parks | steals | mugs of descheduled deques |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            "\nWhere the jobs' CPU went (per run, all jobs; medians over rounds; searching overlaps user and system):\n\n| policy | rounds | CPU (s) | user (s) | system (s) | searching (s) | voluntary switches | involuntary switches | yields | parks | join parks | steals | mugs of descheduled deques |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         let mut any = false;
         for p in names {
@@ -674,7 +677,8 @@ impl JobsReport {
             any = true;
             let m = |f: &dyn Fn(&JobCpu) -> f64| median(t.iter().map(f).collect());
             s += &format!(
-                "| {p} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+                "| {p} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+                t.len(),
                 m(&|c| c.user_s + c.sys_s),
                 m(&|c| c.user_s),
                 m(&|c| c.sys_s),
@@ -848,7 +852,7 @@ mod tests {
         let t = report.cpu_table_md();
         // equi: per run CPU 4/8/6 s (user 2 + system 2/6/4), yields 20/60/40: medians 6, 4, 40.
         assert!(
-            t.contains("| equi | 6.0 | 2.0 | 4.0 | 0.0 | 0 | 0 | 40 |"),
+            t.contains("| equi | 3 | 6.0 | 2.0 | 4.0 | 0.0 | 0 | 0 | 40 |"),
             "{t}"
         );
         assert!(!t.contains("| deq |"), "{t}");

@@ -227,7 +227,16 @@ fn spawn_job(
         response_s,
         cpu_s: v["cpu_s"].as_f64().unwrap_or(0.0),
         registered: v["registered"].as_bool() == Some(true),
-        cpu: serde_json::from_value(v["cpu"].clone()).ok(),
+        cpu: match serde_json::from_value(v["cpu"].clone()) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!(
+                    "job {} {}: no CPU breakdown ({e}); its run is left out of the CPU table",
+                    spec.kind, spec.size
+                );
+                None
+            }
+        },
     })
 }
 
