@@ -526,6 +526,11 @@ struct tailctl_stats {
 	 * kthreads, which come straight back, included.
 	 */
 	u64 reenqueues;
+	/*
+	 * sched_yield() calls that kept the CPU because nothing else could
+	 * take it (tailctl_yield): no ops.dispatch round trip for them.
+	 */
+	u64 yields_kept;
 };
 
 #endif /* __TAILCTL_INTF_H */

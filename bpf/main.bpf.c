@@ -3883,7 +3883,14 @@ void BPF_STRUCT_OPS(tailctl_runnable, struct task_struct *p, u64 enq_flags)
 /*
  * sched_yield(): the task goes behind every task that has started running
  * (vtime_now), with no debt beyond that, and gives up its slice (what the
- * kernel does without this callback). Charged only the time it ran
+ * kernel does without this callback) if anything else could take the CPU.
+ * If nothing could (this CPU's local queue and every level's queue empty, no
+ * throttle or job waiters, which a token holder's yield would let in), it
+ * keeps its slice: the kernel then keeps it running without calling
+ * ops.dispatch (balance_one's "prev has slice left" path), where an empty
+ * queue would only have extended its slice again. Idle work-stealing
+ * workers yield thousands of times a second when the machine has nothing
+ * else to run; each was a dispatch round trip. Charged only the time it ran
  * (charge_vtime), a thread that yields in a loop (an idle work-stealing
  * worker) would otherwise keep the lowest vtime and win every dispatch
  * over the threads with work; charged a whole slice per yield, as before,
@@ -3894,6 +3901,11 @@ bool BPF_STRUCT_OPS(tailctl_yield, struct task_struct *from, struct task_struct 
 {
 	if (!to && time_before(from->scx.dsq_vtime, vtime_now))
 		from->scx.dsq_vtime = vtime_now;
+	if (!to && from->scx.slice && !(READ_ONCE(throttle_waiters_mask) | READ_ONCE(job_waiters_mask)) &&
+	    !scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL) && !prio_any_queued()) {
+		STAT_INC(yields_kept);
+		return false;
+	}
 	from->scx.slice = 0;
 	return false;
 }

@@ -35,6 +35,12 @@
 #   slotreuse: a service killed mid-serialization (its workers queued for the
 #              token: it clears the SERIALIZED marks); the next registration in
 #              its slot must not inherit its cap (same request tag).
+#   yieldkeep: sched_yield() with nothing else to run on the machine keeps the
+#              CPU without an ops.dispatch round trip (counted in yields_kept:
+#              at least half the yields of a lone yielder on CPU 0; none were
+#              before), and with a CPU hog pinned beside it on CPU 0 the yields
+#              still hand the CPU over: the hog keeps >= 0.8 of it and at most
+#              a quarter of the yields are kept.
 # Every test, old and new, also checks through stop_sched that the kernel
 # counted no leaked token (check_token_leaks).
 
@@ -70,6 +76,50 @@ test_pinned() {
   [ "$(jget "$k" kernel.serialized)" = True ] && [ "${thr:-0}" -gt 0 ] 2>/dev/null \
     || { fail pinned "no pinned worker was throttled, nothing tested: $k"; return; }
   pass pinned "$w workers pinned one per CPU, $thr throttled waits, scheduler stayed enabled" "\"kernel\": $k"
+}
+
+# The running scheduler's yields_kept (0 if it has no such counter).
+yields_kept() {
+  "$ktest" stats 2>/dev/null | "$PY" -c 'import json,sys; print(json.load(sys.stdin).get("yields_kept", 0))' 2>/dev/null
+}
+
+test_yieldkeep() {
+  local yl='import os, sys, time
+t = time.monotonic() + float(sys.argv[1]); n = 0
+while time.monotonic() < t:
+    os.sched_yield(); n += 1
+print(n)'
+  start_sched || { fail yieldkeep "scheduler did not load"; return; }
+  local k0 n1 k1 hp n2 k2
+  k0=$(yields_kept)
+  n1=$(taskset -c 0 "$PY" -c "$yl" 3)
+  k1=$(yields_kept)
+  taskset -c 0 "$ktest" hog --secs 5 --threads 1 >"$out/yieldkeep-hog.json" 2>"$out/ktest.err" & hp=$!
+  sleep 1
+  n2=$(taskset -c 0 "$PY" -c "$yl" 3)
+  k2=$(yields_kept)
+  wait $hp; local hrc=$?
+  sched_alive || { fail yieldkeep "scheduler ejected: $(sched_why)"; stop_sched; return; }
+  stop_sched || { fail yieldkeep "scheduler exit non-zero: $(sched_why)"; return; }
+  [ $hrc = 0 ] && [ -n "$n1" ] && [ -n "$n2" ] && [ -n "$k0" ] && [ -n "$k2" ] \
+    || { fail yieldkeep "a run failed: $(tail -c 300 "$out/ktest.err")"; return; }
+  local verdict
+  verdict=$($PY - "$n1" "$((k1 - k0))" "$n2" "$((k2 - k1))" "$(cat "$out/yieldkeep-hog.json")" <<'PY'
+import json, sys
+n1, kept1, n2, kept2 = (int(v) for v in sys.argv[1:5])
+hog = json.loads(sys.argv[5])["cpus"]
+why = []
+if n1 < 100 or kept1 < n1 / 2:
+    why.append(f"alone: {kept1} of {n1} yields kept the CPU (want at least half)")
+if hog < 0.8:
+    why.append(f"the hog pinned beside the yielder got {hog:.2f} of its CPU (< 0.8): the yields kept it")
+if kept2 > n2 / 4:
+    why.append(f"beside the hog: {kept2} of {n2} yields kept the CPU (want at most a quarter)")
+msg = f"alone {kept1} of {n1} yields kept; beside a pinned hog {kept2} of {n2} kept, the hog got {hog:.2f} of the CPU"
+print(("bad " + "; ".join(why) + " | " + msg) if why else ("ok " + msg))
+PY
+)
+  case "$verdict" in ok*) pass yieldkeep "${verdict#ok }" "\"alone\": [$n1, $((k1 - k0))], \"beside_hog\": [$n2, $((k2 - k1))]";; *) fail yieldkeep "${verdict#bad }";; esac
 }
 
 test_greedy() {

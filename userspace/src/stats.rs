@@ -184,6 +184,8 @@ pub struct Metrics {
         desc = "Tasks re-enqueued from a local queue because an RT or deadline task took the CPU"
     )]
     pub reenqueues: u64,
+    #[stat(desc = "sched_yield calls that kept the CPU because nothing else was waiting")]
+    pub yields_kept: u64,
 }
 
 /// sched_ext's watchdog timeout when ops.timeout_ms is 0 (ours is): a runnable
@@ -262,6 +264,7 @@ impl Metrics {
         self.wake_preempt_kicks += s.wake_preempt_kicks;
         self.llc_balance_steals += s.llc_balance_steals;
         self.reenqueues += s.reenqueues;
+        self.yields_kept += s.yields_kept;
         self.prio_max_wait_l0_ns = self.prio_max_wait_l0_ns.max(s.prio_max_wait_ns[0]);
         self.prio_runs_l0 += s.prio_runs[0];
         self.prio_max_wait_l1_ns = self.prio_max_wait_l1_ns.max(s.prio_max_wait_ns[1]);
@@ -433,13 +436,14 @@ impl Metrics {
                 .llc_balance_steals
                 .saturating_sub(prev.llc_balance_steals),
             reenqueues: self.reenqueues.saturating_sub(prev.reenqueues),
+            yields_kept: self.yields_kept.saturating_sub(prev.yields_kept),
         }
     }
 
     pub(crate) fn format<W: Write>(&self, w: &mut W) -> Result<()> {
         writeln!(
             w,
-            "[{}] cpus {:>3} | enq {:>8} direct {:>8} shared {:>8}/{:<8} kick {:>7} kthread {:>6} ext {:>6} wake-preempt {:>6} reenq {:>5}",
+            "[{}] cpus {:>3} | enq {:>8} direct {:>8} shared {:>8}/{:<8} kick {:>7} kthread {:>6} ext {:>6} wake-preempt {:>6} reenq {:>5} yield-kept {:>6}",
             crate::SCHEDULER_NAME,
             self.nr_cpus,
             self.enqueues,
@@ -451,6 +455,7 @@ impl Metrics {
             self.slice_extensions,
             self.wake_preempt_kicks,
             self.reenqueues,
+            self.yields_kept,
         )?;
         writeln!(
             w,

@@ -1557,6 +1557,7 @@ fn read_stats(pin_dir: &Path) -> Result<tailctl_stats> {
         t.token_leaks += s.token_leaks;
         t.acct_stale_steps += s.acct_stale_steps;
         t.reenqueues += s.reenqueues;
+        t.yields_kept += s.yields_kept;
         for (t, s) in t.token_leak_sites.iter_mut().zip(s.token_leak_sites) {
             *t += s;
         }
@@ -1580,6 +1581,7 @@ fn stats(cli: &Cli) -> Result<()> {
             "bound_kicks": s.bound_kicks,
             "overdue_runs": s.overdue_runs, "throttled": s.throttled, "rotations": s.rotations,
             "serializations": s.serializations, "reenqueues": s.reenqueues,
+            "yields_kept": s.yields_kept,
             "max_throttle_wait_ms": s.max_throttle_wait_ns as f64 / 1e6,
         }))?
     );
