@@ -3890,7 +3890,12 @@ void BPF_STRUCT_OPS(tailctl_runnable, struct task_struct *p, u64 enq_flags)
  * ops.dispatch (balance_one's "prev has slice left" path), where an empty
  * queue would only have extended its slice again. Idle work-stealing
  * workers yield thousands of times a second when the machine has nothing
- * else to run; each was a dispatch round trip. Charged only the time it ran
+ * else to run; each was a dispatch round trip. What dispatch also did at a
+ * yield now waits for the slice's end or the next tick: a job token held
+ * over a shrunk allotment is shed by ops.tick (job_tick), the vtime is
+ * charged at ops.stopping, and a task that reaches a queue while interrupts
+ * are briefly on before the kernel's reschedule waits at most the yielder's
+ * remaining slice (a review checked this against ext.c, 6.18 and 7.2). Charged only the time it ran
  * (charge_vtime), a thread that yields in a loop (an idle work-stealing
  * worker) would otherwise keep the lowest vtime and win every dispatch
  * over the threads with work; charged a whole slice per yield, as before,
