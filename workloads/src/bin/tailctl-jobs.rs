@@ -66,6 +66,9 @@ struct RunArgs {
     /// Allotment policies, as scx_tailctl's `--allot` takes them; `+FLAG` appends
     /// `--FLAG` to that run's scx_tailctl (e.g. `deq,deq+saws-u=kernel` compares
     /// SAWS's `u` from the steal counters with the kernel's accounting).
+    /// `default` runs under the default kernel scheduler, `off` under
+    /// scx_tailctl without allotment, `unregistered` the same with the jobs
+    /// not registering (scx_tailctl's cost apart from registration's).
     #[arg(
         long,
         value_delimiter = ',',
@@ -287,7 +290,8 @@ fn run(a: RunArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| me.with_file_name("scx_tailctl"));
     // `default` is the default kernel scheduler (no scx_tailctl), the others
-    // scx_tailctl with `--allot POLICY` (`off`: without --allot).
+    // scx_tailctl with `--allot POLICY` (`off`: without --allot;
+    // `unregistered`: without --allot, and the jobs do not register).
     let policies: Vec<String> = if a.no_scheduler {
         vec!["default".into()]
     } else {
@@ -362,6 +366,8 @@ fn run(a: RunArgs) -> Result<()> {
         let n = policies.len();
         for k in 0..n {
             let policy = &policies[(k + round as usize) % n];
+            // Scheduled by scx_tailctl like any process, not as its services.
+            let unreg = policy.split('+').next() == Some("unregistered");
             bar.set_message(format!("round {round} {policy}"));
             // `default`: the default kernel scheduler, no scx_tailctl.
             let scx = if policy == "default" {
@@ -376,7 +382,7 @@ fn run(a: RunArgs) -> Result<()> {
                         .filter(|f| !f.is_empty())
                         .map(|f| format!("--{f}")),
                 );
-                if name != "off" {
+                if name != "off" && name != "unregistered" {
                     extra.push(format!("--allot={name}"));
                     if a.allot_trace {
                         let trace = a.out.join(format!("allot-trace-{policy}-{round}.csv"));
@@ -387,7 +393,7 @@ fn run(a: RunArgs) -> Result<()> {
             };
             let before = speed_probe();
             let d0 = scx.as_ref().map(ScxProc::thread_cpu_ns).unwrap_or_default();
-            let socket = scx.is_some().then_some(&a.scx_socket);
+            let socket = (scx.is_some() && !unreg).then_some(&a.scx_socket);
             let (jobs, span, split) = run_trace(&me, &trace, workers, socket, &bar)?;
             let daemon = scx
                 .as_ref()
@@ -396,7 +402,7 @@ fn run(a: RunArgs) -> Result<()> {
             let after = speed_probe();
             drop(scx);
             let unregistered = jobs.iter().filter(|j| !j.registered).count();
-            if policy != "default" && unregistered > 0 {
+            if policy != "default" && !unreg && unregistered > 0 {
                 bar.println(format!(
                     "warning: {policy} round {round}: {unregistered} of {} jobs ran unregistered (registration refused or failed)",
                     jobs.len()
