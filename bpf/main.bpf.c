@@ -106,6 +106,12 @@ const volatile u64 slice_ns = TAILCTL_SLICE_NS_DEFAULT;
 static u32 throttle_waiters_mask;
 static u32 job_waiters_mask;
 
+/* May any service's throttle or job queue hold a thread (usually not)? */
+static __always_inline bool any_waiters(void)
+{
+	return READ_ONCE(throttle_waiters_mask) | READ_ONCE(job_waiters_mask);
+}
+
 static __always_inline void waiters_set(u32 *mask, u32 svc)
 {
 	if (svc < TAILCTL_MAX_SERVICES)
@@ -2195,8 +2201,8 @@ static __always_inline void prio_init_cpus(void)
  *    it waits in its job's queue (DSQ TAILCTL_JOB_DSQ_BASE + slot); dispatch
  *    hands freed tokens to waiters (mid-task workers first by default,
  *    --job-queue fifo for arrival order; see job_queue_key) and moves them
- *    to the shared vtime queue, where they compete like any task. A holder whose job has waiters
- *    gets no slice extension (rotation).
+ *    to the shared vtime queue, where they compete like any task. A holder
+ *    whose job has waiters gets no slice extension (rotation).
  *  - Work conserving: a CPU that finds nothing in the shared queue (no
  *    unregistered task, no job thread within its allotment) and whose
  *    previous task is not kept borrows a waiter: scx_bpf_dsq_move_to_local()
@@ -3662,7 +3668,7 @@ void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 		reenq_streak[(u32)cpu & (MAX_CPUS - 1)] = 0;
 
 	/* Only services whose queues may hold a thread (usually none). */
-	if (READ_ONCE(throttle_waiters_mask) | READ_ONCE(job_waiters_mask)) {
+	if (any_waiters()) {
 		bpf_for(svc, 0, TAILCTL_MAX_SERVICES) {
 			if (READ_ONCE(throttle_waiters_mask) & (1u << svc))
 				release_waiters(svc, now);
@@ -3895,8 +3901,8 @@ void BPF_STRUCT_OPS(tailctl_runnable, struct task_struct *p, u64 enq_flags)
  * over a shrunk allotment is shed by ops.tick (job_tick), the vtime is
  * charged at ops.stopping, and a task that reaches a queue while interrupts
  * are briefly on before the kernel's reschedule waits at most the yielder's
- * remaining slice (a review checked this against ext.c, 6.18 and 7.2). Charged only the time it ran
- * (charge_vtime), a thread that yields in a loop (an idle work-stealing
+ * remaining slice (a review checked this against ext.c, 6.18 and 7.2).
+ * Charged only the time it ran (charge_vtime), a thread that yields in a loop (an idle work-stealing
  * worker) would otherwise keep the lowest vtime and win every dispatch
  * over the threads with work; charged a whole slice per yield, as before,
  * it ran up a debt that made it wait behind everyone once it had work.
@@ -3906,8 +3912,8 @@ bool BPF_STRUCT_OPS(tailctl_yield, struct task_struct *from, struct task_struct 
 {
 	if (!to && time_before(from->scx.dsq_vtime, vtime_now))
 		from->scx.dsq_vtime = vtime_now;
-	if (!to && from->scx.slice && !(READ_ONCE(throttle_waiters_mask) | READ_ONCE(job_waiters_mask)) &&
-	    !scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL) && !prio_any_queued()) {
+	if (!to && from->scx.slice && !any_waiters() && !scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL) &&
+	    !prio_any_queued()) {
 		STAT_INC(yields_kept);
 		return false;
 	}

@@ -691,18 +691,6 @@ fn a_panic_in_a_par_iter_closure_reaches_the_request_handle() {
 
 // ---------------------------------------------------------------- counters
 
-/// Polls `cond` (yielding) until it holds; panics after a generous bound.
-fn eventually(what: &str, cond: impl Fn() -> bool) {
-    let t0 = std::time::Instant::now();
-    while !cond() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(120),
-            "{what} never happened"
-        );
-        std::thread::yield_now();
-    }
-}
-
 /// Sets its flags when dropped, so a failed assertion unwinds into a pool
 /// whose workers can finish (the pool's drop joins them) instead of a hang.
 struct SetOnDrop(Vec<Arc<AtomicBool>>);
@@ -744,7 +732,7 @@ fn yields_and_parks_are_counted_apart_from_join_parks() {
     until(&b_started);
     // Both workers are busy now (the thief in its half, the owner in the join).
     let parks_before = pool.stats().parks;
-    eventually("a park inside a join", || pool.stats().join_parks >= 1);
+    common::eventually("a park inside a join", || pool.stats().join_parks >= 1);
     assert_eq!(
         pool.stats().parks,
         parks_before,
@@ -752,7 +740,7 @@ fn yields_and_parks_are_counted_apart_from_join_parks() {
     );
     release.store(true, Ordering::SeqCst);
     h.wait().unwrap();
-    eventually("a top-level park", || pool.stats().parks > parks_before);
+    common::eventually("a top-level park", || pool.stats().parks > parks_before);
     let s = pool.stats();
     assert!(s.yields >= 1, "{s:?}");
 }

@@ -5,6 +5,20 @@
 use std::time::Duration;
 use tailctl_rt::{join, threshold::ThresholdTable, Policy, Pool};
 
+/// Polls `cond` (yielding) until it holds; panics, naming `what`, after a
+/// generous bound instead of hanging the suite (a bound on a hang, not a
+/// timing assertion).
+pub fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !cond() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "{what} never happened"
+        );
+        std::thread::yield_now();
+    }
+}
+
 /// `full` natively, `miri` under Miri (which runs the tests ~1000x slower).
 pub fn scale(full: usize, miri: usize) -> usize {
     if cfg!(miri) {
