@@ -89,6 +89,15 @@ struct RunArgs {
     /// static keys) that multi-threaded TCG has shown.
     #[arg(long, value_enum, default_value = "multi")]
     tcg_threads: TcgThreads,
+    /// Run the guest's clock off the instructions it executes (qemu `-icount
+    /// shift=N`: one instruction is 2^N ns of guest time) instead of the
+    /// host's clock. The guest's own timings (BPF run_time_ns, schedstat,
+    /// benchmarks) then count emulated instructions and no longer move with
+    /// the host's load; they stop being times of any real machine. For
+    /// comparing the work two builds do, e.g. BPF callback costs. Needs
+    /// single-threaded TCG (implies `--tcg-threads single`).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=10))]
+    icount: Option<u32>,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -396,8 +405,12 @@ fn run_command(args: RunArgs) -> Result<i32> {
 /// The extra qemu options for `args` (TCG threading, socket layout).
 fn qemu_opts(args: &RunArgs) -> Result<Vec<String>> {
     let mut opts = Vec::new();
-    if args.tcg_threads == TcgThreads::Single {
+    if args.tcg_threads == TcgThreads::Single || args.icount.is_some() {
         opts.push("-accel tcg,thread=single".to_string());
+    }
+    if let Some(shift) = args.icount {
+        // sleep=on (qemu's default): an idle guest's clock still follows the host's.
+        opts.push(format!("-icount shift={shift},sleep=on"));
     }
     if args.sockets > 1 {
         if !args.cpus.is_multiple_of(args.sockets) {
@@ -463,6 +476,10 @@ mod tests {
             .unwrap()
             .is_empty());
         assert!(qemu_opts(&parse(&["t", "-c", "3", "--sockets", "2", "--", "x"])).is_err());
+        assert_eq!(
+            qemu_opts(&parse(&["t", "--icount", "0", "--", "x"])).unwrap(),
+            ["-accel tcg,thread=single", "-icount shift=0,sleep=on"]
+        );
     }
 
     #[test]

@@ -33,6 +33,7 @@ METRICS = [
     ("pipe", "us_per_op", True, "perf bench sched pipe, us/op (wake-up round trip)"),
     ("cyclictest", "avg_us", True, "cyclictest mean latency beside CPU hogs"),
     ("cyclictest", "max_us", True, "cyclictest max latency beside CPU hogs"),
+    ("cyclictest", "rq_wait_us", True, "cyclictest threads' runqueue wait per run, us (schedstat)"),
     ("redis", "rps", False, "redis-benchmark SET+GET throughput"),
     ("redis", "p99_ms", True, "redis-benchmark p99 latency"),
     ("redis", "server_cpu_us_per_req", True, "redis-server CPU per request, us"),
