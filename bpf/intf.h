@@ -222,6 +222,12 @@ struct tailctl_service {
 	/* Priority level (issue 13), 0..TAILCTL_PRIO_LEVELS-1; written at registration only. */
 	u32 priority;
 	u32 reserved_prio;
+	/*
+	 * The smallest non-zero threshold_ns[0..nr_thresholds) (~0: none), so a
+	 * tick can tell without the table that no request's work has reached
+	 * any of them (0: not given, the table is read every time).
+	 */
+	u64 threshold_floor_ns;
 };
 
 /*

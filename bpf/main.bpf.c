@@ -336,6 +336,8 @@ struct task_ctx {
 	bool job_vtime_set;
 	/* Marked descheduled in its worker slot (see set_descheduled). */
 	bool job_desched;
+	/* Its service's tailctl_service.threshold_floor_ns, read when it was bound (see check_threshold). */
+	u64 thr_floor_ns;
 };
 
 static __always_inline void job_unbind(struct task_ctx *tctx);
@@ -586,6 +588,19 @@ static __always_inline u64 service_owner(u32 svc)
 	if (!s || !s->pid)
 		return 0;
 	return (s->epoch << 32) + s->pid;
+}
+
+/*
+ * Slot @svc's smallest threshold (tailctl_service.threshold_floor_ns). The
+ * table is written once, at registration, and a new registration bumps the
+ * binding generation, so a task re-reads this whenever its binding is
+ * resolved again.
+ */
+static __always_inline u64 service_threshold_floor(u32 svc)
+{
+	struct tailctl_service *s = bpf_map_lookup_elem(&services, &svc);
+
+	return s ? s->threshold_floor_ns : 0;
 }
 
 /* @tctx's request entry, if it still tracks @tctx's request of @tctx's registration. */
@@ -936,6 +951,7 @@ static __always_inline struct task_ctx *resolve_task_ctx(struct task_struct *p, 
 	tctx->owner = owner;
 	tctx->cg = cg;
 	tctx->tid = tid;
+	tctx->thr_floor_ns = service_threshold_floor(svc);
 	tctx->bind_gen = gen;
 	tctx->bind_cgid = cgid;
 	return tctx;
@@ -1118,6 +1134,12 @@ static __always_inline void check_threshold(struct task_ctx *tctx, struct tailct
 	u64 thr, old;
 
 	if (a->serialized_at_ns || slot >= TAILCTL_MAX_REQUESTS)
+		return;
+	/*
+	 * Below every threshold of the table, whatever the load: nothing to
+	 * look up (most ticks of most requests). 0: no floor given.
+	 */
+	if (tctx->thr_floor_ns && a->work_ns < tctx->thr_floor_ns)
 		return;
 	svc = bpf_map_lookup_elem(&services, &sidx);
 	if (!svc)
@@ -2919,6 +2941,17 @@ static __always_inline void job_stopping(struct task_struct *p, struct task_ctx 
 		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), 0);
 }
 
+/*
+ * Without an allotment controller (--allot off, the default) a job's CPU
+ * counters feed only what operators read (`tailctl top`, maps dump), once a
+ * second or less often, and a tick has nothing to enforce: a job thread is
+ * charged once this much of its CPU time has gathered (and at ops.stopping),
+ * not at every tick. With a controller every tick charges, as the work/steal
+ * split of its `u` takes the worker's state at each charge.
+ */
+#define JOB_TICK_CHARGE_NS 10000000ULL
+const volatile bool allot_controller;
+
 /* ops.tick for a job thread: charge; give back a borrowed CPU someone wants; shed a token over the allotment. */
 static __always_inline void job_tick(struct task_struct *p, struct task_ctx *tctx, struct tailctl_region *r)
 {
@@ -2927,6 +2960,9 @@ static __always_inline void job_tick(struct task_struct *p, struct task_ctx *tct
 
 	/* Not running as the job's (no entry at ops.running): no look-ups. */
 	if (!tctx->job_on_cpu)
+		return;
+	if (!allot_controller && tctx->job_from_ns &&
+	    p->se.sum_exec_runtime - tctx->job_from_ns < JOB_TICK_CHARGE_NS)
 		return;
 	j = job_entry(tctx->svc, tctx->owner);
 	if (!j)

@@ -428,6 +428,7 @@ impl<'a> Scheduler<'a> {
         let rodata = skel.maps.rodata_data.as_mut().unwrap();
         rodata.slice_ns = opts.slice_us * 1000;
         rodata.wake_preempt_ns = opts.wake_preempt_us * 1000;
+        rodata.allot_controller = opts.allot.build().is_some();
         rodata.serialize_mark_only = opts.serialize_mark_only;
         rodata.job_queue_fifo = opts.job_queue == JobQueue::Fifo;
         rodata.max_throttle_wait_ns = opts.max_throttle_wait_ms * 1_000_000;

@@ -727,6 +727,18 @@ fn bind_line(
 /// accounting (caps, tokens, serialized time).
 static REGISTRATION_EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
+/// The smallest non-zero threshold of a table (u64::MAX if none: no request
+/// of the service is ever serialized), which the kernel compares a request's
+/// work with before it reads the table (`tailctl_service.threshold_floor_ns`).
+fn threshold_floor(thresholds_ns: &[u64]) -> u64 {
+    thresholds_ns
+        .iter()
+        .copied()
+        .filter(|&t| t != 0)
+        .min()
+        .unwrap_or(u64::MAX)
+}
+
 fn install(
     maps: &RegistryMaps,
     peer: &Peer,
@@ -749,6 +761,7 @@ fn install(
     for (i, t) in req.thresholds_ns.iter().enumerate() {
         svc.threshold_ns[i] = *t;
     }
+    svc.threshold_floor_ns = threshold_floor(&req.thresholds_ns);
     maps.services
         .update(&key, as_bytes(&svc), MapFlags::ANY)
         .map_err(|e| format!("writing the service entry: {e}"))?;
@@ -778,6 +791,18 @@ fn uninstall(maps: &RegistryMaps, slot: u32, threads: &[Thread]) {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn threshold_floor_is_the_smallest_threshold_that_serializes() {
+        // 0 means "never at this load": it must not become the floor.
+        assert_eq!(
+            threshold_floor(&[0, 30_000_000, 0, 12_000_000, 50_000_000]),
+            12_000_000
+        );
+        assert_eq!(threshold_floor(&[7]), 7);
+        assert_eq!(threshold_floor(&[0, 0]), u64::MAX);
+        assert_eq!(threshold_floor(&[]), u64::MAX);
+    }
 
     fn reply_to(bytes: &[u8], deadline: Duration) -> Option<String> {
         let (a, b) = UnixStream::pair().unwrap();
