@@ -23,6 +23,9 @@
 # vCPU scheduling (single-threaded TCG switches vCPUs every ~100 ms); only
 # ratios within the run are compared, and the per-callback BPF cost relative
 # to the peer scheduler is the figure TCG distorts least.
+# BENCH_ICOUNT=N runs the guest's clock off its instructions (tailctl vm run
+# --icount N): the BPF costs become instruction counts that the host's load
+# does not move, and every timing is in emulated instructions, not time.
 # BENCH_TCG_THREADS=multi (default single, immune to the attach/detach oops
 # multi-threaded TCG shows now and then), BENCH_HB_GROUPS, BENCH_HB_LOOPS,
 # BENCH_PIPE_LOOPS, BENCH_SECS, BENCH_REDIS_N size the run; BENCH_TAILCTL_ARGS
@@ -60,7 +63,8 @@ mkdir -p "$out"
 rm -rf "$out/raw"
 start=$(date +%s)
 echo "[bench] booting kernel $kernel, $cpus vCPUs; $rounds rounds" >&2
-"$target/debug/tailctl" vm run -k "$kernel" -c "$cpus" --tcg-threads "${BENCH_TCG_THREADS:-single}" \
+icount=(); [ -n "${BENCH_ICOUNT:-}" ] && icount=(--icount "$BENCH_ICOUNT")
+"$target/debug/tailctl" vm run -k "$kernel" -c "$cpus" --tcg-threads "${BENCH_TCG_THREADS:-single}" "${icount[@]}" \
   --console "$out/console.log" --rwdir "$out" -- \
   env BENCH_ROUNDS="$rounds" BENCH_HB_GROUPS="${BENCH_HB_GROUPS:-}" BENCH_HB_LOOPS="${BENCH_HB_LOOPS:-}" \
       BENCH_PIPE_LOOPS="${BENCH_PIPE_LOOPS:-}" BENCH_SECS="${BENCH_SECS:-}" BENCH_REDIS_N="${BENCH_REDIS_N:-}" BENCH_ONLY="${BENCH_ONLY:-}" \
@@ -69,7 +73,7 @@ echo "[bench] booting kernel $kernel, $cpus vCPUs; $rounds rounds" >&2
 echo "[bench] guest run took $(( $(date +%s) - start )) s" >&2
 # The command line as run, with the environment that shaped it.
 envs=""
-for v in BENCH_ONLY BENCH_TCG_THREADS BENCH_HB_GROUPS BENCH_HB_LOOPS BENCH_PIPE_LOOPS BENCH_SECS BENCH_REDIS_N BENCH_TAILCTL_ARGS BENCH_TAILCTL_ALT_ARGS; do
+for v in BENCH_ONLY BENCH_ICOUNT BENCH_TCG_THREADS BENCH_HB_GROUPS BENCH_HB_LOOPS BENCH_PIPE_LOOPS BENCH_SECS BENCH_REDIS_N BENCH_TAILCTL_ARGS BENCH_TAILCTL_ALT_ARGS; do
   [ -n "${!v:-}" ] && envs+="$v=\"${!v}\" "
 done
 python3 tools/vm/bench_sched_summary.py "$out" $json --command "${envs}tools/bench-sched.sh${args:+ $args}"
