@@ -311,6 +311,11 @@ pub struct JobCpu {
     pub join_parks: u64,
     /// Tasks taken from deques of workers the kernel kept off the CPU (SAWS's mugging).
     pub desched_mugs: u64,
+    /// Time its threads spent runnable but waiting for a CPU, and how many times they
+    /// were put on one (`/proc/self/task/*/schedstat`: the kernel's own bookkeeping,
+    /// the same under every scheduler; read before the workers exit).
+    pub rq_wait_s: f64,
+    pub runs: u64,
 }
 
 impl std::ops::AddAssign for JobCpu {
@@ -325,6 +330,8 @@ impl std::ops::AddAssign for JobCpu {
         self.parks += o.parks;
         self.join_parks += o.join_parks;
         self.desched_mugs += o.desched_mugs;
+        self.rq_wait_s += o.rq_wait_s;
+        self.runs += o.runs;
     }
 }
 
@@ -661,7 +668,7 @@ impl JobsReport {
             }
         }
         let mut s = String::from(
-            "\nWhere the jobs' CPU went (per run, all jobs; medians over rounds; searching overlaps user and system):\n\n| policy | rounds | CPU (s) | user (s) | system (s) | searching (s) | voluntary switches | involuntary switches | yields | parks | join parks | steals | mugs of descheduled deques |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            "\nWhere the jobs' CPU went (per run, all jobs; medians over rounds; searching overlaps user and system):\n\n| policy | rounds | CPU (s) | user (s) | system (s) | searching (s) | voluntary switches | involuntary switches | yields | parks | join parks | steals | mugs of descheduled deques | runqueue wait (s) | wait per run (us) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         let mut any = false;
         for p in names {
@@ -677,7 +684,7 @@ impl JobsReport {
             any = true;
             let m = |f: &dyn Fn(&JobCpu) -> f64| median(t.iter().map(f).collect());
             s += &format!(
-                "| {p} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+                "| {p} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} | {:.0} |\n",
                 t.len(),
                 m(&|c| c.user_s + c.sys_s),
                 m(&|c| c.user_s),
@@ -690,6 +697,14 @@ impl JobsReport {
                 m(&|c| c.join_parks as f64),
                 m(&|c| c.steals as f64),
                 m(&|c| c.desched_mugs as f64),
+                m(&|c| c.rq_wait_s),
+                m(&|c| {
+                    if c.runs > 0 {
+                        c.rq_wait_s * 1e6 / c.runs as f64
+                    } else {
+                        0.0
+                    }
+                }),
             );
         }
         if any {
@@ -838,6 +853,8 @@ mod tests {
                 user_s: 1.0,
                 sys_s: r,
                 yields,
+                rq_wait_s: 0.001 * r,
+                runs: 10,
                 ..Default::default()
             }),
             ..job(r)
@@ -855,6 +872,8 @@ mod tests {
             t.contains("| equi | 3 | 6.0 | 2.0 | 4.0 | 0.0 | 0 | 0 | 40 |"),
             "{t}"
         );
+        // Runqueue wait per run 0.004 s / 20 runs (round 2's, the median): 200 us.
+        assert!(t.contains("| 0 | 0.0 | 200 |\n"), "{t}");
         assert!(!t.contains("| deq |"), "{t}");
         assert!(report.table_md().ends_with(&t));
         // No run recorded it: no table.

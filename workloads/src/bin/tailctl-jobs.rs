@@ -135,6 +135,30 @@ fn rusage() -> ((Duration, Duration), (u64, u64)) {
     )
 }
 
+/// The process's threads' runqueue wait (seconds) and times run, from
+/// /proc/self/task/*/schedstat (run_delay and pcount). A thread's figures go
+/// with it when it exits, so this is read while the pool's workers live.
+fn rq_wait() -> (f64, u64) {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return (0.0, 0);
+    };
+    let (mut wait_ns, mut runs) = (0u64, 0u64);
+    for t in dir.flatten() {
+        let Ok(line) = std::fs::read_to_string(t.path().join("schedstat")) else {
+            continue;
+        };
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        if let [_, delay, n] = f[..] {
+            wait_ns += delay;
+            runs += n;
+        }
+    }
+    (wait_ns as f64 / 1e9, runs)
+}
+
 fn nproc() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
@@ -147,20 +171,17 @@ fn job(kind: JobKind, size: usize, workers: Option<usize>, socket: Option<PathBu
         .workers(workers)
         .policy(Policy::StealFirst)
         .measure_search_cpu(true);
-    let (checksum, registered, stats) = match socket {
+    let (checksum, registered, stats, (rq_wait_s, runs)) = match socket {
         Some(s) => {
             let pool = AssistedPool::start(builder, None, &s)?;
             let registered = pool.is_kernel_assisted();
             let sum = pool.submit(move || kind.run(size)).wait()?;
-            (sum, registered, pool.stats())
+            (sum, registered, pool.stats(), rq_wait())
         }
         None => {
             let pool = builder.build()?;
-            (
-                pool.submit(move || kind.run(size)).wait()?,
-                false,
-                pool.stats(),
-            )
+            let sum = pool.submit(move || kind.run(size)).wait()?;
+            (sum, false, pool.stats(), rq_wait())
         }
     };
     let ((user, sys), (vcsw, ivcsw)) = rusage();
@@ -175,6 +196,8 @@ fn job(kind: JobKind, size: usize, workers: Option<usize>, socket: Option<PathBu
         parks: stats.parks,
         join_parks: stats.join_parks,
         desched_mugs: stats.desched_mugs,
+        rq_wait_s,
+        runs,
     };
     println!(
         "{}",
