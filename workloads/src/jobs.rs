@@ -311,10 +311,11 @@ pub struct JobCpu {
     pub join_parks: u64,
     /// Tasks taken from deques of workers the kernel kept off the CPU (SAWS's mugging).
     pub desched_mugs: u64,
-    /// Time its threads spent runnable but waiting for a CPU, and how many times they
-    /// were put on one (`/proc/self/task/*/schedstat`: the kernel's own bookkeeping,
-    /// the same under every scheduler; read before the workers exit).
+    /// Time its threads spent runnable but waiting for a CPU (`/proc/self/task/*/schedstat`:
+    /// the kernel's own bookkeeping, the same under every scheduler; read before the
+    /// workers exit).
     pub rq_wait_s: f64,
+    /// How many times its threads were put on a CPU (the same source as `rq_wait_s`).
     pub runs: u64,
 }
 
