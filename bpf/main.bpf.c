@@ -1433,13 +1433,20 @@ static __always_inline bool in_rcu_reader(const struct task_struct *p)
 	return false;
 }
 
-/* A task's vtime, clamped so that sleepers gain at most one slice of credit. */
+/*
+ * How far behind vtime_now a task that slept may queue (--sleeper-credit-us;
+ * 0: one slice, the default). Before it had its own flag the credit was always
+ * the slice, so `-s` changed two things at once.
+ */
+const volatile u64 sleeper_credit_ns;
+
+/* A task's vtime, clamped so that sleepers gain at most the sleeper credit. */
 static __always_inline u64 task_vtime(const struct task_struct *p)
 {
-	u64 vtime = p->scx.dsq_vtime;
+	u64 vtime = p->scx.dsq_vtime, credit = sleeper_credit_ns ? sleeper_credit_ns : slice_ns;
 
-	if (time_before(vtime, vtime_now - slice_ns))
-		vtime = vtime_now - slice_ns;
+	if (time_before(vtime, vtime_now - credit))
+		vtime = vtime_now - credit;
 	return vtime;
 }
 
@@ -3944,10 +3951,21 @@ void BPF_STRUCT_OPS(tailctl_runnable, struct task_struct *p, u64 enq_flags)
  * it ran up a debt that made it wait behind everyone once it had work.
  * Not for yield_to() (@to set): no preference is given to @to.
  */
+/*
+ * --yield-penalty-us: a yielder queues this far past vtime_now (the most
+ * advanced running task's vtime when it started) instead of at it. At it, a
+ * yielder still sorts before every task preempted after running a while
+ * (their vtime is past their start), so searching workers could take turns
+ * yielding to one another ahead of the workers with work. Not cumulative: a
+ * task that yields again stays at most this far past the frontier (the
+ * default scheduler, EEVDF, pushes a yielder's deadline by one slice).
+ */
+const volatile u64 yield_penalty_ns;
+
 bool BPF_STRUCT_OPS(tailctl_yield, struct task_struct *from, struct task_struct *to)
 {
-	if (!to && time_before(from->scx.dsq_vtime, vtime_now))
-		from->scx.dsq_vtime = vtime_now;
+	if (!to && time_before(from->scx.dsq_vtime, vtime_now + yield_penalty_ns))
+		from->scx.dsq_vtime = vtime_now + yield_penalty_ns;
 	if (!to && from->scx.slice && !any_waiters() && !scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL) &&
 	    !prio_any_queued()) {
 		STAT_INC(yields_kept);

@@ -52,6 +52,20 @@ struct Opts {
     #[arg(short = 's', long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
     slice_us: u64,
 
+    /// The most vtime credit, in microseconds, a task that slept keeps over the
+    /// tasks that ran meanwhile: it queues at most this far behind the most
+    /// advanced running task (0: one slice, `-s`, the default). An experiment
+    /// switch for wake-up latency (README, "Wake-up preemption").
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    sleeper_credit_us: u64,
+
+    /// Where a task that calls sched_yield() queues, in microseconds past the
+    /// most advanced running task's vtime (0: at it, the default). An
+    /// experiment switch for runtimes whose idle workers yield (README,
+    /// "Wake-up preemption").
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    yield_penalty_us: u64,
+
     /// Wake-up preemption, in microseconds (0: off, the default): a task that
     /// wakes and finds no idle CPU preempts the CPU whose task has run at least
     /// this long and is at least this far ahead of it in vtime, instead of
@@ -428,6 +442,8 @@ impl<'a> Scheduler<'a> {
         let rodata = skel.maps.rodata_data.as_mut().unwrap();
         rodata.slice_ns = opts.slice_us * 1000;
         rodata.wake_preempt_ns = opts.wake_preempt_us * 1000;
+        rodata.sleeper_credit_ns = opts.sleeper_credit_us * 1000;
+        rodata.yield_penalty_ns = opts.yield_penalty_us * 1000;
         rodata.allot_controller = opts.allot.build().is_some();
         rodata.serialize_mark_only = opts.serialize_mark_only;
         rodata.job_queue_fifo = opts.job_queue == JobQueue::Fifo;
