@@ -116,24 +116,32 @@ print(cpu, wait, cs, migr)
 PY
 }
 
-# rqwait PID: its threads' total runqueue wait (us) and times run (schedstat's
-# run_delay and pcount), one line "WAIT RUNS".
+# rqwait PID SECS: PID's threads' runqueue wait per run (us) over SECS seconds
+# (schedstat's run_delay and pcount, read 0.5 s from now and SECS later;
+# nothing if the process was gone by then).
 rqwait() {
-  "$PY" - "$1" <<'PY'
-import os, sys
-wait = runs = 0
-d = f"/proc/{sys.argv[1]}/task"
-try:
-    tids = os.listdir(d)
-except OSError:
-    tids = []
-for t in tids:
+  "$PY" - "$1" "$2" <<'PY'
+import os, sys, time
+def read(pid):
+    wait = runs = 0
+    d = f"/proc/{pid}/task"
     try:
-        _, delay, n = open(f"{d}/{t}/schedstat").read().split()
-        wait += int(delay) / 1e3; runs += int(n)
-    except (OSError, ValueError):
-        pass
-print(wait, runs)
+        tids = os.listdir(d)
+    except OSError:
+        return None
+    for t in tids:
+        try:
+            _, delay, n = open(f"{d}/{t}/schedstat").read().split()
+            wait += int(delay); runs += int(n)
+        except (OSError, ValueError):
+            pass
+    return wait, runs
+time.sleep(0.5)
+a = read(sys.argv[1])
+time.sleep(float(sys.argv[2]))
+b = read(sys.argv[1])
+if a and b and b[1] > a[1]:
+    print(f"{(b[0] - a[0]) / 1e3 / (b[1] - a[1]):.1f}")
 PY
 }
 
@@ -149,23 +157,24 @@ block() { # ROUND SCHED
   fi
   if want cyclictest; then
   # cyclictest's threads beside one CPU hog per CPU: how soon a sleeper runs.
-  stress-ng --cpu "$ncpu" -t $((secs + 4)) --temp-path "$raw" >/dev/null 2>&1 &
+  stress-ng --cpu "$ncpu" -t $((secs + 7)) --temp-path "$raw" >/dev/null 2>&1 &
   local hog=$!
   sleep 1
-  local ct ctp w0 w1
+  local ct ctp rw
   # In the background, so that its timer threads' runqueue wait can be read
   # from the kernel's own bookkeeping while they run: the part of a wake-up's
   # latency that is the scheduler's (woken to running), apart from the
-  # timer's delivery, which under TCG is mostly the emulator's.
-  cyclictest -q -m -d 0 -t 2 -i 1000 -D "${secs}" --policy=other >"$raw/ct.out" 2>>"$raw/errors.log" &
+  # timer's delivery, which under TCG is mostly the emulator's. One sampler
+  # process reads it twice, SECS - 1 s apart; cyclictest runs 3 s longer than
+  # that window because python takes a second or two to start under TCG.
+  cyclictest -q -m -d 0 -t 2 -i 1000 -D "$((secs + 3))" --policy=other >"$raw/ct.out" 2>>"$raw/errors.log" &
   ctp=$!
-  sleep 0.5; w0=$(rqwait "$ctp")
-  sleep "$((secs - 1))"; w1=$(rqwait "$ctp")
+  rw=$(rqwait "$ctp" "$((secs - 1))")
   wait "$ctp"
   ct=$(cat "$raw/ct.out")
   kill "$hog" 2>/dev/null; wait "$hog" 2>/dev/null
   echo "$ct" >>"$raw/cyclictest.log"
-  rec "$r" "$s" cyclictest rq_wait_us "$(num "$(awk -v a="$w0" -v b="$w1" 'BEGIN {split(a, x, " "); split(b, y, " "); if (y[2] > x[2]) printf "%.1f", (y[1] - x[1]) / (y[2] - x[2])}')")"
+  rec "$r" "$s" cyclictest rq_wait_us "$(num "$rw")"
   rec "$r" "$s" cyclictest avg_us "$(num "$(awk '/^T:/ && match($0, /Avg: *[0-9]+/) {v=substr($0, RSTART+4, RLENGTH-4); s+=v; n++} END {if (n) printf "%.1f", s/n}' <<<"$ct")")"
   rec "$r" "$s" cyclictest max_us "$(num "$(awk '/^T:/ && match($0, /Max: *[0-9]+/) {v=substr($0, RSTART+4, RLENGTH-4)+0; if (v>m) m=v; n++} END {if (n) print m}' <<<"$ct")")"
   fi
