@@ -336,6 +336,8 @@ struct task_ctx {
 	bool job_vtime_set;
 	/* Marked descheduled in its worker slot (see set_descheduled). */
 	bool job_desched;
+	/* Queued by a yield with --yield-penalty-us: its vtime is that far past the frontier (tailctl_running). */
+	bool yield_penalized;
 	/* Its service's tailctl_service.threshold_floor_ns, read when it was bound (see check_threshold). */
 	u64 thr_floor_ns;
 };
@@ -3761,6 +3763,20 @@ void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 	}
 }
 
+/*
+ * --yield-penalty-us: a yielder queues this far past vtime_now (the most
+ * advanced running task's vtime when it started) instead of at it. At it, a
+ * yielder still sorts before every task preempted after running a while
+ * (their vtime is past their start), so searching workers could take turns
+ * yielding to one another ahead of the workers with work. Not cumulative: a
+ * task that yields again stays at most this far past the frontier (the
+ * default scheduler, EEVDF, pushes a yielder's deadline by one slice), and
+ * when it runs it moves the frontier (vtime_now) only to where it would have
+ * been without the penalty (found in review: otherwise every yield-and-run
+ * pushed the frontier P further and every other task fell behind it).
+ */
+const volatile u64 yield_penalty_ns;
+
 void BPF_STRUCT_OPS(tailctl_running, struct task_struct *p)
 {
 	struct task_ctx *tctx;
@@ -3774,8 +3790,17 @@ void BPF_STRUCT_OPS(tailctl_running, struct task_struct *p)
 	/* Lent straight from a working-first job queue: its own vtime, not the queue's key. */
 	if (!job_queue_fifo)
 		job_vtime_back(p, tctx);
-	if (time_before(vtime_now, p->scx.dsq_vtime))
+	if (tctx && tctx->yield_penalized) {
+		u64 v = p->scx.dsq_vtime;
+
+		/* The penalty is its own place in the queue, not progress for the frontier. */
+		tctx->yield_penalized = false;
+		v = v > yield_penalty_ns ? v - yield_penalty_ns : 0;
+		if (time_before(vtime_now, v))
+			vtime_now = v;
+	} else if (time_before(vtime_now, p->scx.dsq_vtime)) {
 		vtime_now = p->scx.dsq_vtime;
+	}
 	if (wake_preempt_ns)
 		cpu_cur_set(p->scx.dsq_vtime, bpf_ktime_get_ns());
 	if (tctx)
@@ -3949,23 +3974,20 @@ void BPF_STRUCT_OPS(tailctl_runnable, struct task_struct *p, u64 enq_flags)
  * worker) would otherwise keep the lowest vtime and win every dispatch
  * over the threads with work; charged a whole slice per yield, as before,
  * it ran up a debt that made it wait behind everyone once it had work.
- * Not for yield_to() (@to set): no preference is given to @to.
+ * Not for yield_to() (@to set): no preference is given to @to. With
+ * --yield-penalty-us it goes that far behind vtime_now (see yield_penalty_ns).
  */
-/*
- * --yield-penalty-us: a yielder queues this far past vtime_now (the most
- * advanced running task's vtime when it started) instead of at it. At it, a
- * yielder still sorts before every task preempted after running a while
- * (their vtime is past their start), so searching workers could take turns
- * yielding to one another ahead of the workers with work. Not cumulative: a
- * task that yields again stays at most this far past the frontier (the
- * default scheduler, EEVDF, pushes a yielder's deadline by one slice).
- */
-const volatile u64 yield_penalty_ns;
-
 bool BPF_STRUCT_OPS(tailctl_yield, struct task_struct *from, struct task_struct *to)
 {
-	if (!to && time_before(from->scx.dsq_vtime, vtime_now + yield_penalty_ns))
+	if (!to && time_before(from->scx.dsq_vtime, vtime_now + yield_penalty_ns)) {
 		from->scx.dsq_vtime = vtime_now + yield_penalty_ns;
+		if (yield_penalty_ns) {
+			struct task_ctx *yctx = task_ctx(from);
+
+			if (yctx)
+				yctx->yield_penalized = true;
+		}
+	}
 	if (!to && from->scx.slice && !any_waiters() && !scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL) &&
 	    !prio_any_queued()) {
 		STAT_INC(yields_kept);

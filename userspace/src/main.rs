@@ -55,14 +55,14 @@ struct Opts {
     /// The most vtime credit, in microseconds, a task that slept keeps over the
     /// tasks that ran meanwhile: it queues at most this far behind the most
     /// advanced running task (0: one slice, `-s`, the default). An experiment
-    /// switch for wake-up latency (README, "Wake-up preemption").
+    /// switch for wake-up latency (README, "Sleeper credit").
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     sleeper_credit_us: u64,
 
     /// Where a task that calls sched_yield() queues, in microseconds past the
     /// most advanced running task's vtime (0: at it, the default). An
     /// experiment switch for runtimes whose idle workers yield (README,
-    /// "Wake-up preemption").
+    /// "Yield storms").
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     yield_penalty_us: u64,
 
