@@ -158,7 +158,8 @@ def table(report, command):
               + (f" `{c['tailctl_args']}`" if c.get("tailctl_args") else "")
               + (f", scx_tailctl `{c.get('tailctl_alt_args')}`" if alt else "") + " and scx_bpfland "
               f"in a rotating order; sizes: hackbench {c.get('hackbench', '?')}, pipe {c.get('pipe_loops', '?')} "
-              f"round trips, cyclictest and stress-ng {c.get('secs', '?')} s, redis {c.get('redis_n', '?')} requests"
+              f"round trips, stress-ng {c.get('secs', '?')} s, cyclictest SECS + 3 s (SECS = {c.get('secs', '?')}; "
+              f"runs before session 18: SECS), redis {c.get('redis_n', '?')} requests"
               + (f"; only {c['only']}." if c.get("only") else "."),
               "",
               "Cost factor against the default scheduler of the same round (> 1: worse; time or latency over "
