@@ -22,7 +22,7 @@
 # Everything is appended as JSON lines to OUT_DIR/raw/records.jsonl; the
 # summary (tools/vm/bench_sched_summary.py) is computed on the host.
 # Sizes: BENCH_ROUNDS (5), BENCH_HB_GROUPS/BENCH_HB_LOOPS (2/50),
-# BENCH_PIPE_LOOPS (5000), BENCH_SECS (4, cyclictest and stress-ng),
+# BENCH_PIPE_LOOPS (5000), BENCH_SECS (4: stress-ng; cyclictest runs 3 s longer),
 # BENCH_REDIS_N (5000). BENCH_TAILCTL_ALT_ARGS (non-empty): a fourth block,
 # scx_tailctl_alt, scx_tailctl again with these flags, to compare two of its
 # settings in the same run (e.g. "--wake-preempt-us 1000").
