@@ -99,24 +99,11 @@ pub fn thread_cpu_ns() -> u64 {
 /// assert_eq!(tailctl_workloads::kv::threads_cpu_ns("no-such-thread"), 0);
 /// ```
 pub fn threads_cpu_ns(prefix: &str) -> u64 {
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    let mut sum = 0;
-    for e in dir.flatten() {
-        let p = e.path();
-        let name = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
-        if !name.starts_with(prefix) {
-            continue;
-        }
-        let s = std::fs::read_to_string(p.join("schedstat")).unwrap_or_default();
-        sum += s
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
-    }
-    sum
+    crate::schedstat::threads("self")
+        .iter()
+        .filter(|t| t.name.starts_with(prefix))
+        .map(|t| t.run_ns)
+        .sum()
 }
 
 /// A value for `(key, version)`: deterministic bytes.

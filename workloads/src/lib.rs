@@ -41,6 +41,7 @@ pub mod priobench;
 pub mod priowire;
 pub mod protocol;
 pub mod registration;
+pub mod schedstat;
 pub mod scx;
 pub mod server;
 pub mod stats;

@@ -96,23 +96,9 @@ impl ScxProc {
     /// `/proc/PID/task/*/schedstat` (the scheduler's own accounting); empty
     /// where it cannot be read.
     pub fn thread_cpu_ns(&self) -> Vec<(u32, String, u64)> {
-        let dir = format!("/proc/{}/task", self.child.id());
-        let Ok(tasks) = std::fs::read_dir(&dir) else {
-            return Vec::new();
-        };
-        tasks
-            .flatten()
-            .filter_map(|t| {
-                let tid = t.file_name().to_str()?.parse().ok()?;
-                let ns = std::fs::read_to_string(t.path().join("schedstat"))
-                    .ok()?
-                    .split_whitespace()
-                    .next()?
-                    .parse()
-                    .ok()?;
-                let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-                Some((tid, name.trim().to_string(), ns))
-            })
+        crate::schedstat::threads(&self.child.id().to_string())
+            .into_iter()
+            .map(|t| (t.tid, t.name, t.run_ns))
             .collect()
     }
 }

@@ -135,28 +135,14 @@ fn rusage() -> ((Duration, Duration), (u64, u64)) {
     )
 }
 
-/// The process's threads' runqueue wait (seconds) and times run, from
-/// /proc/self/task/*/schedstat (run_delay and pcount). A thread's figures go
-/// with it when it exits, so this is read while the pool's workers live.
+/// The process's threads' runqueue wait (seconds) and times run
+/// ([`tailctl_workloads::schedstat`]), read while the pool's workers live.
 fn rq_wait() -> (f64, u64) {
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
-        return (0.0, 0);
-    };
-    let (mut wait_ns, mut runs) = (0u64, 0u64);
-    for t in dir.flatten() {
-        let Ok(line) = std::fs::read_to_string(t.path().join("schedstat")) else {
-            continue;
-        };
-        let f: Vec<u64> = line
-            .split_whitespace()
-            .filter_map(|x| x.parse().ok())
-            .collect();
-        if let [_, delay, n] = f[..] {
-            wait_ns += delay;
-            runs += n;
-        }
-    }
-    (wait_ns as f64 / 1e9, runs)
+    let t = tailctl_workloads::schedstat::threads("self");
+    (
+        t.iter().map(|t| t.wait_ns).sum::<u64>() as f64 / 1e9,
+        t.iter().map(|t| t.runs).sum(),
+    )
 }
 
 fn nproc() -> usize {
