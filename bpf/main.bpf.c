@@ -3790,7 +3790,8 @@ void BPF_STRUCT_OPS(tailctl_running, struct task_struct *p)
 	/* Lent straight from a working-first job queue: its own vtime, not the queue's key. */
 	if (!job_queue_fifo)
 		job_vtime_back(p, tctx);
-	if (tctx && tctx->yield_penalized) {
+	/* yield_penalty_ns is read-only data: with the default 0 the verifier drops this branch. */
+	if (yield_penalty_ns && tctx && tctx->yield_penalized) {
 		u64 v = p->scx.dsq_vtime;
 
 		/* The penalty is its own place in the queue, not progress for the frontier. */
