@@ -57,13 +57,19 @@ enum tailctl_consts {
 	TAILCTL_QMAX = 256,
 
 	/*
-	 * tailctl_request_acct's live counters (running, holders, waiting,
-	 * arriving, overdue_running, unheld_running) are u32 words holding
+	 * tailctl_request_acct's live counters (holders, waiting,
+	 * overdue_running) are u32 words holding
 	 * (epoch & 0xffff) << TAILCTL_ACCT_COUNT_BITS | count: the count is the
 	 * low TAILCTL_ACCT_COUNT_BITS bits (mask TAILCTL_ACCT_COUNT_MASK).
+	 * Its u64 `runners` holds three such counts and the epoch, at these
+	 * shifts (each count masked by TAILCTL_ACCT_COUNT_MASK).
 	 */
 	TAILCTL_ACCT_COUNT_BITS = 16,
 	TAILCTL_ACCT_COUNT_MASK = 0xffff,
+	TAILCTL_RUNNERS_RUNNING_SHIFT = 0,
+	TAILCTL_RUNNERS_UNHELD_SHIFT = 16,
+	TAILCTL_RUNNERS_ARRIVING_SHIFT = 32,
+	TAILCTL_RUNNERS_EPOCH_SHIFT = 48,
 	/*
 	 * Where a token_leak was counted (tailctl_stats.token_leak_sites): a
 	 * request token given back below 0, a request wait count left below 0,
@@ -311,20 +317,37 @@ struct tailctl_job_acct {
  * Kernel-only accounting of one request, indexed service * MAX_REQUESTS +
  * slot. The scheduler's own view, independent of what the service writes.
  *
- * The counters threads step up and down (running, holders, waiting,
- * arriving, overdue_running, unheld_running) carry the low 16 bits of
- * `epoch` above their count (see TAILCTL_ACCT_COUNT_BITS): every step is a
- * compare-and-swap that also checks the epoch, so a thread that checked the
- * entry before a reset can never step the next epoch's count. Readers take
- * the count as `field & TAILCTL_ACCT_COUNT_MASK`.
+ * The counters threads step up and down (holders, waiting, overdue_running)
+ * carry the low 16 bits of `epoch` above their count (see
+ * TAILCTL_ACCT_COUNT_BITS): every step is a compare-and-swap that also checks
+ * the epoch, so a thread that checked the entry before a reset can never
+ * step the next epoch's count. Readers take the count as
+ * `field & TAILCTL_ACCT_COUNT_MASK`. The three runner counts share one word,
+ * `runners`, with the epoch in its top 16 bits (TAILCTL_RUNNERS_*), so that
+ * a thread starting or leaving the request steps them in one
+ * compare-and-swap.
  */
 struct tailctl_request_acct {
 	/* The request tag (generation << 32 | slot) this entry currently tracks. */
 	u64 tag;
 	u64 work_ns;
-	/* Threads of the request running now, and the most seen at once after serialization settled. */
-	u32 running;
+	/*
+	 * Threads of the request, one 16-bit count each, epoch & 0xffff in bits
+	 * 48-63 (TAILCTL_RUNNERS_*_SHIFT):
+	 *  - running (bits 0-15): running it now, past the cap check;
+	 *  - unheld (bits 16-31): of those, the ones that hold no token: they
+	 *    began before the cap (or while there was none). Serialization has
+	 *    settled only once this and arriving are 0: every runner left holds
+	 *    a token;
+	 *  - arriving (bits 32-47): between "I may be running this request" and
+	 *    the cap check in ops.running (see begin_request). Kept apart from
+	 *    running so that a thread about to back out never shows up as a
+	 *    second runner.
+	 */
+	u64 runners;
+	/* The most threads seen running at once after serialization settled. */
 	u32 max_running_settled;
+	u32 reserved1;
 	/* Threads allowed to be dispatched (the cap's tokens in use), and the cap. */
 	u32 holders;
 	u32 alloc;
@@ -339,25 +362,15 @@ struct tailctl_request_acct {
 	/* Threads that reached a CPU without a token and were sent back, and the CPU time they used. */
 	u64 bounces;
 	u64 bounced_ns;
-	/*
-	 * Threads between "I may be running this request" and the cap check in
-	 * ops.running (see begin_request). Kept apart from `running` so that a
-	 * thread about to back out never shows up as a second runner.
-	 */
-	u32 arriving;
 	/* Threads running now past the wait bound without a token, and how many times that happened. */
 	u32 overdue_running;
+	u32 reserved2;
 	u64 overdue;
 	/* The registration this entry belongs to ((epoch << 32) + pid of the service): part of its identity with tag. */
 	u64 owner;
 	/* Tid of the thread holding the token when alloc is 1 (0: none or unknown); lets the kernel find leaked tokens. */
 	u32 holder;
-	/*
-	 * Threads counted in `running` that hold no token: they began before
-	 * the cap (or while there was none). Serialization has settled only
-	 * once this and `arriving` are 0: every runner left holds a token.
-	 */
-	u32 unheld_running;
+	u32 reserved3;
 	/*
 	 * Per-request allocations within the job's allotment (alloc > 1, or 1 as
 	 * a share, not a serialization): the most threads seen running at once

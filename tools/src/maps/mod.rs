@@ -515,7 +515,7 @@ fn render_acct(entries: &[Value], all: bool) -> String {
             idx % region::MAX_REQUESTS as u64,
             tag >> 32,
             g("work_ns") as f64 / 1e6,
-            region::acct_count(g("running")),
+            region::acct_count(g("runners")),
             g("max_running"),
             g("alloc"),
             region::acct_count(g("holders")),

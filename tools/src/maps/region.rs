@@ -24,8 +24,10 @@ use super::{btf, dump_json, open, sum_stats};
 pub const MAX_REQUESTS: usize = ss::MAX_REQUESTS;
 pub const MAX_WORKERS: usize = ss::MAX_WORKERS;
 const NO_TAG: u64 = u64::MAX;
-/// req_acct's live counters (running, holders, waiting, ...) are words of
+/// req_acct's live counters (holders, waiting, ...) are words of
 /// epoch << 16 | count (TAILCTL_ACCT_COUNT_MASK in bpf/intf.h): the count.
+/// Of `runners` (running, unheld, arriving, epoch: 16 bits each) it is the
+/// running count.
 pub fn acct_count(word: u64) -> u64 {
     word & 0xffff
 }
@@ -417,7 +419,7 @@ impl Snapshot {
                         kernel_serialized: a("serialized_at_ns").unwrap_or(0) != 0,
                         work_ns: a("work_ns").unwrap_or(f["kernel_work_ns"]),
                         threshold_ns: thr,
-                        running: a("running").map(acct_count).unwrap_or(f["kernel_running"]),
+                        running: a("runners").map(acct_count).unwrap_or(f["kernel_running"]),
                         alloc: a("alloc").unwrap_or(f["kernel_alloc"]),
                         waiting: a("waiting").map(acct_count).unwrap_or(0),
                         throttled: a("throttled").unwrap_or(0),

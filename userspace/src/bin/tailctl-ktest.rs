@@ -1276,33 +1276,36 @@ fn acct_totals(acct: &Acct, svc: u32) -> Result<serde_json::Value> {
     let (mut holders, mut waiting, mut running, mut arriving, mut overdue_running, mut unheld) =
         (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let (mut max, mut throttled, mut capped) = (0u32, 0u64, 0u64);
+    // The runner counts' shifts within `runners` (bpf/intf.h TAILCTL_RUNNERS_*).
+    let runner = |w: u64, shift: u32| acct_count((w >> shift) as u32);
     for slot in 0..MAX_REQUESTS as u32 {
-        let mut a = acct.get(svc, slot)?;
-        for c in [
-            &mut a.holders,
-            &mut a.waiting,
-            &mut a.running,
-            &mut a.arriving,
-            &mut a.overdue_running,
-            &mut a.unheld_running,
-        ] {
-            *c = acct_count(*c);
-        }
-        holders += a.holders as u64;
-        waiting += a.waiting as u64;
-        running += a.running as u64;
-        arriving += a.arriving as u64;
-        overdue_running += a.overdue_running as u64;
-        unheld += a.unheld_running as u64;
+        let a = acct.get(svc, slot)?;
+        let counts = [
+            acct_count(a.holders),
+            acct_count(a.waiting),
+            runner(
+                a.runners,
+                bpf_intf::tailctl_consts_TAILCTL_RUNNERS_RUNNING_SHIFT,
+            ),
+            runner(
+                a.runners,
+                bpf_intf::tailctl_consts_TAILCTL_RUNNERS_ARRIVING_SHIFT,
+            ),
+            acct_count(a.overdue_running),
+            runner(
+                a.runners,
+                bpf_intf::tailctl_consts_TAILCTL_RUNNERS_UNHELD_SHIFT,
+            ),
+        ];
+        holders += counts[0] as u64;
+        waiting += counts[1] as u64;
+        running += counts[2] as u64;
+        arriving += counts[3] as u64;
+        overdue_running += counts[4] as u64;
+        unheld += counts[5] as u64;
         throttled += a.throttled;
         capped += (a.alloc != 0) as u64;
-        max = max
-            .max(a.holders)
-            .max(a.waiting)
-            .max(a.running)
-            .max(a.arriving)
-            .max(a.overdue_running)
-            .max(a.unheld_running);
+        max = counts.into_iter().fold(max, u32::max);
     }
     Ok(json!({
         "holders": holders, "waiting": waiting, "running": running, "arriving": arriving,
