@@ -267,7 +267,11 @@ struct tailctl_job_acct {
 	u64 borrowed_ns;
 	/* Job tokens in use (threads queued for or on a CPU within the allotment). */
 	u32 holders;
-	/* Threads on a CPU within the allotment, and on borrowed CPUs. */
+	/*
+	 * Threads on a CPU within the allotment, and on borrowed CPUs. Kept
+	 * only under an allotment controller (scx_tailctl --allot); without one
+	 * running stays 0 (the job's CPU time is in cpu_ns).
+	 */
 	u32 running;
 	u32 borrowing;
 	/* Threads waiting in the job queue, and threads runnable (ops.runnable .. ops.quiescent). */

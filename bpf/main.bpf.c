@@ -2663,14 +2663,15 @@ static __always_inline void job_stop(struct task_struct *p, struct task_ctx *tct
 			dec_u32(&nr_borrowing);
 			if (j)
 				dec_u32(&j->borrowing);
-		} else if (j) {
+		} else if (j && allot_controller) {
 			dec_u32(&j->running);
 		}
 	}
 	tctx->job_borrowing = false;
 	tctx->job_token_at_ns = 0;
 	job_put(tctx);
-	if (j)
+	/* Only a controller's decision leaves one pending. */
+	if (j && allot_controller)
 		job_check_enforced(j, now, false);
 }
 
@@ -3054,7 +3055,12 @@ static __always_inline void job_running(struct task_struct *p, struct task_ctx *
 		/* The allotment shrank while it held a token: one token over goes, with its CPU. */
 		job_preempt(p, tctx);
 		return;
-	} else {
+	} else if (allot_controller) {
+		/*
+		 * Threads within the allotment on a CPU now: what an allotment is
+		 * enforced against (apply_allot, job_check_enforced). Without a
+		 * controller nothing is, and operators read the job's CPU time.
+		 */
 		__sync_fetch_and_add(&j->running, 1);
 	}
 	tctx->job_on_cpu = true;

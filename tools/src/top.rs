@@ -243,7 +243,7 @@ impl App {
                     s.priority_label(),
                     s.desire.to_string(),
                     s.allot_label(),
-                    s.job.as_ref().map_or("-".into(), |j| j.used_label()),
+                    s.used_label(),
                     self.job_cores
                         .get(&(s.slot, s.pid))
                         .map_or("-".into(), |c| format!("{c:.2}")),

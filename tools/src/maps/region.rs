@@ -270,6 +270,15 @@ impl Service {
 }
 
 impl Service {
+    /// The job's threads on a CPU ("within+borrowed"), or "-" with no
+    /// allotment: the kernel counts them only under an allotment controller
+    /// (its CPU time, `cpu_ns`, is kept either way).
+    pub fn used_label(&self) -> String {
+        match &self.job {
+            Some(j) if self.allot > 0 => j.used_label(),
+            _ => "-".into(),
+        }
+    }
     pub fn active(&self) -> u64 {
         self.region.as_ref().map_or(0, |r| r.header["active"])
     }
@@ -546,7 +555,7 @@ impl Snapshot {
                 svc.priority_label(),
                 svc.desire,
                 svc.allot_label(),
-                j.used_label(),
+                svc.used_label(),
                 j.cpu_ns as f64 / 1e9,
                 j.efficiency_label(),
                 j.reallocs,
