@@ -3083,13 +3083,14 @@ static __always_inline void job_stopping(struct task_struct *p, struct task_ctx 
 /*
  * Without an allotment controller (--allot off, the default) a job's CPU
  * counters feed only what operators read (`tailctl top`, maps dump), once a
- * second or less often, and a tick has nothing to enforce: a job thread is
+ * second by default, and a tick has nothing to enforce: a job thread is
  * charged once this much of its CPU time has gathered (and at ops.stopping),
  * not at every tick, so a thread that runs a whole second without stopping
- * shows in a one-second reading within 5%. With a controller every tick
- * charges, as the work/steal split of its `u` takes the worker's state at
- * each charge. (Measured under --icount: at 10 ms, every third 4 ms tick
- * charged, about 40 instructions a tick on average.)
+ * shows in a one-second reading within 5% (in a 0.5 s refresh within 10%).
+ * With a controller every tick charges, as the work/steal split of its `u`
+ * takes the worker's state at each charge. (Measured under --icount: at
+ * 10 ms, every third 4 ms tick charged, about 40 instructions a tick on
+ * average.)
  */
 #define JOB_TICK_CHARGE_NS 50000000ULL
 

@@ -717,6 +717,25 @@ mod tests {
         assert_eq!(JobFigures::default().efficiency_label(), "-");
     }
 
+    #[test]
+    fn used_shows_a_dash_without_an_allotment() {
+        let job = JobFigures {
+            running: 2,
+            borrowing: 1,
+            ..Default::default()
+        };
+        let mut s = Service {
+            job: Some(job),
+            ..Default::default()
+        };
+        // No allotment (always so without a controller): the kernel does not count them.
+        assert_eq!(s.used_label(), "-");
+        s.allot = 2;
+        assert_eq!(s.used_label(), "2+1");
+        s.job = None;
+        assert_eq!(s.used_label(), "-");
+    }
+
     fn put(bytes: &mut [u8], off: usize, size: usize, v: u64) {
         bytes[off..off + size].copy_from_slice(&v.to_le_bytes()[..size]);
     }
