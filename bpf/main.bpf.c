@@ -3578,7 +3578,7 @@ s32 BPF_STRUCT_OPS(tailctl_select_cpu, struct task_struct *p, s32 prev_cpu, u64 
 void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct task_ctx *tctx;
-	bool woke_idle = false;
+	bool woke_idle = false, rewait;
 	u64 vtime;
 	u32 level;
 	s32 cpu = -1;
@@ -3611,15 +3611,24 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	 * Still marked throttled: it left its throttle queue without being
 	 * dispatched (an affinity or nice change dequeues and re-enqueues it);
 	 * its old place in the wait count goes, it is counted again below if it
-	 * waits again.
+	 * waits again. Its wait goes on from where it started, though: a thread
+	 * re-niced or re-pinned every few milliseconds restarted its wait each
+	 * time, never reached the wait bound, and could sit runnable until the
+	 * watchdog ejected the scheduler (seen once under the fuzz test's
+	 * churning service on 7.3: a worker 32 s without running; guest test
+	 * `waitrenice`).
 	 */
+	rewait = tctx && READ_ONCE(tctx->throttled);
 	if (tctx)
 		leave_wait(tctx);
 	if (tctx && must_throttle(p, tctx)) {
 		struct tailctl_request_acct *a;
 
-		/* Sent back by its job's cap right after its release: it has been waiting since then. */
-		if (!tctx->keep_wait || !tctx->throttled_at_ns)
+		/*
+		 * Its wait started before: it was sent back by its job's cap right
+		 * after its release, or re-enqueued from its throttle queue.
+		 */
+		if (!(tctx->keep_wait || rewait) || !tctx->throttled_at_ns)
 			tctx->throttled_at_ns = bpf_ktime_get_ns();
 		tctx->keep_wait = false;
 		a = acct_of(tctx);

@@ -23,6 +23,9 @@
 #   waitbound: one CPU online, 1 s slices, a 100 ms wait bound: a waiter must
 #              be let through near its bound though no CPU dispatches before
 #              the holder's slice ends (only ops.dispatch enforced it before).
+#   waitrenice: the same with every CPU online while a re-nicer on another
+#              CPU toggles the waiter's nice value every 20 ms (each a
+#              re-enqueue): its wait must not restart at each one.
 #   rcureader: khugepaged (nice 19) kept busy collapsing huge pages (RCU
 #              read-side copies) beside the greedy load: preempted mid-copy it
 #              held a grace period 21 s, the RCU stall detector ejected us
@@ -267,6 +270,78 @@ else: print("ok", f"longest wait {r['max_throttle_wait_ms']:.0f} ms (bound 100 m
 PY
 )
   case "$verdict" in ok*) pass waitbound "${verdict#ok }" "\"hold\": $r";; *) fail waitbound "${verdict#bad }";; esac
+}
+
+# waitrenice: the attack behind a watchdog ejection seen once under the fuzz
+# test's churning service (7.3): a throttled waiter re-niced every 20 ms is
+# dequeued and re-enqueued each time, and its wait used to restart, so it
+# never reached the wait bound and sat runnable while the holder kept the
+# token. As `waitbound`, but with every CPU online: the service is pinned to
+# CPU 0, and a re-nicer on CPU 1 toggles the nice value of every thread of
+# it that is runnable but not running (run_delay grew, CPU time did not) every
+# 20 ms. The timer must still release the waiter at the bound: overdue runs
+# and bound kicks, a wait far below the holder's 1 s slice.
+test_waitrenice() {
+  start_sched --slice-us 1000000 --max-throttle-wait-ms 100 || { fail waitrenice "scheduler did not load"; return; }
+  taskset -c 0 "$ktest" -w 2 hold --secs 3 --threshold-ms 1500 >"$out/renice-hold.json" 2>"$out/ktest.err" &
+  local kp=$! n
+  taskset -c 1 "$PY" - "$kp" >"$out/renice.json" 2>"$out/renice.err" <<'PY' &
+import json, os, sys, time
+pid = int(sys.argv[1])
+def snap():
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for t in tids:
+        try:
+            run, delay, _ = open(f"/proc/{pid}/task/{t}/schedstat").read().split()
+            out[int(t)] = (int(run), int(delay))
+        except (OSError, ValueError):
+            pass
+    return out
+prev, nice, renices, end = snap(), 0, 0, time.monotonic() + 4.0
+while prev is not None and time.monotonic() < end:
+    time.sleep(0.02)
+    cur = snap()
+    if cur is None:
+        break
+    nice ^= 1
+    for t, (run, delay) in cur.items():
+        r0, d0 = prev.get(t, (run, delay))
+        if run == r0 and delay > d0:
+            try:
+                os.setpriority(os.PRIO_PROCESS, t, nice)
+                renices += 1
+            except OSError:
+                pass
+    prev = cur
+print(json.dumps({"renices": renices}))
+PY
+  local rp=$!
+  wait $kp; local rc=$?
+  wait $rp
+  local alive=yes; sched_alive || alive=no
+  stop_sched; local src=$?
+  [ $alive = yes ] || { fail waitrenice "scheduler ejected: $(sched_why)"; return; }
+  [ $src = 0 ] || { fail waitrenice "scheduler exit non-zero: $(sched_why)"; return; }
+  [ $rc = 0 ] || { fail waitrenice "ktest hold failed: $(tail -c 300 "$out/ktest.err")"; return; }
+  local verdict
+  verdict=$("$PY" - "$(cat "$out/renice-hold.json")" "$(cat "$out/renice.json" 2>/dev/null)" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+n = json.loads(sys.argv[2] or "{}").get("renices", 0)
+why = []
+if not r["throttled"]: why.append("no thread waited")
+if n < 20: why.append(f"only {n} renices of a waiting thread: the attack did not happen")
+# Each renice re-enqueues the waiter; only a wait that survives it reaches the bound.
+if not r["overdue_runs"] or not r["bound_kicks"]: why.append("no waiter was released at the wait bound (its wait restarted at every renice)")
+msg = f"{n} renices of waiting threads; {r['bound_kicks']} timer kicks, {r['overdue_runs']} overdue runs, {r['throttled']} waits (bound 100 ms, holder slices 1 s)"
+print(("bad " + "; ".join(why) + ": " + msg) if why else ("ok " + msg))
+PY
+)
+  case "$verdict" in ok*) pass waitrenice "${verdict#ok }" "\"hold\": $(cat "$out/renice-hold.json")";; *) fail waitrenice "${verdict#bad }";; esac
 }
 
 test_slotreuse() {

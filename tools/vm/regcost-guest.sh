@@ -103,7 +103,7 @@ PY
 done
 kill -INT $sp; wait $sp
 "$PY" - "$raw/records.jsonl" "$out" "$rounds" "$(uname -r)" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 out, rounds, kver = sys.argv[2], int(sys.argv[3]), sys.argv[4]
 def per_req(rec):
@@ -142,7 +142,7 @@ for cb in cbs:
     crow.append((cb, med(reg), med(unr), med(regn), med(unrn), med(wreg), med(wunr), wrat))
 fmt = lambda x: f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
 with open(f"{out}/table.md", "w") as f:
-    f.write(f"Kernel {kver}, 4 vCPUs, {rounds} rounds alternating which mode goes first; medians over rounds.\n\n")
+    f.write(f"Kernel {kver}, {os.cpu_count()} vCPUs, {rounds} rounds alternating which mode goes first; medians over rounds.\n\n")
     f.write("| per run | registered | unregistered | registered / unregistered (per round) |\n|---|---:|---:|---|\n")
     for m, a, b, rs in rows:
         f.write(f"| {m} | {fmt(a)} | {fmt(b)} | {fmt(statistics.median(rs)) if rs else '-'} ({', '.join(fmt(x) for x in rs)}) |\n")
