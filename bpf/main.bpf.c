@@ -2800,11 +2800,14 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
 	s32 cpu;
 
 	/*
-	 * Re-enqueued out of the job queue (affinity or nice change): its old
-	 * place goes. Lent straight from the job queue and given back by
-	 * ops.cpu_release: still the same wait, for the wait bound and the counts.
+	 * Re-enqueued out of the job queue (affinity or nice change) or lent
+	 * straight from it and given back by ops.cpu_release: its old place
+	 * goes, but it is still the same wait, for the wait bound and the
+	 * counts. (A re-nice or re-pin used to start a new wait, so a thread
+	 * re-niced every few milliseconds never reached the bound; see the same
+	 * in tailctl_enqueue for the throttle queues.)
 	 */
-	same_wait = job_leave_wait(tctx) && (enq_flags & SCX_ENQ_REENQ) && tctx->job_wait_at_ns;
+	same_wait = job_leave_wait(tctx) && tctx->job_wait_at_ns;
 	tctx->job_lent = false;
 	allot = job_allot(tctx->svc);
 	if (!allot)
@@ -3613,10 +3616,9 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	 * its old place in the wait count goes, it is counted again below if it
 	 * waits again. Its wait goes on from where it started, though: a thread
 	 * re-niced or re-pinned every few milliseconds restarted its wait each
-	 * time, never reached the wait bound, and could sit runnable until the
-	 * watchdog ejected the scheduler (seen once under the fuzz test's
-	 * churning service on 7.3: a worker 32 s without running; guest test
-	 * `waitrenice`).
+	 * time and never reached the wait bound. (Found while chasing a worker
+	 * of the fuzz test's churning service that went 32 s without running on
+	 * 7.3; not shown to be its cause, see the guest test `waitrenice`.)
 	 */
 	rewait = tctx && READ_ONCE(tctx->throttled);
 	if (tctx)
