@@ -4383,6 +4383,55 @@ void BPF_STRUCT_OPS(tailctl_exit, struct scx_exit_info *ei)
 	UEI_RECORD(uei, ei);
 }
 
+/*
+ * The exit dump (printed by the daemon when the kernel ejects the scheduler,
+ * e.g. a runnable task stall): the kernel lists every CPU's tasks with their
+ * DSQ and flags; these add what tailctl keeps, so a stall says which cap or
+ * queue the task waited behind. Only services with something queued or a
+ * release in progress are listed.
+ */
+void BPF_STRUCT_OPS(tailctl_dump, struct scx_dump_ctx *dctx)
+{
+	u64 now = bpf_ktime_get_ns();
+	u32 svc;
+
+	scx_bpf_dump("tailctl: throttle_waiters_mask=0x%x job_waiters_mask=0x%x vtime_now=%llu nr_borrowing=%u",
+		     READ_ONCE(throttle_waiters_mask), READ_ONCE(job_waiters_mask), READ_ONCE(vtime_now),
+		     READ_ONCE(nr_borrowing));
+	bpf_for(svc, 0, TAILCTL_MAX_SERVICES) {
+		s32 nthr = scx_bpf_dsq_nr_queued(TAILCTL_THROTTLE_DSQ_BASE + svc);
+		s32 njob = scx_bpf_dsq_nr_queued(TAILCTL_JOB_DSQ_BASE + svc);
+		u32 rel = READ_ONCE(releasing[svc]), jrel = READ_ONCE(job_releasing[svc]);
+
+		if (nthr <= 0 && njob <= 0 && !rel && !jrel)
+			continue;
+		scx_bpf_dump("\ntailctl: service %u: throttle queue %d (releasing %u), job queue %d (releasing %u)",
+			     svc, nthr, rel, njob, jrel);
+	}
+	scx_bpf_dump("\ntailctl: dumped at %llu ns, wait bound %llu ns\n", now, max_throttle_wait_ns);
+}
+
+/* Per task in the exit dump: its binding, request, token and wait state (bound tasks only). */
+void BPF_STRUCT_OPS(tailctl_dump_task, struct scx_dump_ctx *dctx, struct task_struct *p)
+{
+	struct task_ctx *tctx = task_ctx(p);
+	u64 now = bpf_ktime_get_ns(), at;
+
+	if (!tctx || !tctx->bound)
+		return;
+	at = READ_ONCE(tctx->throttled_at_ns);
+	scx_bpf_dump("  tailctl: svc=%d cg=%d tag=0x%llx acct=%u token=%u throttled=%u wait_began_ms_ago=%llu",
+		     tctx->svc, tctx->cg, tctx->tag, tctx->acct_idx, tctx->holds_token, tctx->throttled,
+		     at && now > at ? (now - at) / 1000000 : 0);
+	scx_bpf_dump("\n  tailctl: overdue=%d keep_wait=%d evict=%d bounced=%d unheld=%d running=%d",
+		     tctx->overdue, tctx->keep_wait, tctx->evict, tctx->bounced, tctx->counted_unheld,
+		     tctx->counted_running);
+	at = READ_ONCE(tctx->job_wait_at_ns);
+	scx_bpf_dump("\n  tailctl: job_token=%u job_waiting=%u job_on_cpu=%d borrowing=%d lent=%d job_wait_began_ms_ago=%llu\n",
+		     tctx->job_token, tctx->job_waiting, tctx->job_on_cpu, tctx->job_borrowing, tctx->job_lent,
+		     at && now > at ? (now - at) / 1000000 : 0);
+}
+
 SCX_OPS_DEFINE(tailctl_ops,
 	       .select_cpu = (void *)tailctl_select_cpu,
 	       .enqueue = (void *)tailctl_enqueue,
@@ -4400,4 +4449,6 @@ SCX_OPS_DEFINE(tailctl_ops,
 	       .exit_task = (void *)tailctl_exit_task,
 	       .init = (void *)tailctl_init,
 	       .exit = (void *)tailctl_exit,
+	       .dump = (void *)tailctl_dump,
+	       .dump_task = (void *)tailctl_dump_task,
 	       .name = "tailctl");

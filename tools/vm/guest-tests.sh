@@ -31,6 +31,23 @@ fail() {
   echo "FAIL $1: $2"; echo "FAIL $1" >>"$out/progress"; failed=$((failed + 1))
   json_items+=("\"$1\": {\"ok\": false, \"why\": \"$2\"}")
   kernel_log_since_test "$1"
+  sched_log_of_failure "$1"
+}
+# The scheduler's log of a failed test, kept beside the results (the next test
+# overwrites sched.log); when the kernel ejected it, the exit dump's tailctl
+# lines (tailctl_dump, tailctl_dump_task: each task's token and wait state)
+# are printed too, so CI's output says what the stalled task waited behind.
+sched_log_of_failure() {
+  [ -f "$out/sched.log" ] || return 0
+  local keep="$out/sched-$1.log"
+  [ -e "$keep" ] && keep="$out/sched-$1-$(date +%s).log"
+  cp "$out/sched.log" "$keep"
+  grep -q "DEBUG DUMP" "$out/sched.log" || return 0
+  local pid
+  pid=$(grep -oE "\[[0-9]+\] failed to run" "$out/sched.log" | grep -oE "[0-9]+" | head -n 1)
+  { grep -E "failed to run for|tailctl: (throttle_waiters|service)" "$out/sched.log"
+    [ -n "$pid" ] && grep -A 12 "\[$pid\]" "$out/sched.log" | grep -v "failed to run"
+  } | head -n 40 | sed 's/^/  dump: /'
 }
 # The kernel's log since the current test began: saved beside the results and
 # its sched_ext / RCU / watchdog lines printed, so a failure in CI (where only
@@ -48,8 +65,10 @@ sched_pid=""
 # SCHED_ARGS (split on spaces) go after each test's own flags, e.g.
 # SCHED_ARGS="--saws-u kernel" for the allotment tests.
 start_sched() {
+  # A dump large enough to list every runnable task of a crowded test (the
+  # kernel's default 32 KiB may end before the one that stalled).
   # shellcheck disable=SC2086
-  "$bin" "$@" ${SCHED_ARGS:-} >"$out/sched.log" 2>&1 &
+  "$bin" --exit-dump-len 262144 "$@" ${SCHED_ARGS:-} >"$out/sched.log" 2>&1 &
   sched_pid=$!
   # Up to 5 min: verifying the program took 1-2.5 min under single-threaded
   # TCG on a busy host before the release loops became global subprograms
@@ -116,6 +135,28 @@ test_load() {
     bpftool map dump pinned /sys/fs/bpf/tailctl/stats >"$out/bpftool.txt" 2>&1
     grep -q '"direct_dispatches"' "$out/bpftool.txt" || { fail load "bpftool shows no named fields: $(head -c 200 "$out/bpftool.txt" | tr '\n"' ' ')"; stop_sched; return; }
   fi
+  # The debug dump's tailctl lines (tailctl_dump, tailctl_dump_task), asked
+  # for with SysRq-D beside a registered capped service: the kernel prints the
+  # same dump it attaches to an ejection, without ejecting, to the
+  # sched_ext_dump trace event only.
+  local cp dump tr=/sys/kernel/tracing
+  [ -d $tr/events ] || mount -t tracefs nodev $tr 2>/dev/null
+  "$ktest" -w 2 churn --secs 5 --requests 4 --threshold-ms 1 >/dev/null 2>"$out/dump-churn.err" &
+  cp=$!
+  sleep 3
+  echo >$tr/trace 2>/dev/null
+  echo 1 >$tr/events/sched_ext/sched_ext_dump/enable 2>/dev/null
+  echo D >/proc/sysrq-trigger 2>/dev/null
+  sleep 0.5
+  echo 0 >$tr/events/sched_ext/sched_ext_dump/enable 2>/dev/null
+  cat $tr/trace >"$out/sysrq-dump.txt" 2>&1
+  dump=$(cat "$out/sysrq-dump.txt")
+  wait $cp
+  grep -q "tailctl: throttle_waiters_mask" <<<"$dump" && grep -q "tailctl: svc=" <<<"$dump" || {
+    fail load "SysRq-D dump has no tailctl lines: $(grep -c . <<<"$dump") kernel lines, $(grep -m 3 -i "sched_ext\|tailctl" <<<"$dump" | tr '\n"' ' ')"
+    stop_sched; return
+  }
+  [ "$(state)" = enabled ] && kill -0 "$sched_pid" 2>/dev/null || { fail load "scheduler gone after SysRq-D"; return; }
   # A second instance must refuse clearly while one is loaded.
   local err; err=$("$bin" 2>&1); local rc2=$?
   if [ $rc2 = 0 ] || ! grep -q "another sched_ext scheduler is loaded" <<<"$err"; then
@@ -446,7 +487,14 @@ test_daemonidle() {
     "$wl/tailctl-jobs" job --kind fib --size 44 --workers 4 --socket /run/tailctl/tailctl.sock >/dev/null 2>"$out/daemonidle-$i.err" &
     pids+="$! "
   done
-  sleep 3
+  # Measure only once all three are bound and past their start-up: a CI run
+  # whose guest took longer than a fixed 3 s to start them counted start-up
+  # in the window (2.94 of 4 CPUs busy, one failure in CI).
+  for _ in $(seq 1 150); do
+    [ "$(grep -c "bound 4 workers" "$out/sched.log")" -ge 3 ] && break
+    sleep 0.2
+  done
+  sleep 2
   # The daemon's CPU (every thread's run time, ns) and the machine's (/proc/schedstat).
   daemon_ns() { cat /proc/"$sched_pid"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}'; }
   cpus_ns() { awk '/^cpu[0-9]/ {s += $8} END {printf "%.0f\n", s}' /proc/schedstat; }
