@@ -77,8 +77,12 @@
  *    share one word (tailctl_request_acct.runners), so arriving -> running
  *    (+ unheld) and running (+ unheld) -> gone are one step each.
  *  - Liveness: a waiter older than max_throttle_wait_ns is released and runs
- *    its slice regardless (it is not bounced again: that would livelock), so a
+ *    one slice regardless (it is not bounced again: that would livelock), so a
  *    token that is never handed on cannot stall a thread into the watchdog.
+ *    Its wait runs from when it began, whatever re-enqueues it meanwhile (a
+ *    re-pin or re-nice dequeues and enqueues a queued thread), and once
+ *    released it is owed that run: a re-enqueue does not queue it to wait
+ *    again, and its slice is neither extended nor longer than the default.
  *    Such runs break the cap on purpose and are counted (overdue_runs, and
  *    per request in req_acct.overdue). Since only ops.dispatch releases
  *    waiters, a BPF timer checks the throttle queues every quarter bound and
@@ -856,6 +860,8 @@ static __always_inline void unbind(struct task_ctx *tctx)
 	tctx->svc = -1;
 	tctx->tag = NO_TAG;
 	tctx->overdue = false;
+	/* A wait of this binding does not carry over into the next one. */
+	tctx->keep_wait = false;
 	tctx->counted_running = false;
 	tctx->counted_unheld = false;
 	tctx->counted_overdue = false;
@@ -1385,6 +1391,14 @@ static __always_inline void begin_request_at(struct task_struct *p, struct task_
 	 * takes them back in the opposite order.
 	 */
 	if (tctx->overdue && a->alloc && !tctx->holds_token) {
+		/*
+		 * An escape from the cap, kept short: at most the default slice,
+		 * so with long slices (--slice-us) the holder it displaced (the
+		 * bound's kick preempts the CPU it waits for) is not made to wait
+		 * out a whole long slice in turn.
+		 */
+		if (p->scx.slice > TAILCTL_SLICE_NS_DEFAULT)
+			p->scx.slice = TAILCTL_SLICE_NS_DEFAULT;
 		tctx->counted_overdue = true;
 		acct_inc(&a->overdue_running, e, ACCT_CNT_MASK);
 		__sync_fetch_and_add(&a->overdue, 1);
@@ -2809,6 +2823,13 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
 	 */
 	same_wait = job_leave_wait(tctx) && tctx->job_wait_at_ns;
 	tctx->job_lent = false;
+	/*
+	 * Released past the wait bound and not yet run: owed its run, a
+	 * re-enqueue does not queue it again (as an overdue request waiter in
+	 * tailctl_enqueue). job_running clears the flag.
+	 */
+	if (READ_ONCE(tctx->job_overdue))
+		return false;
 	allot = job_allot(tctx->svc);
 	if (!allot)
 		return false;
@@ -2889,7 +2910,7 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 		struct tailctl_job_acct *j = NULL;
 		bool claimed = false, overdue = false;
 		u64 waited = 0;
-		s32 cpu;
+		s32 cpu, pinned_cpu;
 
 		if (tctx && tctx->svc == (s32)svc && allot && still_bound(p, tctx))
 			j = job_entry(tctx->svc, tctx->owner);
@@ -2916,9 +2937,10 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 				STAT_INC(allot_overdue);
 			}
 		}
+		/* Before it leaves the wait: a re-enqueue racing the move finds it owed its run. */
 		if (tctx) {
-			job_leave_wait(tctx);
 			tctx->job_overdue = overdue;
+			job_leave_wait(tctx);
 		}
 		/*
 		 * Out of a working-first queue its dsq_vtime is the queue's key,
@@ -2928,19 +2950,17 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 		 * from it with the load from p into one instruction, which the
 		 * verifier refuses.
 		 */
+		pinned_cpu = overdue && p->nr_cpus_allowed == 1 ? scx_bpf_task_cpu(p) : -1;
 		if (job_queue_fifo)
 			scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 						   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
 		else
 			scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, vtime_now);
 		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0)) {
-			/* Dequeued under us: it comes back through enqueue. */
-			if (tctx) {
-				tctx->job_overdue = false;
-				if (claimed) {
-					tctx->job_token_at_ns = 0;
-					job_put(tctx);
-				}
+			/* Dequeued under us: it comes back through enqueue (an overdue one still owed its run). */
+			if (tctx && claimed) {
+				tctx->job_token_at_ns = 0;
+				job_put(tctx);
 			}
 			continue;
 		}
@@ -2948,6 +2968,9 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 		if (cpu >= 0)
 			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+		else if (pinned_cpu >= 0 && pinned_cpu != bpf_get_smp_processor_id())
+			/* As in release_waiters: the bound holds against a long slice on its CPU. */
+			scx_bpf_kick_cpu(pinned_cpu, SCX_KICK_PREEMPT);
 	}
 	WRITE_ONCE(job_releasing[svc], 0);
 	return 0;
@@ -3623,7 +3646,15 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	rewait = tctx && READ_ONCE(tctx->throttled);
 	if (tctx)
 		leave_wait(tctx);
-	if (tctx && must_throttle(p, tctx)) {
+	/*
+	 * Released past its wait bound and not yet run (overdue): it is owed
+	 * its run, so a re-enqueue (a re-pin or re-nice while it queues for a
+	 * CPU) does not send it back to wait. It did: released again at once,
+	 * each time at the newest vtime, a waiter re-pinned every few ms could
+	 * wait without bound in the fair queue (guest test `waitrenice`).
+	 * ops.stopping clears the flag once it ran.
+	 */
+	if (tctx && !READ_ONCE(tctx->overdue) && must_throttle(p, tctx)) {
 		struct tailctl_request_acct *a;
 
 		/*
@@ -3772,7 +3803,7 @@ __noinline int release_waiters(u32 svc, u64 now)
 		struct task_ctx *tctx = task_ctx(p);
 		bool capped = false, overdue = false, took = false;
 		u64 waited = 0;
-		s32 cpu;
+		s32 cpu, pinned_cpu;
 
 		if (tctx && tctx->svc >= 0 && still_bound(p, tctx)) {
 			a = acct_of(tctx);
@@ -3806,9 +3837,15 @@ __noinline int release_waiters(u32 svc, u64 now)
 				took = true;
 			}
 		}
+		/*
+		 * Before it leaves the wait count: a re-enqueue racing this move
+		 * (which then fails) finds the wait kept (keep_wait) and an
+		 * overdue waiter still owed its run, instead of starting over.
+		 */
 		if (tctx) {
 			waited = wait_of(tctx, now);
 			tctx->overdue = overdue;
+			tctx->keep_wait = capped;
 			leave_wait(tctx);
 		}
 		/*
@@ -3817,23 +3854,24 @@ __noinline int release_waiters(u32 svc, u64 now)
 		 * current vtime keeps rotation from handing the service a
 		 * slice of credit on every turn.
 		 */
+		/* Read before the move: once moved, another CPU may take it (see the kick below). */
+		pinned_cpu = overdue && p->nr_cpus_allowed == 1 ? scx_bpf_task_cpu(p) : -1;
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
 		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0)) {
-			/* Dequeued under us: it comes back through enqueue, which sorts it out. */
-			if (tctx) {
-				tctx->overdue = false;
-				if (took)
-					release_token(p, tctx);
-			}
+			/*
+			 * Dequeued under us: it comes back through enqueue, which
+			 * sorts it out. An overdue one stays owed its run (it waited
+			 * past the bound either way).
+			 */
+			if (tctx && took)
+				release_token(p, tctx);
 			continue;
 		}
 		/*
 		 * From here the task may already run elsewhere: its token (taken
 		 * above) is its own to give back, when it stops.
 		 */
-		if (tctx)
-			tctx->keep_wait = capped;
 		if (tctx) {
 			struct tailctl_stats *st = stats_cpu();
 
@@ -3845,6 +3883,17 @@ __noinline int release_waiters(u32 svc, u64 now)
 		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 		if (cpu >= 0)
 			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+		else if (pinned_cpu >= 0 && pinned_cpu != bpf_get_smp_processor_id())
+			/*
+			 * Overdue, pinned, and its CPU busy: that CPU ends its
+			 * current slice, so the bound holds against long slices
+			 * (--slice-us) too. At most once per waiter per bound; the
+			 * fair queue still decides who runs. Only a pinned waiter:
+			 * another could be taken by some other CPU before the
+			 * (deferred) kick lands, which would then cut short the
+			 * waiter's own run. Not this CPU: it is choosing now.
+			 */
+			scx_bpf_kick_cpu(pinned_cpu, SCX_KICK_PREEMPT);
 	}
 	WRITE_ONCE(releasing[svc], 0);
 	return 0;
@@ -3886,8 +3935,14 @@ void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 	if (prev && (prev->scx.flags & SCX_TASK_QUEUED)) {
 		struct task_ctx *ptctx = task_ctx(prev);
 
-		/* A thread bounced for lack of a token goes back through enqueue. */
-		if (ptctx && ptctx->svc >= 0 && ptctx->evict)
+		/*
+		 * A thread bounced for lack of a token goes back through enqueue;
+		 * so does one let past its wait bound (overdue): its one run
+		 * without a token ends with its slice (ops.stopping clears the
+		 * flag), an extension would keep it beside the holder for as long
+		 * as the fair queues stay empty.
+		 */
+		if (ptctx && ptctx->svc >= 0 && (ptctx->evict || ptctx->overdue))
 			return;
 		/*
 		 * Rotation: a token holder whose request has threads waiting gives

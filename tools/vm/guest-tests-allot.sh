@@ -343,6 +343,48 @@ PY
   case "$verdict" in ok*) pass allotexit "${verdict#ok }";; *) fail allotexit "${verdict#bad }";; esac
 }
 
+# allotrenice: job waiters re-niced (the attack `waitrenice` makes on request
+# waiters, on the job queues): under --allot equi with a 100 ms wait bound,
+# two wide services (2 x CPUs workers each, CPUs/2 allotted to each), and
+# every thread of one that is runnable without progress is re-niced every
+# 20 ms for 10 s (each re-nice dequeues and re-enqueues it). A re-enqueue used
+# to start its wait over (so the bound never saw it) and sent a waiter let
+# through at the bound back to the job queue. Asserted: the scheduler stays
+# loaded, the attack happened (re-nices, job waits), and no thread of the
+# re-niced service went 3 s (30 bounds, a tenth of the watchdog) without
+# running; the longest wait and the kernel's own longest job wait are shown.
+test_allotrenice() {
+  local n; n=$(nproc)
+  start_sched --allot equi --max-throttle-wait-ms 100 || { fail allotrenice "scheduler did not load: $(sched_why)"; return; }
+  allot_service $((n * 2)) 16 >"$out/renice-a.json" 2>>"$out/allot.err" & local ap=$!
+  allot_service $((n * 2)) 16 >"$out/renice-b.json" 2>>"$out/allot.err" & local bp=$!
+  sleep 3
+  local q; q=$(renice_waiters "$ap" 10 2>>"$out/allot.err"); [ -n "$q" ] || q='{}'
+  wait $ap; local arc=$?; wait $bp; local brc=$?
+  local st; st=$(allot_stats)
+  local alive=yes; sched_alive || alive=no
+  stop_sched; local src=$?
+  [ $alive = yes ] || { fail allotrenice "scheduler ejected: $(sched_why)"; return; }
+  [ $src = 0 ] || { fail allotrenice "scheduler exit non-zero: $(sched_why)"; return; }
+  [ $arc = 0 ] && [ $brc = 0 ] || { fail allotrenice "a service failed ($arc/$brc): $(tail -c 300 "$out/allot.err")"; return; }
+  local verdict
+  verdict=$($PY - "$q" "$st" <<'PY'
+import json, sys
+q, st = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+n, longest = q.get("renices", 0), q.get("longest_wait_ms", 0)
+why = []
+if n < 20: why.append(f"only {n} re-nices of a waiting thread: the attack did not happen")
+if not st.get("allot_waits"): why.append("no job thread waited for a token")
+if longest > 3000: why.append(f"a re-niced thread went {longest:.0f} ms without running against a 100 ms bound")
+msg = (f"{n} re-nices of waiting threads; longest wait seen {longest:.0f} ms; kernel: longest job wait "
+       f"{st.get('allot_max_wait_ns', 0) / 1e6:.0f} ms, {st.get('allot_waits', 0)} waits, {st.get('allot_overdue', 0)} overdue "
+       f"(bound 100 ms); watchdog margin {st.get('watchdog_margin_ms')} ms")
+print(("bad " + "; ".join(why) + ": " + msg) if why else ("ok " + msg))
+PY
+)
+  case "$verdict" in ok*) pass allotrenice "${verdict#ok }";; *) fail allotrenice "${verdict#bad }";; esac
+}
+
 test_allotstarve() {
   local n; n=$(nproc)
   allot_sched equi || { fail allotstarve "scheduler did not load with --allot equi: $(sched_why)"; return; }

@@ -272,25 +272,16 @@ PY
   case "$verdict" in ok*) pass waitbound "${verdict#ok }" "\"hold\": $r";; *) fail waitbound "${verdict#bad }";; esac
 }
 
-# waitrenice (not in the default list: it fails on every build so far, an
-# open question, see README "Open: a worker starved into the watchdog"): an
-# attempt to reproduce a watchdog ejection seen once under the fuzz test's
-# churning service (7.3). A throttled waiter re-niced every 20 ms is dequeued
-# and re-enqueued each time; its wait used to restart, so it never reached the
-# wait bound (fixed: the wait now runs from its start, yet the waiter still
-# goes about 1 s without running here). As `waitbound`, but with every CPU
-# online: the service is pinned to
-# CPU 0, and a re-nicer on CPU 1 toggles the nice value of every thread of
-# it that is runnable but not running (state R, no CPU time since the last
-# look) every 20 ms. The timer must still release the waiter at the bound: overdue runs
-# and bound kicks, a wait far below the holder's 1 s slice.
-test_waitrenice() {
-  start_sched --slice-us 1000000 --max-throttle-wait-ms 100 || { fail waitrenice "scheduler did not load"; return; }
-  taskset -c 0 "$ktest" -w 2 hold --secs 3 --threshold-ms 1500 >"$out/renice-hold.json" 2>"$out/ktest.err" &
-  local kp=$! n
-  taskset -c 1 "$PY" - "$kp" >"$out/renice.json" 2>"$out/renice.err" <<'PY' &
+# renice_waiters PID SECS [CPU]: from CPU (default: any), for SECS seconds,
+# every 20 ms, toggle the nice
+# value (0/1) of each thread of PID that is runnable but made no progress
+# since the last look (state R, no CPU time: waiting for a CPU). Each
+# re-nice dequeues and re-enqueues a queued thread. Prints JSON: the number
+# of re-nices and the longest such wait seen (ms).
+renice_waiters() {
+  taskset -c "${3:-0-$(($(nproc) - 1))}" "$PY" - "$1" "$2" <<'PY'
 import json, os, sys, time
-pid = int(sys.argv[1])
+pid, secs = int(sys.argv[1]), float(sys.argv[2])
 def snap():
     out = {}
     try:
@@ -305,7 +296,7 @@ def snap():
         except (OSError, ValueError, IndexError):
             pass
     return out
-prev, nice, renices, end = snap(), 0, 0, time.monotonic() + 4.0
+prev, nice, renices, end = snap(), 0, 0, time.monotonic() + secs
 since, longest = {}, 0.0
 while prev is not None and time.monotonic() < end:
     time.sleep(0.02)
@@ -329,6 +320,26 @@ while prev is not None and time.monotonic() < end:
     prev = cur
 print(json.dumps({"renices": renices, "longest_wait_ms": round(longest * 1e3, 1)}))
 PY
+}
+
+# waitrenice (not in the default list: it fails on every build so far, an
+# open question, see README "Open: a worker starved into the watchdog"): an
+# attempt to reproduce a watchdog ejection seen once under the fuzz test's
+# churning service (7.3). A throttled waiter re-niced every 20 ms is dequeued
+# and re-enqueued each time; its wait used to restart, so it never reached the
+# wait bound (fixed: the wait now runs from its start, yet the waiter still
+# goes about 1 s without running here). As `waitbound`, but with every CPU
+# online: the service is pinned to
+# CPU 0, and a re-nicer on CPU 1 toggles the nice value of every thread of
+# it that is runnable but not running (state R, no CPU time since the last
+# look) every 20 ms. The timer must still release the waiter at the bound: overdue runs
+# and bound kicks, a wait far below the holder's 1 s slice.
+test_waitrenice() {
+  start_sched --slice-us 1000000 --max-throttle-wait-ms 100 || { fail waitrenice "scheduler did not load"; return; }
+  # 6 s: the re-nicer (python, slow to start under TCG) must find it still running.
+  taskset -c 0 "$ktest" -w 2 hold --secs 6 --threshold-ms 1500 >"$out/renice-hold.json" 2>"$out/ktest.err" &
+  local kp=$! n
+  renice_waiters "$kp" 4 1 >"$out/renice.json" 2>"$out/renice.err" &
   local rp=$!
   wait $kp; local rc=$?
   wait $rp
