@@ -438,13 +438,27 @@ static __always_inline struct tailctl_region *service_region(u32 svc)
 	 * rewrite its header at any time: a layout the kernel does not know is
 	 * read as nothing (the service runs as an unregistered one meanwhile).
 	 */
-	if (READ_ONCE(r->header.magic) != TAILCTL_REGION_MAGIC ||
-	    READ_ONCE(r->header.version) != TAILCTL_REGION_VERSION) {
+	/* magic and version (adjacent u32s, little-endian) in one load and one compare */
+	if (READ_ONCE(*(u64 *)&r->header.magic) !=
+	    ((u64)TAILCTL_REGION_VERSION << 32 | TAILCTL_REGION_MAGIC)) {
 		STAT_INC(invalid_hints);
 		return NULL;
 	}
 	return r;
 }
+
+/*
+ * Did a compare-and-swap find @old? The value it returns is compared as a
+ * plain value: folded into the instruction's success flag, clang materializes
+ * that flag as 0/1 and tests it again (four more instructions a try).
+ */
+#define CAS_OK(ptr, old, new)                                              \
+	({                                                                 \
+		__typeof__(*(ptr)) __o = (old), __g;                       \
+		__g = __sync_val_compare_and_swap((ptr), __o, (new));      \
+		barrier_var(__g);                                          \
+		__g == __o;                                                \
+	})
 
 /*
  * Counters shared by several CPUs only ever step down through this: a
@@ -460,13 +474,13 @@ static __always_inline bool dec_u32(u32 *v)
 	old = READ_ONCE(*v);
 	if (!old)
 		return false;
-	if (__sync_val_compare_and_swap(v, old, old - 1) == old)
+	if (CAS_OK(v, old, old - 1))
 		return true;
 	bpf_for(i, 0, MAX_CPUS) {
 		old = READ_ONCE(*v);
 		if (!old)
 			return false;
-		if (__sync_val_compare_and_swap(v, old, old - 1) == old)
+		if (CAS_OK(v, old, old - 1))
 			return true;
 	}
 	return true;
@@ -539,7 +553,7 @@ static __always_inline u32 acct_inc(u32 *v, u64 epoch, u32 limit)
 	 */
 	old = READ_ONCE(*v);
 	if (acct_in(old, epoch) && acnt(old) < limit &&
-	    __sync_val_compare_and_swap(v, old, old + 1) == old)
+	    CAS_OK(v, old, old + 1))
 		return acnt(old) + 1;
 	bpf_for(i, 0, MAX_CPUS) {
 		old = READ_ONCE(*v);
@@ -549,7 +563,7 @@ static __always_inline u32 acct_inc(u32 *v, u64 epoch, u32 limit)
 		}
 		if (acnt(old) >= limit)
 			return 0;
-		if (__sync_val_compare_and_swap(v, old, old + 1) == old)
+		if (CAS_OK(v, old, old + 1))
 			return acnt(old) + 1;
 	}
 	if (stale)
@@ -571,7 +585,7 @@ static __always_inline int acct_dec(u32 *v, u64 epoch, u32 floor)
 	/* Uncontended: one try without the loop (see acct_inc). */
 	old = READ_ONCE(*v);
 	if (acct_in(old, epoch) && acnt(old) > floor &&
-	    __sync_val_compare_and_swap(v, old, old - 1) == old)
+	    CAS_OK(v, old, old - 1))
 		return ACCT_DONE;
 	bpf_for(i, 0, MAX_CPUS) {
 		old = READ_ONCE(*v);
@@ -581,7 +595,7 @@ static __always_inline int acct_dec(u32 *v, u64 epoch, u32 floor)
 		}
 		if (acnt(old) <= floor)
 			return ACCT_ZERO;
-		if (__sync_val_compare_and_swap(v, old, old - 1) == old)
+		if (CAS_OK(v, old, old - 1))
 			return ACCT_DONE;
 	}
 	if (stale)
@@ -647,7 +661,7 @@ static __always_inline int runners_step(struct tailctl_request_acct *a, u64 epoc
 	/* Uncontended (the usual case): one try, without the loop (see acct_inc). */
 	old = READ_ONCE(a->runners);
 	if ((old & emask) == e && runners_next(old, add, sub, &n) &&
-	    __sync_val_compare_and_swap(&a->runners, old, n) == old) {
+	    CAS_OK(&a->runners, old, n)) {
 		*out = n;
 		return ACCT_DONE;
 	}
@@ -659,7 +673,7 @@ static __always_inline int runners_step(struct tailctl_request_acct *a, u64 epoc
 		}
 		if (!runners_next(old, add, sub, &n))
 			return ACCT_ZERO;
-		if (__sync_val_compare_and_swap(&a->runners, old, n) == old) {
+		if (CAS_OK(&a->runners, old, n)) {
 			*out = n;
 			return ACCT_DONE;
 		}
@@ -1122,6 +1136,9 @@ static __always_inline u64 current_request(struct task_ctx *tctx, struct tailctl
 	return cur;
 }
 
+/* --request-shares: apply_allot shares each job's allotment among its requests (off: no pass). */
+const volatile bool request_shares;
+
 /*
  * The kernel's entry for request @tag of registration @owner, reset when the
  * slot holds a new request or the service slot a new registration (a reused
@@ -1142,7 +1159,7 @@ static __always_inline struct tailctl_request_acct *request_acct(u32 idx, u64 ta
 		return a;
 	if (old == ACCT_RESETTING)
 		return NULL;
-	if (__sync_val_compare_and_swap(&a->tag, old, ACCT_RESETTING) != old)
+	if (!CAS_OK(&a->tag, old, ACCT_RESETTING))
 		return NULL;
 	/*
 	 * The live counters restart at 0 in the next epoch, each in one store
@@ -1159,21 +1176,34 @@ static __always_inline struct tailctl_request_acct *request_acct(u32 idx, u64 ta
 	__sync_lock_test_and_set(&a->holder, 0);
 	a->work_ns = 0;
 	a->max_running_settled = 0;
-	a->alloc = 0;
+	/*
+	 * The two u32 fields beside u64 ones as single stores: merged with
+	 * their neighbours, clang zeroes the whole run four bytes at a time.
+	 */
+	WRITE_ONCE(a->alloc, 0);
 	a->serialized_at_ns = 0;
 	a->settled_at_ns = 0;
 	a->throttled = 0;
-	a->max_running = 0;
+	WRITE_ONCE(a->max_running, 0);
 	a->bounces = 0;
 	a->bounced_ns = 0;
 	a->overdue = 0;
 	a->max_running_shared = 0;
 	a->shared_starts = 0;
 	a->over_alloc = 0;
-	/* A new request starts with its job's current per-request share (0: none). */
-	a->alloc = job_req_share(idx / TAILCTL_MAX_REQUESTS, owner);
-	a->share_min = a->alloc;
-	a->share_max = a->alloc;
+	/*
+	 * A new request starts with its job's current per-request share (0:
+	 * none). Only req_share_pass writes one, and only with --request-shares:
+	 * without it no look-up (read-only data, the verifier drops the branch).
+	 */
+	if (request_shares) {
+		a->alloc = job_req_share(idx / TAILCTL_MAX_REQUESTS, owner);
+		a->share_min = a->alloc;
+		a->share_max = a->alloc;
+	} else {
+		a->share_min = 0;
+		a->share_max = 0;
+	}
 	a->owner = owner;
 	WRITE_ONCE(a->epoch, ne);
 	/* Full barrier: the zeroes and the owner are visible before the tag. */
@@ -1216,21 +1246,24 @@ const volatile bool serialize_mark_only;
 
 /* Serialize the request if its work crossed the threshold at the current load. */
 static __always_inline void check_threshold(struct task_ctx *tctx, struct tailctl_region *r,
-					    struct tailctl_request_acct *a, u64 now)
+					    struct tailctl_request_acct *a, u64 now, u64 work)
 {
 	struct tailctl_service *svc;
 	struct tailctl_request_slot *req;
-	u32 sidx = tctx->svc, q, n, slot = (u32)tctx->tag;
+	u32 sidx, q, n, slot;
 	u64 thr, old;
 
-	if (a->serialized_at_ns || slot >= TAILCTL_MAX_REQUESTS)
-		return;
 	/*
 	 * Below every threshold of the table, whatever the load: nothing to
-	 * look up (most ticks of most requests). 0: no floor given.
+	 * look up (most ticks of most requests). 0: no floor given. First: it
+	 * needs no load from the entry (@work is the caller's own sum).
 	 */
-	if (tctx->thr_floor_ns && a->work_ns < tctx->thr_floor_ns)
+	if (tctx->thr_floor_ns && work < tctx->thr_floor_ns)
 		return;
+	slot = (u32)tctx->tag;
+	if (a->serialized_at_ns || slot >= TAILCTL_MAX_REQUESTS)
+		return;
+	sidx = tctx->svc;
 	svc = bpf_map_lookup_elem(&services, &sidx);
 	if (!svc)
 		return;
@@ -1246,7 +1279,7 @@ static __always_inline void check_threshold(struct task_ctx *tctx, struct tailct
 	if (q > n)
 		q = n;
 	thr = svc->threshold_ns[(q - 1) & (TAILCTL_QMAX - 1)];
-	if (!thr || a->work_ns < thr)
+	if (!thr || work < thr)
 		return;
 
 	/*
@@ -1289,7 +1322,7 @@ static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl
 					   struct tailctl_request_acct *a, u64 now, u64 cpu_ns)
 {
 	u32 slot = (u32)tctx->tag, widx = tctx->worker;
-	u64 delta;
+	u64 delta, work;
 
 	if (tctx->tag == NO_TAG || !tctx->charge_from_ns)
 		return;
@@ -1308,13 +1341,13 @@ static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl
 		__sync_fetch_and_add(&a->bounced_ns, delta);
 		return;
 	}
-	__sync_fetch_and_add(&a->work_ns, delta);
-	if (slot < TAILCTL_MAX_REQUESTS) {
-		r->requests[slot].kernel_work_ns = a->work_ns;
-	}
+	/* The sum this add made (fetch-and-add): no second load of the entry. */
+	work = __sync_fetch_and_add(&a->work_ns, delta) + delta;
+	if (slot < TAILCTL_MAX_REQUESTS)
+		r->requests[slot].kernel_work_ns = work;
 	if (widx < TAILCTL_MAX_WORKERS)
 		__sync_fetch_and_add(&r->workers[widx].kernel_work_ns, delta);
-	check_threshold(tctx, r, a, now);
+	check_threshold(tctx, r, a, now, work);
 }
 
 /* Start charging @p to request @tag (acct index @idx), the one its worker is on now (current_request). */
@@ -2884,6 +2917,31 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
  * wait bound, or no longer capped or bound) to the shared vtime queue.
  */
 /*
+ * The CPU a waiter let through at its wait bound (overdue) goes to: the one
+ * it is queued on. A move into the local queue of its own runqueue is never
+ * refused (the kernel checks allowed CPUs and migration-disabled tasks only
+ * for another CPU's local queue, where a wrong pick is a scheduler error,
+ * kernel/sched/ext.c move_task_between_dsqs), and its CPU is always one it
+ * may run on. The run is one short slice at the head of that CPU, once per
+ * wait bound: its vtime is charged as any run's.
+ */
+static __always_inline s32 overdue_cpu(struct task_struct *p)
+{
+	return scx_bpf_task_cpu(p);
+}
+
+/*
+ * That CPU ends what it runs now, so the overdue waiter runs next; not this
+ * CPU, which is choosing now and finds it in its local queue (the deferred
+ * kick would cut short whatever it picks).
+ */
+static __always_inline void overdue_kick(s32 cpu)
+{
+	if (cpu != bpf_get_smp_processor_id())
+		scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
+}
+
+/*
  * A global subprogram (not inlined): the verifier checks it once on its own
  * instead of once per call site inside ops.dispatch's loop, which kept the
  * scheduler's load time in a TCG guest near a minute.
@@ -2908,9 +2966,9 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct task_ctx *tctx = task_ctx(p);
 		struct tailctl_job_acct *j = NULL;
-		bool claimed = false, overdue = false;
+		bool claimed = false, overdue = false, moved;
 		u64 waited = 0;
-		s32 cpu, pinned_cpu;
+		s32 cpu, ocpu = 0;
 
 		if (tctx && tctx->svc == (s32)svc && allot && still_bound(p, tctx))
 			j = job_entry(tctx->svc, tctx->owner);
@@ -2950,13 +3008,19 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 		 * from it with the load from p into one instruction, which the
 		 * verifier refuses.
 		 */
-		pinned_cpu = overdue && p->nr_cpus_allowed == 1 ? scx_bpf_task_cpu(p) : -1;
 		if (job_queue_fifo)
 			scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 						   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
 		else
 			scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, vtime_now);
-		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0)) {
+		/* Owed its run, as an overdue request waiter (release_waiters): to the head of its CPU. */
+		if (overdue) {
+			ocpu = overdue_cpu(p);
+			moved = scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL_ON | ocpu, 0);
+		} else {
+			moved = scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0);
+		}
+		if (!moved) {
 			/* Dequeued under us: it comes back through enqueue (an overdue one still owed its run). */
 			if (tctx && claimed) {
 				tctx->job_token_at_ns = 0;
@@ -2964,13 +3028,14 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 			}
 			continue;
 		}
+		if (overdue) {
+			overdue_kick(ocpu);
+			continue;
+		}
 		/* A waiter this CPU may not run goes to one that may (its own, if pinned). */
 		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 		if (cpu >= 0)
 			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
-		else if (pinned_cpu >= 0 && pinned_cpu != bpf_get_smp_processor_id())
-			/* As in release_waiters: the bound holds against a long slice on its CPU. */
-			scx_bpf_kick_cpu(pinned_cpu, SCX_KICK_PREEMPT);
 	}
 	WRITE_ONCE(job_releasing[svc], 0);
 	return 0;
@@ -3231,9 +3296,6 @@ static __always_inline void req_set_share(struct tailctl_request_acct *a, u32 sh
  * 1024 iterations (the loop never converged on kernel 7: "sequence of 8193
  * jumps is too complex").
  */
-/* --request-shares: apply_allot shares each job's allotment among its requests (off: no pass). */
-const volatile bool request_shares;
-
 struct share_count {
 	u32 active;
 	u32 nser;
@@ -3801,9 +3863,9 @@ __noinline int release_waiters(u32 svc, u64 now)
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct tailctl_request_acct *a = NULL;
 		struct task_ctx *tctx = task_ctx(p);
-		bool capped = false, overdue = false, took = false;
+		bool capped = false, overdue = false, took = false, moved;
 		u64 waited = 0;
-		s32 cpu, pinned_cpu;
+		s32 cpu, ocpu = 0;
 
 		if (tctx && tctx->svc >= 0 && still_bound(p, tctx)) {
 			a = acct_of(tctx);
@@ -3854,11 +3916,25 @@ __noinline int release_waiters(u32 svc, u64 now)
 		 * current vtime keeps rotation from handing the service a
 		 * slice of credit on every turn.
 		 */
-		/* Read before the move: once moved, another CPU may take it (see the kick below). */
-		pinned_cpu = overdue && p->nr_cpus_allowed == 1 ? scx_bpf_task_cpu(p) : -1;
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
-		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0)) {
+		if (overdue) {
+			/*
+			 * Owed its run: to the head of its own CPU (see
+			 * overdue_cpu), not into the fair queue at the frontier,
+			 * where it waited behind every task of its CPU whose
+			 * vtime lagged the frontier: a pinned service's own
+			 * holder for a whole long slice (`waitrenice`, up to
+			 * 1.9 s against a 100 ms bound), or everything behind a
+			 * frontier a nice-19 thread pushed far ahead. The wait
+			 * bound does not reach into the fair queue.
+			 */
+			ocpu = overdue_cpu(p);
+			moved = scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL_ON | ocpu, 0);
+		} else {
+			moved = scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0);
+		}
+		if (!moved) {
 			/*
 			 * Dequeued under us: it comes back through enqueue, which
 			 * sorts it out. An overdue one stays owed its run (it waited
@@ -3879,21 +3955,14 @@ __noinline int release_waiters(u32 svc, u64 now)
 				st->max_throttle_wait_ns = waited;
 		}
 		STAT_INC(rotations);
+		if (overdue) {
+			overdue_kick(ocpu);
+			continue;
+		}
 		/* A waiter this CPU may not run goes to one that may (its own, if pinned). */
 		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 		if (cpu >= 0)
 			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
-		else if (pinned_cpu >= 0 && pinned_cpu != bpf_get_smp_processor_id())
-			/*
-			 * Overdue, pinned, and its CPU busy: that CPU ends its
-			 * current slice, so the bound holds against long slices
-			 * (--slice-us) too. At most once per waiter per bound; the
-			 * fair queue still decides who runs. Only a pinned waiter:
-			 * another could be taken by some other CPU before the
-			 * (deferred) kick lands, which would then cut short the
-			 * waiter's own run. Not this CPU: it is choosing now.
-			 */
-			scx_bpf_kick_cpu(pinned_cpu, SCX_KICK_PREEMPT);
 	}
 	WRITE_ONCE(releasing[svc], 0);
 	return 0;
@@ -4034,7 +4103,8 @@ void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 	u32 idx = 0;
 	u64 now, tag;
 
-	if (!tctx || tctx->svc < 0)
+	/* Unsigned: one compare for "unbound" (svc -1) and service_region's bound. */
+	if (!tctx || (u32)tctx->svc >= TAILCTL_MAX_SERVICES)
 		return;
 	/* One region look-up for the job's and the request's accounting. */
 	r = service_region(tctx->svc);
@@ -4049,6 +4119,9 @@ void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 		begin_request_at(p, tctx, r, now, tag, idx);
 		return;
 	}
+	/* On no request before and now: nothing to charge (acct_of and charge_request would find none). */
+	if (tag == NO_TAG)
+		return;
 	/* One look-up for the charge and the cap check (NULL with no request). */
 	a = acct_of(tctx);
 	charge_request(tctx, r, a, now, p->se.sum_exec_runtime);

@@ -272,16 +272,18 @@ PY
   case "$verdict" in ok*) pass waitbound "${verdict#ok }" "\"hold\": $r";; *) fail waitbound "${verdict#bad }";; esac
 }
 
-# renice_waiters PID SECS [CPU]: from CPU (default: any), for SECS seconds,
-# every 20 ms, toggle the nice
-# value (0/1) of each thread of PID that is runnable but made no progress
-# since the last look (state R, no CPU time: waiting for a CPU). Each
-# re-nice dequeues and re-enqueues a queued thread. Prints JSON: the number
-# of re-nices and the longest such wait seen (ms).
+# renice_waiters PID SECS [CPU] [MODE]: from CPU (default: any), for SECS
+# seconds, every 20 ms, toggle the nice value (0/1) of PID's worker threads
+# (tailctl-w*: the wait bound is theirs) that are runnable but made no
+# progress since the last look (state R, no CPU time: waiting for a CPU), or
+# with MODE "runnable" of every runnable worker thread (one that waits only a
+# few ms between two looks is caught too). Each re-nice dequeues and
+# re-enqueues a queued thread. Prints JSON: re-nices of waiting threads, of
+# all, and the longest wait seen (ms).
 renice_waiters() {
-  taskset -c "${3:-0-$(($(nproc) - 1))}" "$PY" - "$1" "$2" <<'PY'
+  taskset -c "${3:-0-$(($(nproc) - 1))}" "$PY" - "$1" "$2" "${4:-waiting}" <<'PY'
 import json, os, sys, time
-pid, secs = int(sys.argv[1]), float(sys.argv[2])
+pid, secs, mode = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 def snap():
     out = {}
     try:
@@ -290,13 +292,15 @@ def snap():
         return None
     for t in tids:
         try:
+            if not open(f"/proc/{pid}/task/{t}/comm").read().startswith("tailctl-w"):
+                continue
             run = int(open(f"/proc/{pid}/task/{t}/schedstat").read().split()[0])
             state = open(f"/proc/{pid}/task/{t}/stat").read().rsplit(")", 1)[1].split()[0]
             out[int(t)] = (run, state)
         except (OSError, ValueError, IndexError):
             pass
     return out
-prev, nice, renices, end = snap(), 0, 0, time.monotonic() + secs
+prev, nice, renices, renices_all, end = snap(), 0, 0, 0, time.monotonic() + secs
 since, longest = {}, 0.0
 while prev is not None and time.monotonic() < end:
     time.sleep(0.02)
@@ -304,42 +308,48 @@ while prev is not None and time.monotonic() < end:
     if cur is None:
         break
     nice ^= 1
-    # Runnable (R) yet no CPU time since the last look: waiting for a CPU.
     for t, (run, state) in cur.items():
         r0, _ = prev.get(t, (run, state))
-        if state == "R" and run == r0:
+        waiting = state == "R" and run == r0
+        if waiting:
             since.setdefault(t, now)
             longest = max(longest, now - since[t])
-            try:
-                os.setpriority(os.PRIO_PROCESS, t, nice)
-                renices += 1
-            except OSError:
-                pass
         else:
             since.pop(t, None)
+        if waiting or (mode == "runnable" and state == "R"):
+            try:
+                os.setpriority(os.PRIO_PROCESS, t, nice)
+                renices += waiting
+                renices_all += 1
+            except OSError:
+                pass
     prev = cur
-print(json.dumps({"renices": renices, "longest_wait_ms": round(longest * 1e3, 1)}))
+print(json.dumps({"renices": renices, "renices_all": renices_all, "longest_wait_ms": round(longest * 1e3, 1)}))
 PY
 }
 
-# waitrenice (not in the default list: it fails on every build so far, an
-# open question, see README "Open: a worker starved into the watchdog"): an
-# attempt to reproduce a watchdog ejection seen once under the fuzz test's
-# churning service (7.3). A throttled waiter re-niced every 20 ms is dequeued
-# and re-enqueued each time; its wait used to restart, so it never reached the
-# wait bound (fixed: the wait now runs from its start, yet the waiter still
-# goes about 1 s without running here). As `waitbound`, but with every CPU
-# online: the service is pinned to
-# CPU 0, and a re-nicer on CPU 1 toggles the nice value of every thread of
-# it that is runnable but not running (state R, no CPU time since the last
-# look) every 20 ms. The timer must still release the waiter at the bound: overdue runs
-# and bound kicks, a wait far below the holder's 1 s slice.
+# waitrenice: a throttled waiter re-niced every 20 ms (each re-nice dequeues
+# and re-enqueues it), the attack of the fuzz test's churning service, which
+# once (session 19, 7.3) ejected the scheduler: a worker went 32 s without
+# running. As `waitbound`, but with every CPU online: the service is pinned
+# to CPU 0 beside a holder with 1 s slices, and from CPU 1, once the kernel
+# serialized its request (before that, its two workers share CPU 0 in 1 s
+# slices: waits of a second that are no bound's business), a re-nicer
+# toggles the nice value of each worker runnable without progress. Two
+# things used to defeat the bound: a re-enqueue started the wait over, and
+# one let through at the bound and re-niced before it ran was queued to wait
+# again (each time at the newest vtime); and a run let through at the bound
+# took a whole 1 s slice (extended, too), which its holder then waited out.
 test_waitrenice() {
   start_sched --slice-us 1000000 --max-throttle-wait-ms 100 || { fail waitrenice "scheduler did not load"; return; }
-  # 6 s: the re-nicer (python, slow to start under TCG) must find it still running.
-  taskset -c 0 "$ktest" -w 2 hold --secs 6 --threshold-ms 1500 >"$out/renice-hold.json" 2>"$out/ktest.err" &
+  # 8 s: the re-nicer (python, slow to start under TCG) begins after the serialization and must find it still running.
+  taskset -c 0 "$ktest" -w 2 hold --secs 8 --threshold-ms 1500 >"$out/renice-hold.json" 2>"$out/ktest.err" &
   local kp=$! n
-  renice_waiters "$kp" 4 1 >"$out/renice.json" 2>"$out/renice.err" &
+  for _ in $(seq 1 50); do
+    [ "$(jget "$("$ktest" stats 2>/dev/null)" serializations 2>/dev/null)" -gt 0 ] 2>/dev/null && break
+    sleep 0.2
+  done
+  renice_waiters "$kp" 3 1 >"$out/renice.json" 2>"$out/renice.err" &
   local rp=$!
   wait $kp; local rc=$?
   wait $rp
@@ -360,8 +370,13 @@ if n < 20: why.append(f"only {n} renices of a waiting thread: the attack did not
 # Each renice re-enqueues the waiter; only a wait that survives it reaches the
 # bound. Seen from user space (20 ms looks), without the timer's release a
 # waiter runs only when the holder's 1 s slice ends.
-if longest > 500: why.append(f"a re-niced waiter went {longest:.0f} ms without running against a 100 ms bound")
-msg = f"{n} renices of waiting threads; longest wait seen {longest:.0f} ms; {r['bound_kicks']} timer kicks, {r['overdue_runs']} overdue runs, {r['throttled']} waits (bound 100 ms, holder slices 1 s)"
+# Asserted: no worker starves (3 s: 30 bounds, a tenth of the watchdog). The
+# figure itself is reported, not asserted (TCG timing): beyond the bound it
+# includes a wait in the fair queue behind its sibling's 1 s slice.
+if longest > 3000: why.append(f"a re-niced waiter went {longest:.0f} ms without running against a 100 ms bound")
+# The bound itself, by the kernel's clock (as in waitbound): a re-enqueue must not restart a wait.
+if r["max_throttle_wait_ms"] > 500: why.append(f"the kernel saw a wait of {r['max_throttle_wait_ms']:.0f} ms in the throttle queue")
+msg = f"{n} renices of waiting threads; longest wait seen {longest:.0f} ms (kernel, in the throttle queue: {r['max_throttle_wait_ms']:.0f} ms); {r['bound_kicks']} timer kicks, {r['overdue_runs']} overdue runs, {r['throttled']} waits (bound 100 ms, holder slices 1 s)"
 print(("bad " + "; ".join(why) + ": " + msg) if why else ("ok " + msg))
 PY
 )
