@@ -311,6 +311,8 @@ struct task_ctx {
 	bool overdue;
 	/* ... and counted in its request's overdue_running. */
 	bool counted_overdue;
+	/* ... and released to the head of its CPU (overdue_local_cpu). */
+	bool overdue_local;
 	bool evict;
 	/* ops.select_cpu placed this wakeup on an idle CPU it claimed (see tailctl_enqueue). */
 	bool woke_idle;
@@ -874,6 +876,7 @@ static __always_inline void unbind(struct task_ctx *tctx)
 	tctx->svc = -1;
 	tctx->tag = NO_TAG;
 	tctx->overdue = false;
+	tctx->overdue_local = false;
 	/* A wait of this binding does not carry over into the next one. */
 	tctx->keep_wait = false;
 	tctx->counted_running = false;
@@ -1048,6 +1051,7 @@ static __always_inline struct task_ctx *resolve_task_ctx(struct task_struct *p, 
 		tctx->counted_unheld = false;
 		tctx->throttled = 0;
 		tctx->overdue = false;
+		tctx->overdue_local = false;
 	}
 	tctx->svc = svc;
 	tctx->worker = worker;
@@ -2913,34 +2917,41 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
 }
 
 /*
+ * A waiter let through at its wait bound (overdue) and pinned to one CPU goes
+ * to the head of that CPU's local queue, which preempts what runs there
+ * (SCX_ENQ_PREEMPT): in the fair queue it waited behind every task of that
+ * CPU whose vtime lagged the frontier, e.g. its own token holder's whole
+ * slice (`waitrenice`). Its own runqueue's local queue is never refused (the
+ * kernel checks allowed CPUs and migration-disabled tasks only for another
+ * CPU's, kernel/sched/ext.c move_task_between_dsqs). An unpinned one stays in
+ * the fair queue, where any CPU may take it (its own may be held by an RT
+ * task). At most one such run per CPU per OVERDUE_LOCAL_GAP_NS, whatever the
+ * number of threads (a service pinning all its workers to one victim CPU
+ * gets at most a quarter of it this way, in runs of at most the default
+ * slice); the rest go to the fair queue. Returns the CPU, or -1.
+ */
+#define OVERDUE_LOCAL_GAP_NS (4 * TAILCTL_SLICE_NS_DEFAULT)
+static u64 overdue_local_at[MAX_CPUS];
+
+static __always_inline s32 overdue_local_cpu(struct task_struct *p, u64 now)
+{
+	s32 cpu;
+	u64 *at;
+
+	if (p->nr_cpus_allowed != 1)
+		return -1;
+	cpu = scx_bpf_task_cpu(p);
+	at = &overdue_local_at[(u32)cpu & (MAX_CPUS - 1)];
+	if (now > READ_ONCE(*at) && now - READ_ONCE(*at) < OVERDUE_LOCAL_GAP_NS)
+		return -1;
+	WRITE_ONCE(*at, now);
+	return cpu;
+}
+
+/*
  * Release the waiters of job @svc that may go now (a free token, past the
  * wait bound, or no longer capped or bound) to the shared vtime queue.
  */
-/*
- * The CPU a waiter let through at its wait bound (overdue) goes to: the one
- * it is queued on. A move into the local queue of its own runqueue is never
- * refused (the kernel checks allowed CPUs and migration-disabled tasks only
- * for another CPU's local queue, where a wrong pick is a scheduler error,
- * kernel/sched/ext.c move_task_between_dsqs), and its CPU is always one it
- * may run on. The run is one short slice at the head of that CPU, once per
- * wait bound: its vtime is charged as any run's.
- */
-static __always_inline s32 overdue_cpu(struct task_struct *p)
-{
-	return scx_bpf_task_cpu(p);
-}
-
-/*
- * That CPU ends what it runs now, so the overdue waiter runs next; not this
- * CPU, which is choosing now and finds it in its local queue (the deferred
- * kick would cut short whatever it picks).
- */
-static __always_inline void overdue_kick(s32 cpu)
-{
-	if (cpu != bpf_get_smp_processor_id())
-		scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
-}
-
 /*
  * A global subprogram (not inlined): the verifier checks it once on its own
  * instead of once per call site inside ops.dispatch's loop, which kept the
@@ -2966,9 +2977,9 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct task_ctx *tctx = task_ctx(p);
 		struct tailctl_job_acct *j = NULL;
-		bool claimed = false, overdue = false, moved;
+		bool claimed = false, overdue = false;
 		u64 waited = 0;
-		s32 cpu, ocpu = 0;
+		s32 cpu;
 
 		if (tctx && tctx->svc == (s32)svc && allot && still_bound(p, tctx))
 			j = job_entry(tctx->svc, tctx->owner);
@@ -3013,23 +3024,12 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 						   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
 		else
 			scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, vtime_now);
-		/* Owed its run, as an overdue request waiter (release_waiters): to the head of its CPU. */
-		if (overdue) {
-			ocpu = overdue_cpu(p);
-			moved = scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL_ON | ocpu, 0);
-		} else {
-			moved = scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0);
-		}
-		if (!moved) {
+		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0)) {
 			/* Dequeued under us: it comes back through enqueue (an overdue one still owed its run). */
 			if (tctx && claimed) {
 				tctx->job_token_at_ns = 0;
 				job_put(tctx);
 			}
-			continue;
-		}
-		if (overdue) {
-			overdue_kick(ocpu);
 			continue;
 		}
 		/* A waiter this CPU may not run goes to one that may (its own, if pinned). */
@@ -3666,7 +3666,7 @@ s32 BPF_STRUCT_OPS(tailctl_select_cpu, struct task_struct *p, s32 prev_cpu, u64 
 void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct task_ctx *tctx;
-	bool woke_idle = false, rewait;
+	bool woke_idle = false, rewait, owed;
 	u64 vtime;
 	u32 level;
 	s32 cpu = -1;
@@ -3709,14 +3709,23 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	if (tctx)
 		leave_wait(tctx);
 	/*
-	 * Released past its wait bound and not yet run (overdue): it is owed
-	 * its run, so a re-enqueue (a re-pin or re-nice while it queues for a
-	 * CPU) does not send it back to wait. It did: released again at once,
-	 * each time at the newest vtime, a waiter re-pinned every few ms could
-	 * wait without bound in the fair queue (guest test `waitrenice`).
-	 * ops.stopping clears the flag once it ran.
+	 * Released past its wait bound and not yet run (overdue, for its
+	 * request's cap or its job's): it is owed its run, so a re-enqueue (a
+	 * re-pin or re-nice while it queues for a CPU) does not send it back
+	 * to wait, and one the release put at the head of its CPU goes back
+	 * there (overdue_local_cpu). It did go back to wait: released
+	 * again at once, each time at the newest vtime, a waiter re-pinned
+	 * every few ms could wait without bound. In the fair queue it waited
+	 * behind its own holder's whole slice (guest test `waitrenice`, from
+	 * the SysRq-D dump). ops.stopping / ops.running clear the flags once it
+	 * ran.
 	 */
-	if (tctx && !READ_ONCE(tctx->overdue) && must_throttle(p, tctx)) {
+	owed = tctx && (READ_ONCE(tctx->overdue) || READ_ONCE(tctx->job_overdue));
+	if (owed && tctx->overdue_local && p->nr_cpus_allowed == 1) {
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL_ON | scx_bpf_task_cpu(p), slice_ns, enq_flags | SCX_ENQ_PREEMPT);
+		return;
+	}
+	if (tctx && !owed && must_throttle(p, tctx)) {
 		struct tailctl_request_acct *a;
 
 		/*
@@ -3740,7 +3749,7 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	if (tctx)
 		tctx->keep_wait = false;
 	/* Over its job's allotment: wait for a job token (or keep an otherwise idle CPU). */
-	if (tctx && job_enqueue(p, tctx, enq_flags))
+	if (tctx && !owed && job_enqueue(p, tctx, enq_flags))
 		return;
 	/*
 	 * A registered worker that ops.select_cpu woke onto an idle CPU and that
@@ -3865,7 +3874,7 @@ __noinline int release_waiters(u32 svc, u64 now)
 		struct task_ctx *tctx = task_ctx(p);
 		bool capped = false, overdue = false, took = false, moved;
 		u64 waited = 0;
-		s32 cpu, ocpu = 0;
+		s32 cpu, ocpu;
 
 		if (tctx && tctx->svc >= 0 && still_bound(p, tctx)) {
 			a = acct_of(tctx);
@@ -3918,19 +3927,12 @@ __noinline int release_waiters(u32 svc, u64 now)
 		 */
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
-		if (overdue) {
-			/*
-			 * Owed its run: to the head of its own CPU (see
-			 * overdue_cpu), not into the fair queue at the frontier,
-			 * where it waited behind every task of its CPU whose
-			 * vtime lagged the frontier: a pinned service's own
-			 * holder for a whole long slice (`waitrenice`, up to
-			 * 1.9 s against a 100 ms bound), or everything behind a
-			 * frontier a nice-19 thread pushed far ahead. The wait
-			 * bound does not reach into the fair queue.
-			 */
-			ocpu = overdue_cpu(p);
-			moved = scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL_ON | ocpu, 0);
+		/* Owed its run: pinned, to the head of its CPU (overdue_local_cpu). */
+		ocpu = overdue ? overdue_local_cpu(p, now) : -1;
+		if (tctx)
+			tctx->overdue_local = ocpu >= 0;
+		if (ocpu >= 0) {
+			moved = scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL_ON | ocpu, SCX_ENQ_PREEMPT);
 		} else {
 			moved = scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0);
 		}
@@ -3955,10 +3957,8 @@ __noinline int release_waiters(u32 svc, u64 now)
 				st->max_throttle_wait_ns = waited;
 		}
 		STAT_INC(rotations);
-		if (overdue) {
-			overdue_kick(ocpu);
+		if (ocpu >= 0)
 			continue;
-		}
 		/* A waiter this CPU may not run goes to one that may (its own, if pinned). */
 		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 		if (cpu >= 0)
@@ -4155,6 +4155,7 @@ void BPF_STRUCT_OPS(tailctl_stopping, struct task_struct *p, bool runnable)
 	end_request(p, tctx, r, 0, false);
 	if (tctx->overdue) {
 		tctx->overdue = false;
+		tctx->overdue_local = false;
 		STAT_INC(overdue_runs);
 	}
 	/* Unregistered while it ran (resolve_task runs only when it is queued or starts): give back now. */
@@ -4551,9 +4552,9 @@ void BPF_STRUCT_OPS(tailctl_dump_task, struct scx_dump_ctx *dctx, struct task_st
 	scx_bpf_dump("  tailctl: svc=%d cg=%d tag=0x%llx acct=%u token=%u throttled=%u wait_began_ms_ago=%llu",
 		     tctx->svc, tctx->cg, tctx->tag, tctx->acct_idx, tctx->holds_token, tctx->throttled,
 		     at && now > at ? (now - at) / 1000000 : 0);
-	scx_bpf_dump("\n  tailctl: overdue=%d keep_wait=%d evict=%d bounced=%d unheld=%d running=%d",
-		     tctx->overdue, tctx->keep_wait, tctx->evict, tctx->bounced, tctx->counted_unheld,
-		     tctx->counted_running);
+	scx_bpf_dump("\n  tailctl: overdue=%d (local %d) keep_wait=%d evict=%d bounced=%d unheld=%d running=%d",
+		     tctx->overdue, tctx->overdue_local, tctx->keep_wait, tctx->evict, tctx->bounced,
+		     tctx->counted_unheld, tctx->counted_running);
 	at = READ_ONCE(tctx->job_wait_at_ns);
 	scx_bpf_dump("\n  tailctl: job_token=%u job_waiting=%u job_on_cpu=%d borrowing=%d lent=%d job_wait_began_ms_ago=%llu\n",
 		     tctx->job_token, tctx->job_waiting, tctx->job_on_cpu, tctx->job_borrowing, tctx->job_lent,
