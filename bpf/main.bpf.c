@@ -420,6 +420,19 @@ static __always_inline struct task_ctx *task_ctx(struct task_struct *p)
 	return bpf_task_storage_get(&task_ctxs, p, 0, 0);
 }
 
+/*
+ * The region's magic and version, adjacent u32s at its start (8-aligned), in
+ * one load and one compare where the byte order allows (bpfel, the target on
+ * x86 and arm64).
+ */
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define region_header_ok(r) \
+	(READ_ONCE(*(u64 *)&(r)->header.magic) == ((u64)TAILCTL_REGION_VERSION << 32 | TAILCTL_REGION_MAGIC))
+#else
+#define region_header_ok(r) \
+	(READ_ONCE((r)->header.magic) == TAILCTL_REGION_MAGIC && READ_ONCE((r)->header.version) == TAILCTL_REGION_VERSION)
+#endif
+
 /* A service's region, or NULL if the slot is empty or its header is not sane. */
 static __always_inline struct tailctl_region *service_region(u32 svc)
 {
@@ -440,9 +453,7 @@ static __always_inline struct tailctl_region *service_region(u32 svc)
 	 * rewrite its header at any time: a layout the kernel does not know is
 	 * read as nothing (the service runs as an unregistered one meanwhile).
 	 */
-	/* magic and version (adjacent u32s, little-endian) in one load and one compare */
-	if (READ_ONCE(*(u64 *)&r->header.magic) !=
-	    ((u64)TAILCTL_REGION_VERSION << 32 | TAILCTL_REGION_MAGIC)) {
+	if (!region_header_ok(r)) {
 		STAT_INC(invalid_hints);
 		return NULL;
 	}
