@@ -370,10 +370,11 @@ if n < 20: why.append(f"only {n} renices of a waiting thread: the attack did not
 # Each renice re-enqueues the waiter; only a wait that survives it reaches the
 # bound. Seen from user space (20 ms looks), without the timer's release a
 # waiter runs only when the holder's 1 s slice ends.
-# Asserted: no worker starves (3 s: 30 bounds, a tenth of the watchdog). The
-# figure itself is reported, not asserted (TCG timing): beyond the bound it
-# includes a wait in the fair queue behind its sibling's 1 s slice.
-if longest > 3000: why.append(f"a re-niced waiter went {longest:.0f} ms without running against a 100 ms bound")
+# Asserted: no worker waits out its holder's whole 1 s slice (what a waiter
+# let through at the bound did while it queued in the fair queue: 937-1935 ms
+# in four runs of session 19's build, 77-105 ms in three of the fix's on
+# 6.18; a tenth of that margin is TCG's).
+if longest > 1000: why.append(f"a re-niced waiter went {longest:.0f} ms without running against a 100 ms bound (its holder's slice: 1 s)")
 # The bound itself, by the kernel's clock (as in waitbound): a re-enqueue must not restart a wait.
 if r["max_throttle_wait_ms"] > 500: why.append(f"the kernel saw a wait of {r['max_throttle_wait_ms']:.0f} ms in the throttle queue")
 msg = f"{n} renices of waiting threads; longest wait seen {longest:.0f} ms (kernel, in the throttle queue: {r['max_throttle_wait_ms']:.0f} ms); {r['bound_kicks']} timer kicks, {r['overdue_runs']} overdue runs, {r['throttled']} waits (bound 100 ms, holder slices 1 s)"
