@@ -2944,19 +2944,27 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
 #define OVERDUE_LOCAL_GAP_NS (4 * TAILCTL_SLICE_NS_DEFAULT)
 static u64 overdue_local_at[MAX_CPUS];
 
+/*
+ * A global subprogram, verified once on its own: inlined into the release
+ * loop its branches multiplied the verifier's states there, and ops.dispatch
+ * with an allotment controller went past the verifier's million instructions.
+ */
+__noinline int overdue_local_slot(s32 cpu, u32 nr_allowed, u64 now)
+{
+	u64 at;
+
+	if (nr_allowed != 1 || cpu < 0 || cpu >= MAX_CPUS)
+		return -1;
+	at = READ_ONCE(overdue_local_at[cpu]);
+	if (now > at && now - at < OVERDUE_LOCAL_GAP_NS)
+		return -1;
+	WRITE_ONCE(overdue_local_at[cpu], now);
+	return cpu;
+}
+
 static __always_inline s32 overdue_local_cpu(struct task_struct *p, u64 now)
 {
-	s32 cpu;
-	u64 *at;
-
-	if (p->nr_cpus_allowed != 1)
-		return -1;
-	cpu = scx_bpf_task_cpu(p);
-	at = &overdue_local_at[(u32)cpu & (MAX_CPUS - 1)];
-	if (now > READ_ONCE(*at) && now - READ_ONCE(*at) < OVERDUE_LOCAL_GAP_NS)
-		return -1;
-	WRITE_ONCE(*at, now);
-	return cpu;
+	return overdue_local_slot(scx_bpf_task_cpu(p), p->nr_cpus_allowed, now);
 }
 
 /*
