@@ -477,7 +477,7 @@ PY
 # channel receive that, under exactly this load, never blocked: the thread ran
 # 98% of a CPU (0 voluntary context switches in 10 s), about 0.6 of the
 # guest's 4 CPUs taken from the services. Asserted: all its threads together
-# under 0.1 CPU over 8 s (one 6.18 boot: 0.774 with session 11's daemon,
+# under 5% of the CPU time the guest used over 8 s (one 6.18 boot: 0.774 with session 11's daemon,
 # 0.026 with the fix), with three registered jobs
 # bound and the CPUs busy.
 test_daemonidle() {
@@ -512,10 +512,16 @@ a, b, c0, c1, t0, t1, bound = (int(x) for x in sys.argv[1:8])
 wall = (t1 - t0) / 1e9
 d, busy = (b - a) / 1e9 / wall, (c1 - c0) / 1e9 / wall
 n = int(sys.argv[8])
-ok = d < 0.1 and bound >= 3 and busy > 0.75 * n
-print("ok" if ok else "bad", f"daemon {d:.3f} CPUs beside {bound} bound jobs, CPUs busy {busy:.2f} of {n} over {wall:.1f} s")
+# Its share of the CPU time the guest used, not of the wall clock: on a
+# loaded host the time a vCPU stalls is charged to whatever it ran (one run
+# beside three other VMs: 0.15 CPUs over a 25 s "8 s" window, with 5.5 of 4
+# CPUs busy; 2.7% of the busy time, against 0.5% on a quiet host and 19% for
+# the spinning daemon: 0.774 of 4 busy CPUs).
+share = d / busy if busy > 0 else 1.0
+ok = share < 0.05 and bound >= 3 and busy > 0.75 * n
+print("ok" if ok else "bad", f"daemon {d:.3f} CPUs ({100 * share:.1f}% of the busy CPU time) beside {bound} bound jobs, CPUs busy {busy:.2f} of {n} over {wall:.1f} s")
 ' "$a" "$b" "$busy0" "$busy1" "$t0" "$t1" "$bound" "$(nproc)")
-  case "$verdict" in ok*) pass daemonidle "${verdict#ok }";; *) fail daemonidle "${verdict#bad } (wanted under 0.1, 3 jobs bound, 3/4 of the CPUs busy)";; esac
+  case "$verdict" in ok*) pass daemonidle "${verdict#ok }";; *) fail daemonidle "${verdict#bad } (wanted under 5% of the busy CPU time, 3 jobs bound, 3/4 of the CPUs busy)";; esac
 }
 
 # Publication is plain stores into the mmapped region: a registered service
