@@ -345,10 +345,13 @@ PY
 # took a whole 1 s slice (extended, too), which its holder then waited out.
 test_waitrenice() {
   start_sched --slice-us 1000000 --max-throttle-wait-ms 100 || { fail waitrenice "scheduler did not load"; return; }
-  # 8 s: the re-nicer (python, slow to start under TCG) begins after the serialization and must find it still running.
-  taskset -c 0 "$ktest" -w 2 hold --secs 8 --threshold-ms 1500 >"$out/renice-hold.json" 2>"$out/ktest.err" &
-  local kp=$! n
-  for _ in $(seq 1 50); do
+  # 14 s: the re-nicer (python, slow to start under TCG) begins after the
+  # serialization and must find it still running; on a loaded host each
+  # `ktest stats` below takes a second or more (a 8 s hold had ended before
+  # the re-nicer began: 0 re-nices).
+  taskset -c 0 "$ktest" -w 2 hold --secs 14 --threshold-ms 1500 >"$out/renice-hold.json" 2>"$out/ktest.err" &
+  local kp=$! n t0=$SECONDS
+  while [ $((SECONDS - t0)) -lt 8 ]; do
     [ "$(jget "$("$ktest" stats 2>/dev/null)" serializations 2>/dev/null)" -gt 0 ] 2>/dev/null && break
     sleep 0.2
   done
