@@ -12,8 +12,8 @@ bin=$(readlink -f "$1"); out=$2; shift 2
 ktest=$(dirname "$bin")/tailctl-ktest
 wl=$(dirname "$bin")
 all_tests=(load stress service serialize serializemark account isolation fault nosyscall daemonidle experiment maps top
-           pinned rtpreempt yieldkeep greedy leaks races waitbound slotreuse tidreuse bindleak regversion regdos pidns fuzz
-           waitrenice allotequi allotexit allotstarve allotrenice allotmug allotdeq allotcgdyn allotcgnest allotcgdeq allotcgasteal allotdrep prioprompt priostarve priouser priocgroup
+           pinned rtpreempt yieldkeep greedy leaks races waitrenice waitbound slotreuse tidreuse bindleak regversion regdos pidns fuzz
+           allotequi allotexit allotstarve allotrenice allotmug allotdeq allotcgdyn allotcgnest allotcgdeq allotcgasteal allotdrep prioprompt priostarve priouser priocgroup
            llcqueues)
 tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=("${all_tests[@]}")
 # --list: print the default tests (tools/test.sh resumes from them).
