@@ -2871,13 +2871,7 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
 	 */
 	same_wait = job_leave_wait(tctx) && tctx->job_wait_at_ns;
 	tctx->job_lent = false;
-	/*
-	 * Released past the wait bound and not yet run: owed its run, a
-	 * re-enqueue does not queue it again (as an overdue request waiter in
-	 * tailctl_enqueue). job_running clears the flag.
-	 */
-	if (READ_ONCE(tctx->job_overdue))
-		return false;
+	/* (A thread let through at the wait bound, job_overdue, is owed its run: tailctl_enqueue does not call this.) */
 	allot = job_allot(tctx->svc);
 	if (!allot)
 		return false;
