@@ -1789,8 +1789,13 @@ __noinline int normal_nr_queued(void)
 	return sum;
 }
 
-/* The vtime of the first task of @dsq (~0: empty). */
-static __always_inline u64 dsq_head_vtime(u64 dsq)
+/*
+ * The vtime of the first task of @dsq (~0: empty). A global subprogram: its
+ * iterator, inlined into normal_move_to_local's loop over the other LLC
+ * queues, multiplied the verifier's states there (E2BIG with two LLCs and
+ * an allotment controller).
+ */
+__noinline u64 dsq_head_vtime(u64 dsq)
 {
 	struct task_struct *p;
 	u64 vtime = ~0ULL;
@@ -2491,28 +2496,95 @@ static u32 borrow_rr;
 /* Set while a CPU releases a job's waiters. */
 static u32 job_releasing[TAILCTL_MAX_SERVICES];
 
+/*
+ * Slot @svc's job entry is left over from an earlier registration: reset it
+ * for registration @owner if that is who holds the slot now. Returns 1 if
+ * the entry is @owner's. A global subprogram, verified once on its own: the
+ * reset path, inlined at every job_entry, multiplied the verifier's states
+ * in job_release_waiters' loop (over a million instructions with an
+ * allotment controller: tools/verifier-hotspots.py).
+ */
+__noinline int job_entry_adopt(u32 svc, u64 owner)
+{
+	struct tailctl_job_acct *j;
+	u32 key = svc;
+	u64 old;
+
+	if (svc >= TAILCTL_MAX_SERVICES || !owner)
+		return 0;
+	j = bpf_map_lookup_elem(&job_acct, &key);
+	if (!j)
+		return 0;
+	old = READ_ONCE(j->owner);
+	if (old == owner)
+		return 1;
+	if (old == JOB_RESETTING || service_owner(key) != owner)
+		return 0;
+	if (__sync_val_compare_and_swap(&j->owner, old, JOB_RESETTING) != old)
+		return 0;
+	__builtin_memset((void *)j + sizeof(j->owner), 0, sizeof(*j) - sizeof(j->owner));
+	__sync_lock_test_and_set(&j->owner, owner);
+	return 1;
+}
+
 /* The job entry of registration @owner in slot @svc; reset when the slot holds a new registration. */
 static __always_inline struct tailctl_job_acct *job_entry(s32 svc, u64 owner)
 {
 	struct tailctl_job_acct *j;
 	u32 key = svc;
-	u64 old;
 
 	if (svc < 0 || svc >= TAILCTL_MAX_SERVICES || !owner)
 		return NULL;
 	j = bpf_map_lookup_elem(&job_acct, &key);
 	if (!j)
 		return NULL;
-	old = READ_ONCE(j->owner);
-	if (old == owner)
+	if (READ_ONCE(j->owner) == owner || job_entry_adopt(key, owner))
 		return j;
-	if (old == JOB_RESETTING || service_owner(key) != owner)
-		return NULL;
-	if (__sync_val_compare_and_swap(&j->owner, old, JOB_RESETTING) != old)
-		return NULL;
-	__builtin_memset((void *)j + sizeof(j->owner), 0, sizeof(*j) - sizeof(j->owner));
-	__sync_lock_test_and_set(&j->owner, owner);
-	return j;
+	return NULL;
+}
+
+enum job_count {
+	JOB_COUNT_WAITING,
+	JOB_COUNT_HOLDERS,
+};
+
+/*
+ * Decrement job @svc's (registration @owner) count @which, counting a leak
+ * at @leak_site if it was already 0 (a site past TAILCTL_LEAK_SITES: not
+ * counted). A global subprogram: dec_u32's loop, inlined into the loop of
+ * job_release_waiters, was a second iterator inside it.
+ */
+__noinline int job_count_dec(u32 svc, u64 owner, u32 which, u32 leak_site)
+{
+	struct tailctl_job_acct *j = job_entry(svc, owner);
+
+	if (!j)
+		return 0;
+	if (dec_u32(which == JOB_COUNT_WAITING ? &j->waiting : &j->holders))
+		return 1;
+	count_leak(leak_site);
+	return 0;
+}
+
+/*
+ * Take one of job @svc's (registration @owner) @allot holder slots (a CAS
+ * loop). Returns 1 if taken. A global subprogram, for job_count_dec's reason.
+ */
+__noinline int job_holders_take(u32 svc, u64 owner, u32 allot)
+{
+	struct tailctl_job_acct *j = job_entry(svc, owner);
+	u32 h, i;
+
+	if (!j)
+		return 0;
+	bpf_for(i, 0, MAX_CPUS) {
+		h = READ_ONCE(j->holders);
+		if (h >= allot)
+			return 0;
+		if (__sync_val_compare_and_swap(&j->holders, h, h + 1) == h)
+			return 1;
+	}
+	return 0;
 }
 
 /* The allotment of slot @svc now (0: none), clamped to the CPUs there are. */
@@ -2537,37 +2609,27 @@ static __always_inline u32 job_allot(s32 svc)
 	return a > n ? n : a;
 }
 
-/* Take one of the job's tokens (CAS loop, one token per task). */
+/* Take one of the job's tokens (one token per task). */
 static __always_inline bool job_claim(struct task_ctx *tctx, struct tailctl_job_acct *j, u32 allot)
 {
-	u32 h, i;
-
 	if (tctx->job_token)
 		return true;
-	bpf_for(i, 0, MAX_CPUS) {
-		h = READ_ONCE(j->holders);
-		if (h >= allot)
-			return false;
-		if (__sync_val_compare_and_swap(&j->holders, h, h + 1) == h) {
-			if (__sync_val_compare_and_swap(&tctx->job_token, 0, 1) != 0)
-				dec_u32(&j->holders);
-			return true;
-		}
-	}
-	return false;
+	/* Fast refusal without the call: the job is at its allotment. */
+	if (READ_ONCE(j->holders) >= allot || !job_holders_take(tctx->svc, tctx->owner, allot))
+		return false;
+	/* Raced with another claim for this task: give the slot back (not a leak). */
+	if (__sync_val_compare_and_swap(&tctx->job_token, 0, 1) != 0)
+		job_count_dec(tctx->svc, tctx->owner, JOB_COUNT_HOLDERS, TAILCTL_LEAK_SITES);
+	return true;
 }
 
 /* Give @tctx's job token back (to the registration it was taken from). */
 static __always_inline void job_put(struct task_ctx *tctx)
 {
-	struct tailctl_job_acct *j;
-
 	/* A plain read first (see put_token). */
 	if (!READ_ONCE(tctx->job_token) || __sync_val_compare_and_swap(&tctx->job_token, 1, 0) != 1)
 		return;
-	j = job_entry(tctx->svc, tctx->owner);
-	if (j && !dec_u32(&j->holders))
-		count_leak(TAILCTL_LEAK_JOB_PUT);
+	job_count_dec(tctx->svc, tctx->owner, JOB_COUNT_HOLDERS, TAILCTL_LEAK_JOB_PUT);
 }
 
 /* Give a token back only while the job holds more than @allot: shed one over the allotment. */
@@ -2591,14 +2653,10 @@ static __always_inline bool job_shed(struct task_ctx *tctx, struct tailctl_job_a
 /* @tctx left its job queue: drop it from the wait count. */
 static __always_inline bool job_leave_wait(struct task_ctx *tctx)
 {
-	struct tailctl_job_acct *j;
-
 	/* A plain read first (see put_token). */
 	if (!READ_ONCE(tctx->job_waiting) || __sync_val_compare_and_swap(&tctx->job_waiting, 1, 0) != 1)
 		return false;
-	j = job_entry(tctx->svc, tctx->owner);
-	if (j && !dec_u32(&j->waiting))
-		count_leak(TAILCTL_LEAK_JOB_WAIT);
+	job_count_dec(tctx->svc, tctx->owner, JOB_COUNT_WAITING, TAILCTL_LEAK_JOB_WAIT);
 	return true;
 }
 

@@ -30,7 +30,7 @@ if [ "${SKIP_LINT:-0}" = 1 ]; then echo "(skipped: SKIP_LINT=1)"; else
 if cargo fmt --all -- --check; then ok 1; else bad 1 "cargo fmt --check"; fi
 if cargo clippy --workspace --all-targets -q -- -D warnings; then ok 1; else bad 1 "cargo clippy -D warnings"; fi
 # The summary scripts the experiments run on the host: each imports cleanly and its doctests pass.
-for f in tools/vm/*.py; do
+for f in tools/vm/*.py tools/*.py; do
   if python3 -m doctest "$f"; then ok 1; else bad 1 "python3 -m doctest $f"; fi
 done
 fi

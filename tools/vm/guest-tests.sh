@@ -11,7 +11,7 @@ set -uo pipefail
 bin=$(readlink -f "$1"); out=$2; shift 2
 ktest=$(dirname "$bin")/tailctl-ktest
 wl=$(dirname "$bin")
-all_tests=(load stress service serialize serializemark account isolation fault nosyscall daemonidle experiment maps top
+all_tests=(load verifier stress service serialize serializemark account isolation fault nosyscall daemonidle experiment maps top
            pinned rtpreempt yieldkeep greedy leaks races waitrenice waitbound slotreuse tidreuse bindleak regversion regdos pidns fuzz
            allotequi allotexit allotstarve allotrenice allotmug allotdeq allotcgdyn allotcgnest allotcgdeq allotcgasteal allotdrep prioprompt priostarve priouser priocgroup
            llcqueues)
@@ -125,6 +125,45 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The verifier's walk of each program must stay well under its million
+# instructions in every configuration: the walk depends on the load-time
+# constants (an allotment controller, request shares, cgroup jobs and
+# priority cgroups, LLC queues), and a change that fits the configuration
+# its author tried can tip another over (E2BIG: CI's 6.18 two-LLC boot
+# refused --allot for ops.dispatch at 1000001 while one LLC passed at
+# 997192). Loads each heavy configuration, reads the heaviest program's
+# `verified_insns` from the scheduler's log, and fails at half the limit.
+test_verifier() {
+  local cg=/sys/fs/cgroup/tailctl-verifier cfg args line n worst=0 report="" half=500000
+  mkdir -p "$cg" 2>/dev/null
+  local configs=(
+    ""
+    "--allot equi --request-shares --llc-groups 2"
+    "--allot drep --request-shares --llc-groups 1"
+    "--allot deq --request-shares --job-queue fifo --job $cg --priority-cgroup $cg=5 --llc-groups 2"
+    "--allot asteal --wake-preempt-us 500 --yield-penalty-us 500 --serialize-mark-only --llc-groups 2"
+  )
+  for cfg in "${configs[@]}"; do
+    # shellcheck disable=SC2206
+    args=($cfg)
+    if ! start_sched "${args[@]}"; then
+      fail verifier "[${cfg:-defaults}] did not load: $(grep -m 3 -E "processed [0-9]+ insns|Error|E2BIG" "$out/sched.log" | tr '\n"' ' ')"
+      stop_sched >/dev/null 2>&1; rmdir "$cg" 2>/dev/null; return
+    fi
+    stop_sched >/dev/null 2>&1
+    line=$(grep -oE "verifier: heaviest program [a-z_]+ [0-9]+" "$out/sched.log" | head -n 1)
+    n=${line##* }
+    [ -n "$n" ] || { fail verifier "[${cfg:-defaults}] no verifier line in the log"; rmdir "$cg" 2>/dev/null; return; }
+    [ "$n" -gt "$worst" ] && worst=$n
+    report+="${report:+; }[${cfg:-defaults}] ${line#verifier: heaviest program }"
+  done
+  rmdir "$cg" 2>/dev/null
+  if [ "$worst" -ge "$half" ]; then
+    fail verifier "heaviest walk $worst of 1000000 instructions (the margin is half): $report"
+  else
+    pass verifier "heaviest walk $worst of 1000000 instructions: $report"
+  fi
+}
 test_load() {
   if ! start_sched; then fail load "scheduler did not reach enabled: $(tail -n 5 "$out/sched.log" | tr '\n"' ' ')"; return; fi
   local o; o=$(ops)

@@ -20,6 +20,7 @@ mod llc;
 mod pins;
 mod services;
 mod stats;
+mod verifier;
 
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -251,6 +252,14 @@ struct Opts {
     #[arg(long, default_value_t = 0)]
     exit_dump_len: u32,
 
+    /// Developer aid: write each BPF program's level-2 verifier log (every
+    /// instruction the verifier's walk processed) to DIR/PROGRAM.log, after
+    /// the load whether it succeeded or not. Large: a walk near the
+    /// verifier's limit writes a few hundred MiB. tools/verifier-hotspots.py
+    /// attributes the walk to source lines.
+    #[arg(long, value_name = "DIR")]
+    verifier_log: Option<std::path::PathBuf>,
+
     /// Enable libbpf debug output.
     #[arg(short = 'v', long)]
     verbose: bool,
@@ -474,7 +483,30 @@ impl<'a> Scheduler<'a> {
             }
         }
 
-        let mut skel = scx_ops_load!(skel, tailctl_ops, uei)?;
+        let capture = match &opts.verifier_log {
+            Some(dir) => Some(verifier::LogCapture::arm(
+                libbpf_rs::skel::OpenSkel::open_object_mut(&mut skel),
+                dir,
+            )?),
+            None => None,
+        };
+        let loaded = scx_ops_load!(skel, tailctl_ops, uei);
+        if let Some(capture) = capture {
+            capture.write()?;
+        }
+        let mut skel = loaded?;
+        // The margin left under the verifier's limit, for whoever changes the
+        // BPF side next (the guest tests print it).
+        let walks = verifier::walks(libbpf_rs::skel::Skel::object(&skel));
+        if let Some(heaviest) = walks.first() {
+            info!(
+                "verifier: heaviest program {}",
+                verifier::describe(heaviest)
+            );
+        }
+        for w in walks.iter().skip(1) {
+            log::debug!("verifier: {}", verifier::describe(w));
+        }
         for (id, level, path) in &prio_cgroups {
             skel.maps
                 .prio_cgroups
