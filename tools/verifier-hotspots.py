@@ -30,7 +30,7 @@ reported as separate sections.
 >>> sorted(w["by_section"].items())
 [('helper', 1), ('main', 3)]
 >>> sorted(w["by_line"].items())
-[(('helper', 9), 1), (('main', 3), 3)]
+[(('helper', ('main.bpf.c', 9)), 1), (('main', ('main.bpf.c', 3)), 3)]
 >>> functions_of(["static int f(void)", "{", "\\treturn 0;", "}", "__noinline int g(int a)", "{"])
 [(1, 'f'), (5, 'g')]
 """
@@ -41,7 +41,7 @@ import re
 import sys
 
 INSN = re.compile(r"^(\d+): \(")
-LINE = re.compile(r"^; .* @ [\w.]+:(\d+)$")
+LINE = re.compile(r"^; .* @ ([\w.]+):(\d+)$")
 VALIDATING = re.compile(r"^Validating (\w+)\(\) func#\d+")
 PROCESSED = re.compile(r"^processed (\d+) insns")
 FUNC = re.compile(r"^(?:static\s+)?(?:__always_inline\s+|__noinline\s+|inline\s+)*[\w ]+?\**\s*\b(\w+)\s*\(")
@@ -64,7 +64,7 @@ def walk(lines):
             continue
         m = LINE.match(raw)
         if m:
-            last_line = int(m.group(1))
+            last_line = (m.group(1), int(m.group(2)))
             continue
         m = INSN.match(raw)
         if m:
@@ -127,15 +127,25 @@ def main():
     except OSError:
         src = []
     funcs = functions_of(src)
+    source_name = a.source.rsplit("/", 1)[-1]
+
+    def where(loc):
+        # Lines of other files (helpers inlined from the scx headers) are named by file.
+        if not loc:
+            return "?"
+        f, line = loc
+        return enclosing(funcs, line) if f == source_name else f
+
     by_func = collections.Counter()
-    for (section, line), n in w["by_line"].items():
-        by_func[(section, enclosing(funcs, line) if line else "?")] += n
+    for (section, loc), n in w["by_line"].items():
+        by_func[(section, where(loc))] += n
     if a.json:
         json.dump({
             "total": w["total"], "reported": w["reported"],
             "by_section": dict(w["by_section"].most_common()),
             "by_function": [{"section": s, "function": f, "insns": n} for (s, f), n in by_func.most_common(a.top)],
-            "by_line": [{"section": s, "line": l, "insns": n} for (s, l), n in w["by_line"].most_common(a.top)],
+            "by_line": [{"section": s, "file": l[0] if l else None, "line": l[1] if l else None, "insns": n}
+                        for (s, l), n in w["by_line"].most_common(a.top)],
         }, sys.stdout, indent=1)
         print()
         return
@@ -143,13 +153,14 @@ def main():
     print("\nby walk (the program, then each global subprogram):")
     for s, n in w["by_section"].most_common():
         print(f"  {n:>9}  {s}")
-    print(f"\nby function (inlined code counts where it was inlined), top {a.top}:")
+    print(f"\nby function (inlined code counts in the function it comes from, under the walk that ran it), top {a.top}:")
     for (s, f), n in by_func.most_common(a.top):
         print(f"  {n:>9}  {s}: {f}")
     print(f"\nby source line, top {a.top}:")
-    for (s, l), n in w["by_line"].most_common(a.top):
-        text = src[l - 1].strip() if l and l <= len(src) else ""
-        print(f"  {n:>9}  {s}: {l}  {text[:70]}")
+    for (s, loc), n in w["by_line"].most_common(a.top):
+        f, line = loc if loc else ("?", 0)
+        text = src[line - 1].strip() if f == source_name and 0 < line <= len(src) else ""
+        print(f"  {n:>9}  {s}: {f}:{line}  {text[:70]}")
 
 
 if __name__ == "__main__":

@@ -252,13 +252,18 @@ struct Opts {
     #[arg(long, default_value_t = 0)]
     exit_dump_len: u32,
 
-    /// Developer aid: write each BPF program's level-2 verifier log (every
-    /// instruction the verifier's walk processed) to DIR/PROGRAM.log, after
-    /// the load whether it succeeded or not. Large: a walk near the
-    /// verifier's limit writes a few hundred MiB. tools/verifier-hotspots.py
-    /// attributes the walk to source lines.
+    /// Developer aid: write the level-2 verifier log (every instruction the
+    /// verifier's walk processed) of the programs named by
+    /// --verifier-log-prog to DIR/PROGRAM.log, after the load whether it
+    /// succeeded or not. Large: a walk near the verifier's limit writes about
+    /// 1 GiB. tools/verifier-hotspots.py attributes the walk to source lines.
     #[arg(long, value_name = "DIR")]
     verifier_log: Option<std::path::PathBuf>,
+
+    /// With --verifier-log: the programs whose logs to write (repeatable;
+    /// each takes a buffer of up to 1 GiB).
+    #[arg(long, value_name = "NAME", default_value = "tailctl_dispatch")]
+    verifier_log_prog: Vec<String>,
 
     /// Enable libbpf debug output.
     #[arg(short = 'v', long)]
@@ -487,12 +492,16 @@ impl<'a> Scheduler<'a> {
             Some(dir) => Some(verifier::LogCapture::arm(
                 libbpf_rs::skel::OpenSkel::open_object_mut(&mut skel),
                 dir,
+                &opts.verifier_log_prog,
             )?),
             None => None,
         };
         let loaded = scx_ops_load!(skel, tailctl_ops, uei);
         if let Some(capture) = capture {
-            capture.write()?;
+            // The load's own error matters more than the log's.
+            if let Err(e) = capture.write() {
+                warn!("verifier log: {e:#}");
+            }
         }
         let mut skel = loaded?;
         // The margin left under the verifier's limit, for whoever changes the

@@ -9,8 +9,6 @@
 //! `bpf_prog_info` since 5.16) counts the walk, global subprograms included;
 //! scx_tailctl logs the heaviest program's figure so the guest tests can
 //! watch the margin shrink before it runs out.
-use std::os::fd::AsFd;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -33,7 +31,13 @@ pub fn walks(object: &Object) -> Vec<Walk> {
     let mut out: Vec<Walk> = object
         .progs()
         .filter_map(|prog| {
-            let insns = verified_insns(prog.as_fd().as_raw_fd())?;
+            // SAFETY: `prog` points to a bpf_program of the live `object`;
+            // bpf_program__fd only reads it (a negative errno if not loaded).
+            let fd = unsafe { libbpf_sys::bpf_program__fd(prog.as_libbpf_object().as_ptr()) };
+            if fd < 0 {
+                return None;
+            }
+            let insns = verified_insns(fd)?;
             Some(Walk {
                 program: prog.name().to_string_lossy().into_owned(),
                 insns,
@@ -66,38 +70,62 @@ pub fn describe(walk: &Walk) -> String {
     )
 }
 
-/// Each program's verifier log, asked for before the load (`--verifier-log
-/// DIR`): level 2, every instruction the walk processed with the source line
-/// it came from, so a walk's cost can be traced to the code (see
-/// `tools/verifier-hotspots.py`). A developer aid: the buffers are large.
+/// The verifier logs of some programs, asked for before the load
+/// (`--verifier-log DIR`, `--verifier-log-prog NAME`): level 2, every
+/// instruction the walk processed with the source line it came from, so a
+/// walk's cost can be traced to the code (see `tools/verifier-hotspots.py`).
+/// A developer aid: each buffer is large.
 pub struct LogCapture {
     dir: PathBuf,
-    logs: Vec<(String, &'static mut [u8])>,
+    logs: Vec<(String, Box<[u8]>)>,
 }
 
-/// Per program. The kernel refuses a load whose level-2 log does not fit
-/// (ENOSPC), and a million-instruction walk writes a few hundred MiB; the
-/// pages are only touched as the kernel writes them. The kernel's cap is
-/// `u32::MAX >> 2`.
+/// Per program. The kernel refuses a load whose log does not fit (ENOSPC),
+/// and a level-2 log of a walk near the limit passes 1 GiB; this is the
+/// kernel's cap (`u32::MAX >> 2`). Zeroed pages are only touched as the
+/// kernel writes them.
 const LOG_BYTES: usize = (u32::MAX >> 2) as usize;
 
+/// A zeroed buffer of `len` bytes, or an error if it cannot be had (not the
+/// abort of `vec!`).
+fn zeroed(len: usize) -> Result<Box<[u8]>> {
+    let layout = std::alloc::Layout::array::<u8>(len)?;
+    anyhow::ensure!(len > 0, "empty log buffer");
+    // SAFETY: `layout` has a non-zero size (checked above). A non-null result
+    // is `len` zeroed, initialised bytes allocated with the global allocator
+    // under `layout`, which is what Box<[u8]> of length `len` frees with.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout);
+        anyhow::ensure!(
+            !p.is_null(),
+            "cannot allocate a {len}-byte verifier log buffer"
+        );
+        Ok(Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, len)))
+    }
+}
+
 impl LogCapture {
-    /// Gives every program of `open` a level-2 log buffer.
-    pub fn arm(open: &mut OpenObject, dir: &Path) -> Result<Self> {
+    /// Gives the programs of `open` named in `names` a level-2 log buffer.
+    /// Must be followed by the load, then `write`, with the capture alive in
+    /// between (libbpf writes into the buffers during the load only).
+    pub fn arm(open: &mut OpenObject, dir: &Path, names: &[String]) -> Result<Self> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating the verifier log directory {}", dir.display()))?;
         let mut logs = Vec::new();
         for mut prog in open.progs_mut() {
-            // Leaked on purpose: libbpf keeps the pointer inside the object
-            // until its load, and nothing here can order that against a drop
-            // on every error path. One capture per load, for a developer.
-            let buf: &'static mut [u8] = vec![0u8; LOG_BYTES].leak();
+            let name = prog.name().to_string_lossy().into_owned();
+            if !names.contains(&name) {
+                continue;
+            }
+            let mut buf = zeroed(LOG_BYTES)?;
             prog.set_log_level(2);
-            // SAFETY: `prog` points to a live bpf_program of `open`; `buf` is
-            // valid for writes of `buf.len()` bytes for the rest of the
-            // process (leaked above), so libbpf and the kernel may write into
-            // it whenever the object is loaded, and nothing else aliases it
-            // until `write` reads it after that load.
+            // SAFETY: `prog` points to a live bpf_program of `open`. The heap
+            // block behind `buf` does not move when the Box moves into
+            // `logs`, and `self` keeps it until `write`, which the caller
+            // runs after the load; libbpf hands the pointer to the kernel
+            // during the load only and never reads or writes it after (nor
+            // when the object is closed), so an early drop of the capture on
+            // an error path before the load leaves a pointer nothing uses.
             let rc = unsafe {
                 libbpf_sys::bpf_program__set_log_buf(
                     prog.as_libbpf_object().as_ptr(),
@@ -106,7 +134,10 @@ impl LogCapture {
                 )
             };
             anyhow::ensure!(rc == 0, "bpf_program__set_log_buf failed: {rc}");
-            logs.push((prog.name().to_string_lossy().into_owned(), buf));
+            logs.push((name, buf));
+        }
+        if logs.is_empty() {
+            anyhow::bail!("--verifier-log-prog: no program named {}", names.join(", "));
         }
         Ok(Self {
             dir: dir.to_path_buf(),
@@ -114,8 +145,8 @@ impl LogCapture {
         })
     }
 
-    /// Writes each program's log to `DIR/PROGRAM.log` (after the load,
-    /// whether it succeeded or not).
+    /// Writes each captured program's log to `DIR/PROGRAM.log` (after the
+    /// load, whether it succeeded or not) and frees the buffers.
     pub fn write(self) -> Result<()> {
         for (name, buf) in self.logs {
             let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
