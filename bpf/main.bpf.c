@@ -2614,14 +2614,18 @@ static __always_inline u32 job_allot(s32 svc)
 /* Take one of the job's tokens (one token per task). */
 static __always_inline bool job_claim(struct task_ctx *tctx, struct tailctl_job_acct *j, u32 allot)
 {
-	/* Read once: a rebind between the take and a give-back must not move a slot between jobs. */
-	s32 svc = READ_ONCE(tctx->svc);
-	u64 owner = READ_ONCE(tctx->owner);
+	s32 svc;
+	u64 owner;
 
 	if (tctx->job_token)
 		return true;
 	/* Fast refusal without the call: the job is at its allotment. */
-	if (READ_ONCE(j->holders) >= allot || !job_holders_take(svc, owner, allot))
+	if (READ_ONCE(j->holders) >= allot)
+		return false;
+	/* Read once: a rebind between the take and a give-back must not move a slot between jobs. */
+	svc = READ_ONCE(tctx->svc);
+	owner = READ_ONCE(tctx->owner);
+	if (!job_holders_take(svc, owner, allot))
 		return false;
 	/* Raced with another claim for this task: give the slot back (not a leak). */
 	if (__sync_val_compare_and_swap(&tctx->job_token, 0, 1) != 0)
