@@ -336,6 +336,12 @@ struct task_ctx {
 	bool job_lent;
 	bool job_overdue;
 	u64 job_from_ns;
+	/*
+	 * The CPU time (sum_exec_runtime) from which ops.tick charges the job
+	 * again: one compare per tick instead of job_tick's checks (see
+	 * job_tick_next). ~0 while it is not on a CPU as the job's.
+	 */
+	u64 job_tick_at;
 	u64 job_wait_at_ns;
 	/* When it took a job token to queue for a CPU (0: none pending): j->token_wait_ns. */
 	u64 job_token_at_ns;
@@ -717,7 +723,12 @@ static __always_inline u64 service_threshold_floor(u32 svc)
 	return s ? s->threshold_floor_ns : 0;
 }
 
-/* @tctx's request entry, if it still tracks @tctx's request of @tctx's registration. */
+/*
+ * @tctx's request entry, if it still tracks @tctx's request of @tctx's
+ * registration. The tag and the epoch say so: the owner changes only in a
+ * reset (request_acct), which bumps the epoch, and a task whose owner
+ * changes is unbound first (resolve_task_ctx: its tag goes to NO_TAG).
+ */
 static __always_inline struct tailctl_request_acct *acct_of(struct task_ctx *tctx)
 {
 	struct tailctl_request_acct *a;
@@ -726,8 +737,7 @@ static __always_inline struct tailctl_request_acct *acct_of(struct task_ctx *tct
 	if (tctx->tag == NO_TAG)
 		return NULL;
 	a = bpf_map_lookup_elem(&req_acct, &idx);
-	if (!a || READ_ONCE(a->tag) != tctx->tag || READ_ONCE(a->owner) != tctx->owner ||
-	    READ_ONCE(a->epoch) != tctx->acct_epoch)
+	if (!a || READ_ONCE(a->tag) != tctx->tag || READ_ONCE(a->epoch) != tctx->acct_epoch)
 		return NULL;
 	return a;
 }
@@ -1112,15 +1122,13 @@ static __always_inline bool still_bound(struct task_struct *p, struct task_ctx *
 }
 
 /*
- * The request @tctx's worker is on now, validated against the region: returns
- * its tag and sets *acct_idx, or NO_TAG.
+ * The tag @tctx's worker publishes (the request it is on), not yet checked
+ * against the request's slot (request_of_tag), or NO_TAG.
  */
-static __always_inline u64 current_request(struct task_ctx *tctx, struct tailctl_region *r, u32 *acct_idx)
+static __always_inline u64 worker_current(struct task_ctx *tctx, struct tailctl_region *r)
 {
 	struct tailctl_worker_slot *w;
-	struct tailctl_request_slot *req;
-	u32 slot, gen, widx = tctx->worker;
-	u64 cur;
+	u32 widx = tctx->worker;
 
 	if (widx >= TAILCTL_MAX_WORKERS)
 		return NO_TAG;
@@ -1134,7 +1142,14 @@ static __always_inline u64 current_request(struct task_ctx *tctx, struct tailctl
 	 */
 	if (READ_ONCE(w->state) != TAILCTL_WORKER_WORKING)
 		return NO_TAG;
-	cur = READ_ONCE(w->current);
+	return READ_ONCE(w->current);
+}
+
+/* @cur (worker_current) if its request slot still holds it: its tag, with *acct_idx set; else NO_TAG. */
+static __always_inline u64 request_of_tag(struct task_ctx *tctx, struct tailctl_region *r, u64 cur, u32 *acct_idx)
+{
+	u32 slot, gen;
+
 	if (cur == NO_TAG)
 		return NO_TAG;
 	slot = (u32)cur;
@@ -1143,12 +1158,20 @@ static __always_inline u64 current_request(struct task_ctx *tctx, struct tailctl
 		STAT_INC(invalid_hints);
 		return NO_TAG;
 	}
-	req = &r->requests[slot];
 	/* A stale tag (the slot was reused) is ignored, not charged. */
-	if (READ_ONCE(req->generation) != gen)
+	if (READ_ONCE(r->requests[slot].generation) != gen)
 		return NO_TAG;
 	*acct_idx = (u32)tctx->svc * TAILCTL_MAX_REQUESTS + slot;
 	return cur;
+}
+
+/*
+ * The request @tctx's worker is on now, validated against the region: returns
+ * its tag and sets *acct_idx, or NO_TAG.
+ */
+static __always_inline u64 current_request(struct task_ctx *tctx, struct tailctl_region *r, u32 *acct_idx)
+{
+	return request_of_tag(tctx, r, worker_current(tctx, r), acct_idx);
 }
 
 /* --request-shares: apply_allot shares each job's allotment among its requests (off: no pass). */
@@ -1370,7 +1393,7 @@ static __always_inline void begin_request_at(struct task_struct *p, struct task_
 					     struct tailctl_region *r, u64 now, u64 tag, u32 idx)
 {
 	struct tailctl_request_acct *a;
-	u32 slot, running, od, alloc;
+	u32 slot, running = 0, od, alloc, unheld_n, held;
 	u64 e, w = 0, unheld = 0;
 	bool arrived;
 
@@ -1404,6 +1427,26 @@ static __always_inline void begin_request_at(struct task_struct *p, struct task_
 	 */
 	set_cpu_run(tag, idx);
 	e = tctx->acct_epoch;
+	/*
+	 * Uncapped at first sight (most starts): one step instead of two.
+	 * Count as running and unheld at once, then read the cap again. As
+	 * with `arriving`, check_threshold sets the cap before it reads the
+	 * counts (both full barriers): it sees this thread unheld (so does
+	 * not settle, and kicks it through cpu_runs), or the re-read sees the
+	 * cap; then the step is undone and the thread takes the careful path
+	 * below. Meanwhile it counts as a runner without a token, which
+	 * max_running_settled (token holders) leaves out.
+	 */
+	if (!READ_ONCE(a->alloc) && !READ_ONCE(tctx->holds_token)) {
+		if (runners_step(a, e, RUNNERS_RUNNING | RUNNERS_UNHELD, 0, &w) == ACCT_DONE) {
+			if (READ_ONCE(a->tag) == tag && !READ_ONCE(a->alloc)) {
+				tctx->counted_unheld = true;
+				running = runners_running(w);
+				goto counted;
+			}
+			runners_step(a, e, 0, RUNNERS_RUNNING | RUNNERS_UNHELD, &w);
+		}
+	}
 	/* The entry was reset under us (or is being): our count went with it; back off. */
 	arrived = runners_step(a, e, RUNNERS_ARRIVING, 0, &w) == ACCT_DONE;
 	if (arrived && READ_ONCE(a->tag) != tag) {
@@ -1462,6 +1505,7 @@ static __always_inline void begin_request_at(struct task_struct *p, struct task_
 	running = 0;
 	if (runners_step(a, e, RUNNERS_RUNNING | unheld, RUNNERS_ARRIVING, &w) == ACCT_DONE)
 		running = runners_running(w);
+counted:
 	od = acnt(READ_ONCE(a->overdue_running));
 	running = running > od ? running - od : 0;
 	tctx->counted_running = true;
@@ -1479,8 +1523,17 @@ static __always_inline void begin_request_at(struct task_struct *p, struct task_
 	slot = (u32)tag;
 	if (slot < TAILCTL_MAX_REQUESTS)
 		r->requests[slot].kernel_running = running;
-	if (a->serialized_at_ns && a->settled_at_ns && running > a->max_running_settled)
-		a->max_running_settled = running;
+	/*
+	 * After settling, the token holders: a runner without one is a thread
+	 * of the fast path above between its step and its undo (it backs out,
+	 * or claims, within this callback).
+	 */
+	if (a->serialized_at_ns && a->settled_at_ns) {
+		unheld_n = RUNNERS_CNT(w, TAILCTL_RUNNERS_UNHELD_SHIFT);
+		held = running > unheld_n ? running - unheld_n : 0;
+		if (held > a->max_running_settled)
+			a->max_running_settled = held;
+	}
 }
 
 /* Start charging @p to the request its worker is on now. */
@@ -2728,6 +2781,26 @@ static __always_inline void job_check_enforced(struct tailctl_job_acct *j, u64 n
 		st->allot_kick_lat_hist[b]++;
 }
 
+/*
+ * Without an allotment controller (--allot off, the default) a job's CPU
+ * counters feed only what operators read (`tailctl top`, maps dump), once a
+ * second by default, and a tick has nothing to enforce: a job thread is
+ * charged once this much of its CPU time has gathered (and at ops.stopping),
+ * not at every tick, so a thread that runs a whole second without stopping
+ * shows in a one-second reading within 5% (in a 0.5 s refresh within 10%).
+ * With a controller every tick charges, as the work/steal split of its `u`
+ * takes the worker's state at each charge. (Measured under --icount: at
+ * 10 ms, every third 4 ms tick charged, about 40 instructions a tick on
+ * average.)
+ */
+#define JOB_TICK_CHARGE_NS 50000000ULL
+
+/* After a charge at CPU time @cpu_ns: when ops.tick charges next (every tick with a controller). */
+static __always_inline void job_tick_next(struct task_ctx *tctx, u64 cpu_ns)
+{
+	tctx->job_tick_at = allot_controller ? 0 : cpu_ns + JOB_TICK_CHARGE_NS;
+}
+
 /* Charge the CPU time since the last charge point to the job (working or not, borrowed or not). */
 static __always_inline void job_charge(struct task_struct *p, struct task_ctx *tctx, struct tailctl_job_acct *j,
 				       struct tailctl_region *r)
@@ -2735,6 +2808,7 @@ static __always_inline void job_charge(struct task_struct *p, struct task_ctx *t
 	u64 now_cpu = p->se.sum_exec_runtime, delta;
 	u32 w = tctx->worker;
 
+	job_tick_next(tctx, now_cpu);
 	if (!tctx->job_from_ns || now_cpu < tctx->job_from_ns) {
 		tctx->job_from_ns = now_cpu;
 		return;
@@ -2785,6 +2859,7 @@ static __always_inline void job_stop(struct task_struct *p, struct task_ctx *tct
 	if (p && j && tctx->job_on_cpu)
 		job_charge(p, tctx, j, r);
 	tctx->job_from_ns = 0;
+	tctx->job_tick_at = ~0ULL;
 	if (tctx->job_on_cpu) {
 		tctx->job_on_cpu = false;
 		if (allot_controller)
@@ -3236,6 +3311,7 @@ static __always_inline void job_running(struct task_struct *p, struct task_ctx *
 		__sync_fetch_and_add(&j->running, 1);
 	}
 	tctx->job_on_cpu = true;
+	job_tick_next(tctx, tctx->job_from_ns);
 	if (allot_controller)
 		set_job_cpu(tctx->svc + 1, tctx->job_borrowing);
 	set_descheduled(tctx, false);
@@ -3252,19 +3328,6 @@ static __always_inline void job_stopping(struct task_struct *p, struct task_ctx 
 		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), 0);
 }
 
-/*
- * Without an allotment controller (--allot off, the default) a job's CPU
- * counters feed only what operators read (`tailctl top`, maps dump), once a
- * second by default, and a tick has nothing to enforce: a job thread is
- * charged once this much of its CPU time has gathered (and at ops.stopping),
- * not at every tick, so a thread that runs a whole second without stopping
- * shows in a one-second reading within 5% (in a 0.5 s refresh within 10%).
- * With a controller every tick charges, as the work/steal split of its `u`
- * takes the worker's state at each charge. (Measured under --icount: at
- * 10 ms, every third 4 ms tick charged, about 40 instructions a tick on
- * average.)
- */
-#define JOB_TICK_CHARGE_NS 50000000ULL
 
 /* ops.tick for a job thread: charge; give back a borrowed CPU someone wants; shed a token over the allotment. */
 static __always_inline void job_tick(struct task_struct *p, struct task_ctx *tctx, struct tailctl_region *r)
@@ -3272,11 +3335,8 @@ static __always_inline void job_tick(struct task_struct *p, struct task_ctx *tct
 	struct tailctl_job_acct *j;
 	u32 allot;
 
-	/* Not running as the job's (no entry at ops.running): no look-ups. */
+	/* Not running as the job's (no entry at ops.running): no look-ups. Not yet due: see the caller. */
 	if (!tctx->job_on_cpu)
-		return;
-	if (!allot_controller && tctx->job_from_ns &&
-	    p->se.sum_exec_runtime - tctx->job_from_ns < JOB_TICK_CHARGE_NS)
 		return;
 	j = job_entry(tctx->svc, tctx->owner);
 	if (!j)
@@ -4182,30 +4242,41 @@ void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 	struct tailctl_request_acct *a;
 	struct tailctl_region *r;
 	u32 idx = 0;
-	u64 now, tag;
+	u64 now, tag, cpu_ns;
 
 	/* Unsigned: one compare for "unbound" (svc -1) and service_region's bound. */
 	if (!tctx || (u32)tctx->svc >= TAILCTL_MAX_SERVICES)
 		return;
 	/* One region look-up for the job's and the request's accounting. */
 	r = service_region(tctx->svc);
-	job_tick(p, tctx, r);
+	cpu_ns = p->se.sum_exec_runtime;
+	if (cpu_ns >= tctx->job_tick_at)
+		job_tick(p, tctx, r);
 	if (!r)
 		return;
 	now = 0; /* read only if something is stamped (clock_or) */
-	tag = current_request(tctx, r, &idx);
+	tag = worker_current(tctx, r);
+	/*
+	 * Still on the request it began (checked against its slot then): no
+	 * second check of the slot's generation. Its entry is checked instead
+	 * (acct_of: tag and epoch): once the slot's next request starts, the
+	 * entry is reset and nothing more is charged to the old one.
+	 */
 	if (tag != tctx->tag) {
-		end_request(p, tctx, r, now, tag != NO_TAG);
-		/* The request just read: no second current_request. */
-		begin_request_at(p, tctx, r, now, tag, idx);
-		return;
+		tag = request_of_tag(tctx, r, tag, &idx);
+		if (tag != tctx->tag) {
+			end_request(p, tctx, r, now, tag != NO_TAG);
+			/* The request just read: no second current_request. */
+			begin_request_at(p, tctx, r, now, tag, idx);
+			return;
+		}
 	}
 	/* On no request before and now: nothing to charge (acct_of and charge_request would find none). */
 	if (tag == NO_TAG)
 		return;
 	/* One look-up for the charge and the cap check (NULL with no request). */
 	a = acct_of(tctx);
-	charge_request(tctx, r, a, now, p->se.sum_exec_runtime);
+	charge_request(tctx, r, a, now, cpu_ns);
 	if (a && READ_ONCE(a->alloc)) {
 		if (claim_token(tctx, a)) {
 			note_held(tctx, a);
@@ -4412,6 +4483,7 @@ s32 BPF_STRUCT_OPS(tailctl_init_task, struct task_struct *p, struct scx_init_tas
 		return -ENOMEM;
 	tctx->svc = -1;
 	tctx->tag = NO_TAG;
+	tctx->job_tick_at = ~0ULL;
 	tctx->bind_gen = BIND_GEN_NONE;
 	return 0;
 }
