@@ -1341,12 +1341,20 @@ static __always_inline void check_threshold(struct task_ctx *tctx, struct tailct
 	STAT_INC(serializations);
 	__sync_fetch_and_add(&r->header.kernel_serialized, 1);
 
-	/* Publish: set SERIALIZED unless the slot moved on (one CAS on flags+generation). */
+	/*
+	 * Publish: set SERIALIZED unless the slot moved on (one CAS on
+	 * flags+generation), and the alloc only in the same case: a worker
+	 * whose `current` still names a finished request is charged to it
+	 * (ops.tick does not re-read the slot's generation while the worker
+	 * stays on its request), and that request's crossing must not mark
+	 * the slot's next one.
+	 */
 publish:
 	req = &r->requests[slot];
 	old = *(volatile u64 *)&req->flags;
-	if ((u32)(old >> 32) == (u32)(tctx->tag >> 32))
-		__sync_val_compare_and_swap((u64 *)&req->flags, old, old | TAILCTL_FLAG_SERIALIZED);
+	if ((u32)(old >> 32) != (u32)(tctx->tag >> 32))
+		return;
+	__sync_val_compare_and_swap((u64 *)&req->flags, old, old | TAILCTL_FLAG_SERIALIZED);
 	if (!serialize_mark_only)
 		req->kernel_alloc = 1;
 }
