@@ -349,7 +349,12 @@ struct tailctl_request_acct {
 	 *    second runner.
 	 */
 	u64 runners;
-	/* The most threads seen running at once after serialization settled. */
+	/*
+	 * The most threads seen running at once after serialization settled:
+	 * token holders, and a thread that started without one (see
+	 * begin_request_at); threads let through by the wait bound are counted
+	 * apart (overdue).
+	 */
 	u32 max_running_settled;
 	u32 reserved1;
 	/* Threads allowed to be dispatched (the cap's tokens in use), and the cap. */

@@ -64,11 +64,16 @@
  *    parked at ACCT_RESETTING so no thread counts itself into it meanwhile. A
  *    count found missing (a release below zero, or a token whose recorded
  *    holder no longer holds it, reclaimed by the timer) is a token_leak.
- *  - Counting runners: ops.running announces a thread in `arriving` before it
- *    reads the cap, and check_threshold sets the cap before reading arriving +
- *    unheld in one word (full barriers on both sides), so a racing thread is either seen
- *    (and kicked) or backs out; only threads past the check count in
- *    `running`, so one that backs out never shows as a second runner.
+ *  - Counting runners: ops.running announces a thread before it reads the
+ *    cap, and check_threshold sets the cap before reading arriving + unheld
+ *    in one word (full barriers on both sides), so a racing thread is either
+ *    seen (and kicked) or backs out. A thread that found no cap announces
+ *    itself as running and unheld in one step and reads the cap again; one
+ *    that found a cap (or finds it on the re-read) announces itself in
+ *    `arriving`, which is not `running`, so one that backs out from there
+ *    never shows as a second runner. The first kind may show for a moment
+ *    as an unheld runner before it backs out: the cap's own figure
+ *    (max_running_settled) counts token holders.
  *    Runners without a token (they began before the cap) are also counted
  *    `unheld` until they stop or get a token: serialization has
  *    settled only once none is left (settled_now), not merely once one
@@ -524,8 +529,8 @@ static __always_inline u64 clock_or(u64 now)
  * (runners_step).
  *
  * Why: request_acct() resets an entry (counts zeroed, epoch++) and a region
- * may name the same tag again, so a thread can pass acct_of() (tag, owner,
- * epoch all still its own), lose its CPU to the reset on another CPU, and
+ * may name the same tag again, so a thread can pass acct_of() (tag and
+ * epoch still its own), lose its CPU to the reset on another CPU, and
  * then step a count that now belongs to the next epoch: a give-back finding
  * 0 was counted as a token_leak though nothing leaked, and one finding a new
  * holder's token took it away (a second runner under a cap of one). The
@@ -1276,6 +1281,19 @@ static __always_inline void note_held(struct task_ctx *tctx, struct tailctl_requ
 }
 
 /*
+ * Does request slot (u32)@tag of @r still hold @tag's generation? The figures
+ * the kernel publishes there (kernel_work_ns, kernel_running) are written only
+ * then: a worker's thread may still be charged to a finished request whose
+ * slot holds the next one (see tailctl_tick).
+ */
+static __always_inline bool slot_is_tags(struct tailctl_region *r, u64 tag)
+{
+	u32 slot = (u32)tag;
+
+	return slot < TAILCTL_MAX_REQUESTS && READ_ONCE(r->requests[slot].generation) == (u32)(tag >> 32);
+}
+
+/*
  * --serialize-mark-only: a crossing only marks the request (stamp, count,
  * SERIALIZED in the region); its cap is left as it was, so its threads are not
  * held to one token.
@@ -1389,7 +1407,7 @@ static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl
 	}
 	/* The sum this add made (fetch-and-add): no second load of the entry. */
 	work = __sync_fetch_and_add(&a->work_ns, delta) + delta;
-	if (slot < TAILCTL_MAX_REQUESTS)
+	if (slot_is_tags(r, tctx->tag))
 		r->requests[slot].kernel_work_ns = work;
 	if (widx < TAILCTL_MAX_WORKERS)
 		__sync_fetch_and_add(&r->workers[widx].kernel_work_ns, delta);
@@ -1532,13 +1550,17 @@ counted:
 	if (slot < TAILCTL_MAX_REQUESTS)
 		r->requests[slot].kernel_running = running;
 	/*
-	 * After settling, the token holders: a runner without one is a thread
-	 * of the fast path above between its step and its undo (it backs out,
-	 * or claims, within this callback).
+	 * After settling, the threads running as holders, and this one if it
+	 * runs without a token (it passed its own re-read of the cap: e.g. a
+	 * share change put the cap at 0 for a moment). Other runners without
+	 * one are left out: they may be threads of the fast path above between
+	 * its step and its undo (they back out, or claim, within the callback).
 	 */
 	if (a->serialized_at_ns && a->settled_at_ns) {
 		unheld_n = RUNNERS_CNT(w, TAILCTL_RUNNERS_UNHELD_SHIFT);
 		held = running > unheld_n ? running - unheld_n : 0;
+		if (tctx->counted_unheld)
+			held++;
 		if (held > a->max_running_settled)
 			a->max_running_settled = held;
 	}
@@ -1607,7 +1629,7 @@ static __always_inline void end_request(struct task_struct *p, struct task_ctx *
 		tctx->counted_overdue = false;
 		acct_dec(&a->overdue_running, tctx->acct_epoch, 0);
 	}
-	if (r && slot < TAILCTL_MAX_REQUESTS)
+	if (r && slot_is_tags(r, tctx->tag))
 		r->requests[slot].kernel_running = running;
 	if (a->serialized_at_ns && !a->settled_at_ns && settled_now(a))
 		a->settled_at_ns = clock_or(now);
@@ -2816,8 +2838,14 @@ static __always_inline void job_charge(struct task_struct *p, struct task_ctx *t
 	u64 now_cpu = p->se.sum_exec_runtime, delta;
 	u32 w = tctx->worker;
 
+	/*
+	 * job_from_ns was set at this run's ops.running (both callers run only
+	 * while job_on_cpu): 0 is a start like any other (a new thread's first
+	 * run), not "unset", or a first run shorter than JOB_TICK_CHARGE_NS
+	 * would never be charged.
+	 */
 	job_tick_next(tctx, now_cpu);
-	if (!tctx->job_from_ns || now_cpu < tctx->job_from_ns) {
+	if (now_cpu < tctx->job_from_ns) {
 		tctx->job_from_ns = now_cpu;
 		return;
 	}
@@ -4267,8 +4295,11 @@ void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 	/*
 	 * Still on the request it began (checked against its slot then): no
 	 * second check of the slot's generation. Its entry is checked instead
-	 * (acct_of: tag and epoch): once the slot's next request starts, the
-	 * entry is reset and nothing more is charged to the old one.
+	 * (acct_of: tag and epoch). A worker whose `current` still names a
+	 * finished request is charged to it until the slot's next request first
+	 * runs here (request_acct resets the entry then); what is published in
+	 * the slot is written only for its own generation (slot_is_tags,
+	 * check_threshold).
 	 */
 	if (tag != tctx->tag) {
 		tag = request_of_tag(tctx, r, tag, &idx);
