@@ -1281,16 +1281,21 @@ static __always_inline void note_held(struct task_ctx *tctx, struct tailctl_requ
 }
 
 /*
- * Does request slot (u32)@tag of @r still hold @tag's generation? The figures
- * the kernel publishes there (kernel_work_ns, kernel_running) are written only
- * then: a worker's thread may still be charged to a finished request whose
- * slot holds the next one (see tailctl_tick).
+ * Request slot (u32)@tag of @r if it still holds @tag's generation, else
+ * NULL. The figures the kernel publishes there (kernel_work_ns,
+ * kernel_running) are written only then: a worker's thread may still be
+ * charged to a finished request whose slot holds the next one (see
+ * tailctl_tick).
  */
-static __always_inline bool slot_is_tags(struct tailctl_region *r, u64 tag)
+static __always_inline struct tailctl_request_slot *slot_of_tag(struct tailctl_region *r, u64 tag)
 {
+	struct tailctl_request_slot *req;
 	u32 slot = (u32)tag;
 
-	return slot < TAILCTL_MAX_REQUESTS && READ_ONCE(r->requests[slot].generation) == (u32)(tag >> 32);
+	if (slot >= TAILCTL_MAX_REQUESTS)
+		return NULL;
+	req = &r->requests[slot];
+	return READ_ONCE(req->generation) == (u32)(tag >> 32) ? req : NULL;
 }
 
 /*
@@ -1385,7 +1390,8 @@ publish:
 static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl_region *r,
 					   struct tailctl_request_acct *a, u64 now, u64 cpu_ns)
 {
-	u32 slot = (u32)tctx->tag, widx = tctx->worker;
+	struct tailctl_request_slot *req;
+	u32 widx = tctx->worker;
 	u64 delta, work;
 
 	if (tctx->tag == NO_TAG || !tctx->charge_from_ns)
@@ -1407,8 +1413,9 @@ static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl
 	}
 	/* The sum this add made (fetch-and-add): no second load of the entry. */
 	work = __sync_fetch_and_add(&a->work_ns, delta) + delta;
-	if (slot_is_tags(r, tctx->tag))
-		r->requests[slot].kernel_work_ns = work;
+	req = slot_of_tag(r, tctx->tag);
+	if (req)
+		req->kernel_work_ns = work;
 	if (widx < TAILCTL_MAX_WORKERS)
 		__sync_fetch_and_add(&r->workers[widx].kernel_work_ns, delta);
 	check_threshold(tctx, r, a, now, work);
@@ -1587,8 +1594,9 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
 static __always_inline void end_request(struct task_struct *p, struct task_ctx *tctx,
 					struct tailctl_region *r, u64 now, bool next_on_cpu)
 {
+	struct tailctl_request_slot *req;
 	struct tailctl_request_acct *a;
-	u32 slot = (u32)tctx->tag, running;
+	u32 running;
 	u64 sub, w = 0;
 	int ok;
 
@@ -1629,8 +1637,9 @@ static __always_inline void end_request(struct task_struct *p, struct task_ctx *
 		tctx->counted_overdue = false;
 		acct_dec(&a->overdue_running, tctx->acct_epoch, 0);
 	}
-	if (r && slot_is_tags(r, tctx->tag))
-		r->requests[slot].kernel_running = running;
+	req = r ? slot_of_tag(r, tctx->tag) : NULL;
+	if (req)
+		req->kernel_running = running;
 	if (a->serialized_at_ns && !a->settled_at_ns && settled_now(a))
 		a->settled_at_ns = clock_or(now);
 }
@@ -4298,7 +4307,7 @@ void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 	 * (acct_of: tag and epoch). A worker whose `current` still names a
 	 * finished request is charged to it until the slot's next request first
 	 * runs here (request_acct resets the entry then); what is published in
-	 * the slot is written only for its own generation (slot_is_tags,
+	 * the slot is written only for its own generation (slot_of_tag,
 	 * check_threshold).
 	 */
 	if (tag != tctx->tag) {
