@@ -559,6 +559,12 @@ struct tailctl_stats {
 	 * take it (tailctl_yield): no ops.dispatch round trip for them.
 	 */
 	u64 yields_kept;
+	/*
+	 * Longest a thread let through at the wait bound waited from its
+	 * throttling to its run, in ns (max, not a sum): the bound's promise as
+	 * the thread sees it (max_throttle_wait_ns stops at the release).
+	 */
+	u64 max_overdue_wait_ns;
 };
 
 #endif /* __TAILCTL_INTF_H */

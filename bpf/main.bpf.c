@@ -1421,6 +1421,20 @@ static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl
 	check_threshold(tctx, r, a, now, work);
 }
 
+/* A waiter let through at the bound runs now: its wait, throttling to run (tailctl_stats.max_overdue_wait_ns). */
+static __always_inline void note_overdue_wait(struct task_ctx *tctx)
+{
+	struct tailctl_stats *st;
+	u64 now, at = tctx->throttled_at_ns;
+
+	if (!at)
+		return;
+	now = bpf_ktime_get_ns();
+	st = stats_cpu();
+	if (st && now > at && now - at > st->max_overdue_wait_ns)
+		st->max_overdue_wait_ns = now - at;
+}
+
 /* Start charging @p to request @tag (acct index @idx), the one its worker is on now (current_request). */
 static __always_inline void begin_request_at(struct task_struct *p, struct task_ctx *tctx,
 					     struct tailctl_region *r, u64 now, u64 tag, u32 idx)
@@ -1526,6 +1540,7 @@ static __always_inline void begin_request_at(struct task_struct *p, struct task_
 		tctx->counted_overdue = true;
 		acct_inc(&a->overdue_running, e, ACCT_CNT_MASK);
 		__sync_fetch_and_add(&a->overdue, 1);
+		note_overdue_wait(tctx);
 	}
 	/*
 	 * From arriving to running in one step, and counted unheld in the same

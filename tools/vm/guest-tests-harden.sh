@@ -26,6 +26,12 @@
 #   waitrenice: (open, not in the default list) the same with every CPU
 #              online while a re-nicer on another CPU toggles the waiter's
 #              nice value every 20 ms (each a re-enqueue).
+#   waitunpinned: (open, not in the default list: it fails on the current
+#              build) the wait bound for an unpinned waiter with every CPU
+#              busy (a hog per CPU, 1 s slices, sleepers queued ahead of the
+#              frontier): threads let through at the 100 ms bound ran 1.1-2.0 s
+#              after they began to wait (session 22: four runs on 6.18, one
+#              on 7.3).
 #   rcureader: khugepaged (nice 19) kept busy collapsing huge pages (RCU
 #              read-side copies) beside the greedy load: preempted mid-copy it
 #              held a grace period 21 s, the RCU stall detector ejected us
@@ -280,7 +286,7 @@ PY
 # (tailctl-w*: the wait bound is theirs) that are runnable but made no
 # progress since the last look (state R, no CPU time: waiting for a CPU), or
 # with MODE "runnable" of every runnable worker thread (one that waits only a
-# few ms between two looks is caught too). Each re-nice dequeues and
+# few ms between two looks is caught too; "watch": none, only measure). Each re-nice dequeues and
 # re-enqueues a queued thread. Prints JSON: re-nices of waiting threads, of
 # all, and the longest wait seen (ms).
 renice_waiters() {
@@ -319,7 +325,7 @@ while prev is not None and time.monotonic() < end:
             longest = max(longest, now - since[t])
         else:
             since.pop(t, None)
-        if waiting or (mode == "runnable" and state == "R"):
+        if mode != "watch" and (waiting or (mode == "runnable" and state == "R")):
             try:
                 os.setpriority(os.PRIO_PROCESS, t, nice)
                 renices += waiting
@@ -394,6 +400,80 @@ print(("bad " + "; ".join(why) + ": " + msg) if why else ("ok " + msg))
 PY
 )
   case "$verdict" in ok*) pass waitrenice "${verdict#ok }" "\"hold\": $(cat "$out/renice-hold.json")";; *) fail waitrenice "${verdict#bad }";; esac
+}
+
+# waitunpinned (open: see the list above): the wait bound for a waiter that
+# may run anywhere, with every CPU busy. One hog per CPU and 1 s slices, so a CPU dispatches about once a
+# second; sleepers that wake every few ms and queue with sleeper credit,
+# ahead of the frontier; the service unpinned (waitrenice pins it). A waiter
+# let through at its 100 ms bound (the bound timer kicks its CPU, whose
+# ops.dispatch releases it) used to go to the fair queue at the frontier:
+# every sleeper queued meanwhile went first, one per dispatch, and it waited
+# for later dispatches, a second apart. Tried in session 22 and not kept:
+# such a waiter put at the head of the releasing CPU (as a pinned one is at
+# its own): one run of three under 400 ms (152 ms), the others 1.1 s, as
+# before; the cause of the remaining second is not found. Asserted: the kernel's
+# max_overdue_wait_ns, throttling to run of the threads let through at the
+# bound. Reported beside it: the longest a worker stayed runnable without
+# running, seen from user space (20 ms looks), which includes the holder's
+# own waits for a CPU under 1 s slices (no bound's business).
+test_waitunpinned() {
+  start_sched --slice-us 1000000 --max-throttle-wait-ms 100 || { fail waitunpinned "scheduler did not load"; return; }
+  local n; n=$(nproc)
+  local bg=() i
+  for ((i = 0; i < n; i++)); do "$PY" -c 'while True: pass' & bg+=($!); done
+  "$PY" - <<'PY' &
+import os, threading, time
+def sleeper():
+    while True:
+        time.sleep(0.004)
+        t = time.perf_counter() + 0.0005
+        while time.perf_counter() < t:
+            pass
+for _ in range(8):
+    threading.Thread(target=sleeper, daemon=True).start()
+time.sleep(60)
+PY
+  bg+=($!)
+  "$ktest" -w 2 hold --secs 14 --threshold-ms 1500 >"$out/unpinned-hold.json" 2>"$out/ktest.err" &
+  local kp=$! t0=$SECONDS
+  while [ $((SECONDS - t0)) -lt 10 ]; do
+    [ "$(jget "$("$ktest" stats 2>/dev/null)" serializations 2>/dev/null)" -gt 0 ] 2>/dev/null && break
+    sleep 0.2
+  done
+  renice_waiters "$kp" 4 "" watch >"$out/unpinned-watch.json" 2>"$out/unpinned-watch.err" &
+  local wp=$!
+  wait $kp; local rc=$?
+  wait $wp
+  kill "${bg[@]}" 2>/dev/null; wait "${bg[@]}" 2>/dev/null
+  local alive=yes; sched_alive || alive=no
+  stop_sched; local src=$?
+  [ $alive = yes ] || { fail waitunpinned "scheduler ejected: $(sched_why)"; return; }
+  [ $src = 0 ] || { fail waitunpinned "scheduler exit non-zero: $(sched_why)"; return; }
+  [ $rc = 0 ] || { fail waitunpinned "ktest hold failed: $(tail -c 300 "$out/ktest.err")"; return; }
+  local verdict
+  verdict=$("$PY" - "$(cat "$out/unpinned-hold.json")" "$(cat "$out/unpinned-watch.json" 2>/dev/null)" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+q = json.loads(sys.argv[2] or "{}")
+longest = q.get("longest_wait_ms", 0)
+why = []
+if not r["throttled"]: why.append("no thread waited")
+if not r["overdue_runs"]: why.append("no waiter reached the bound: nothing was tested")
+# A waiter let through at the bound runs at its release (the bound, plus
+# up to a quarter of it for the timer, plus TCG's slop), not after the
+# sleepers queued meanwhile, one per 1 s dispatch.
+od = r["max_overdue_wait_ms"]
+if od > 400: why.append(f"a thread let through at the 100 ms bound ran {od:.0f} ms after it began to wait")
+if r["max_throttle_wait_ms"] > 500: why.append(f"the kernel saw a wait of {r['max_throttle_wait_ms']:.0f} ms in the throttle queue")
+msg = (f"longest wait to an overdue run {od:.0f} ms (kernel: throttling to running; in the throttle queue "
+       f"{r['max_throttle_wait_ms']:.0f} ms); longest runnable without running seen from user space {longest:.0f} ms; "
+       f"{r['bound_kicks']} timer kicks, {r['overdue_runs']} overdue runs, {r['throttled']} waits "
+       f"(bound 100 ms, 1 s slices, a hog per CPU, 8 sleepers)")
+print(("bad " + "; ".join(why) + ": " + msg) if why else ("ok " + msg))
+PY
+)
+  case "$verdict" in ok*) pass waitunpinned "${verdict#ok }" "\"hold\": $(cat "$out/unpinned-hold.json")";; *) fail waitunpinned "${verdict#bad }";; esac
 }
 
 test_slotreuse() {

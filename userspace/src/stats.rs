@@ -49,6 +49,10 @@ pub struct Metrics {
     #[stat(desc = "Longest throttle wait so far, ns (a maximum since load, not a delta)")]
     pub max_throttle_wait_ns: u64,
     #[stat(
+        desc = "Longest wait from throttling to running of a thread let through at the wait bound, ns (a maximum since load)"
+    )]
+    pub max_overdue_wait_ns: u64,
+    #[stat(
         desc = "Watchdog timeout minus the longest throttle wait, ms (how close a throttled thread came to ejecting the scheduler)"
     )]
     pub watchdog_margin_ms: i64,
@@ -223,6 +227,7 @@ impl Metrics {
         self.token_leaks += s.token_leaks;
         self.bound_kicks += s.bound_kicks;
         self.max_throttle_wait_ns = self.max_throttle_wait_ns.max(s.max_throttle_wait_ns);
+        self.max_overdue_wait_ns = self.max_overdue_wait_ns.max(s.max_overdue_wait_ns);
         self.allot_reallocs += s.allot_reallocs;
         self.allot_enforced += s.allot_enforced;
         self.allot_lat_sum_ns += s.allot_lat_sum_ns;
@@ -284,6 +289,7 @@ impl Metrics {
         // The longest wait of any kind is what a watchdog would see.
         let longest = self
             .max_throttle_wait_ns
+            .max(self.max_overdue_wait_ns)
             .max(self.allot_max_wait_ns)
             .max(self.prio_max_wait_ns());
         self.watchdog_margin_ms = WATCHDOG_TIMEOUT_MS - (longest / 1_000_000) as i64;
@@ -346,6 +352,7 @@ impl Metrics {
             overdue_runs: self.overdue_runs.saturating_sub(prev.overdue_runs),
             // Maxima, not counters: report the current value.
             max_throttle_wait_ns: self.max_throttle_wait_ns,
+            max_overdue_wait_ns: self.max_overdue_wait_ns,
             watchdog_margin_ms: self.watchdog_margin_ms,
             token_leaks: self.token_leaks.saturating_sub(prev.token_leaks),
             bound_kicks: self.bound_kicks.saturating_sub(prev.bound_kicks),

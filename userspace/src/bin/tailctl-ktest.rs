@@ -1443,6 +1443,8 @@ fn hold(cli: &Cli, secs: u64, threshold_ms: u64) -> Result<()> {
             "wall_ms": t0.elapsed().as_secs_f64() * 1e3,
             "kernel_serialized": pool.shared_state().header().kernel_serialized(),
             "max_throttle_wait_ms": s.max_throttle_wait_ns as f64 / 1e6,
+            // Throttling to run, for threads let through at the bound.
+            "max_overdue_wait_ms": s.max_overdue_wait_ns as f64 / 1e6,
             "overdue_runs": s.overdue_runs,
             "bound_kicks": s.bound_kicks,
             "throttled": s.throttled,
@@ -1566,6 +1568,7 @@ fn read_stats(pin_dir: &Path) -> Result<tailctl_stats> {
         }
         t.bound_kicks += s.bound_kicks;
         t.max_throttle_wait_ns = t.max_throttle_wait_ns.max(s.max_throttle_wait_ns);
+        t.max_overdue_wait_ns = t.max_overdue_wait_ns.max(s.max_overdue_wait_ns);
     }
     Ok(t)
 }
@@ -1586,6 +1589,7 @@ fn stats(cli: &Cli) -> Result<()> {
             "serializations": s.serializations, "reenqueues": s.reenqueues,
             "yields_kept": s.yields_kept,
             "max_throttle_wait_ms": s.max_throttle_wait_ns as f64 / 1e6,
+            "max_overdue_wait_ms": s.max_overdue_wait_ns as f64 / 1e6,
         }))?
     );
     Ok(())
