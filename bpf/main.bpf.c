@@ -1540,7 +1540,6 @@ static __always_inline void begin_request_at(struct task_struct *p, struct task_
 		tctx->counted_overdue = true;
 		acct_inc(&a->overdue_running, e, ACCT_CNT_MASK);
 		__sync_fetch_and_add(&a->overdue, 1);
-		note_overdue_wait(tctx);
 	}
 	/*
 	 * From arriving to running in one step, and counted unheld in the same
@@ -4283,6 +4282,9 @@ void BPF_STRUCT_OPS(tailctl_running, struct task_struct *p)
 	prio_running(p, tctx);
 	if (!tctx)
 		return;
+	/* Let through at the wait bound: its wait ends here, whatever its worker is doing now. */
+	if (tctx->overdue)
+		note_overdue_wait(tctx);
 	r = service_region(tctx->svc);
 	/* 0: the clock is read only if something is stamped (clock_or). */
 	if (r)

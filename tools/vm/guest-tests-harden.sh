@@ -30,7 +30,7 @@
 #              build) the wait bound for an unpinned waiter with every CPU
 #              busy (a hog per CPU, 1 s slices, sleepers queued ahead of the
 #              frontier): threads let through at the 100 ms bound ran 1.1-2.0 s
-#              after they began to wait (session 22: four runs on 6.18, one
+#              after they began to wait (session 22: eight runs on 6.18, one
 #              on 7.3).
 #   rcureader: khugepaged (nice 19) kept busy collapsing huge pages (RCU
 #              read-side copies) beside the greedy load: preempted mid-copy it
@@ -412,7 +412,8 @@ PY
 # for later dispatches, a second apart. Tried in session 22 and not kept:
 # such a waiter put at the head of the releasing CPU (as a pinned one is at
 # its own): one run of three under 400 ms (152 ms), the others 1.1 s, as
-# before; the cause of the remaining second is not found. Asserted: the kernel's
+# before; with a re-enqueue before the run sent back there too, 140 and
+# 1140 ms. The cause of the remaining second is not found. Asserted: the kernel's
 # max_overdue_wait_ns, throttling to run of the threads let through at the
 # bound. Reported beside it: the longest a worker stayed runnable without
 # running, seen from user space (20 ms looks), which includes the holder's
