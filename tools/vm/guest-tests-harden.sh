@@ -23,7 +23,7 @@
 #   waitbound: one CPU online, 1 s slices, a 100 ms wait bound: a waiter must
 #              be let through near its bound though no CPU dispatches before
 #              the holder's slice ends (only ops.dispatch enforced it before).
-#   waitrenice: (open, not in the default list) the same with every CPU
+#   waitrenice: (in the default list, before waitbound) the same with every CPU
 #              online while a re-nicer on another CPU toggles the waiter's
 #              nice value every 20 ms (each a re-enqueue).
 #   waitunpinned: (open, not in the default list: it fails on the current
