@@ -563,8 +563,25 @@ struct tailctl_stats {
 	 * Longest a thread let through at the wait bound waited from its
 	 * throttling to its run, in ns (max, not a sum): the bound's promise as
 	 * the thread sees it (max_throttle_wait_ns stops at the release).
+	 * Threads ahead of the fair frontier are kept apart
+	 * (max_overdue_ahead_wait_ns).
 	 */
 	u64 max_overdue_wait_ns;
+	/*
+	 * Threads let through at the wait bound that went to the fair queue,
+	 * not to the head of a CPU's local queue, because every CPU they could
+	 * take had had such a run within the last 20 ms (overdue_local_cpu).
+	 * Their waits count in max_overdue_wait_ns.
+	 */
+	u64 overdue_fair;
+	/*
+	 * Threads let through at the wait bound that were ahead of the fair
+	 * frontier in vtime (their earlier runs gave them their share): they
+	 * queue fairly, like any task with that vtime, and their waits,
+	 * throttling to run, are kept apart (max, ns).
+	 */
+	u64 overdue_ahead;
+	u64 max_overdue_ahead_wait_ns;
 };
 
 #endif /* __TAILCTL_INTF_H */

@@ -318,6 +318,8 @@ struct task_ctx {
 	bool counted_overdue;
 	/* ... and released to the head of its CPU (overdue_local_cpu). */
 	bool overdue_local;
+	/* ... or to the fair queue, being ahead of the frontier in vtime (overdue_local_cpu). */
+	bool overdue_ahead;
 	bool evict;
 	/* ops.select_cpu placed this wakeup on an idle CPU it claimed (see tailctl_enqueue). */
 	bool woke_idle;
@@ -903,6 +905,7 @@ static __always_inline void unbind(struct task_ctx *tctx)
 	tctx->tag = NO_TAG;
 	tctx->overdue = false;
 	tctx->overdue_local = false;
+	tctx->overdue_ahead = false;
 	/* A wait of this binding does not carry over into the next one. */
 	tctx->keep_wait = false;
 	tctx->counted_running = false;
@@ -1078,6 +1081,7 @@ static __always_inline struct task_ctx *resolve_task_ctx(struct task_struct *p, 
 		tctx->throttled = 0;
 		tctx->overdue = false;
 		tctx->overdue_local = false;
+		tctx->overdue_ahead = false;
 	}
 	tctx->svc = svc;
 	tctx->worker = worker;
@@ -1421,18 +1425,25 @@ static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl
 	check_threshold(tctx, r, a, now, work);
 }
 
-/* A waiter let through at the bound runs now: its wait, throttling to run (tailctl_stats.max_overdue_wait_ns). */
+/*
+ * A waiter let through at the bound runs now: its wait, throttling to run
+ * (tailctl_stats.max_overdue_wait_ns, or max_overdue_ahead_wait_ns for one
+ * that queued fairly, ahead of the frontier: overdue_local_cpu).
+ */
 static __always_inline void note_overdue_wait(struct task_ctx *tctx)
 {
 	struct tailctl_stats *st;
-	u64 now, at = tctx->throttled_at_ns;
+	u64 now, at = tctx->throttled_at_ns, *max;
 
 	if (!at)
 		return;
 	now = bpf_ktime_get_ns();
 	st = stats_cpu();
-	if (st && now > at && now - at > st->max_overdue_wait_ns)
-		st->max_overdue_wait_ns = now - at;
+	if (!st || now <= at)
+		return;
+	max = tctx->overdue_ahead ? &st->max_overdue_ahead_wait_ns : &st->max_overdue_wait_ns;
+	if (now - at > *max)
+		*max = now - at;
 }
 
 /* Start charging @p to request @tag (acct index @idx), the one its worker is on now (current_request). */
@@ -3124,32 +3135,67 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
 }
 
 /*
- * A waiter let through at its wait bound (overdue) and pinned to one CPU goes
- * to the head of that CPU's local queue, which preempts what runs there
- * (SCX_ENQ_PREEMPT): in the fair queue it waited behind every task of that
- * CPU whose vtime lagged the frontier, e.g. its own token holder's whole
- * slice (`waitrenice`). Its own runqueue's local queue is never refused (the
- * kernel checks allowed CPUs and migration-disabled tasks only for another
- * CPU's, kernel/sched/ext.c move_task_between_dsqs). An unpinned one stays in
- * the fair queue, where any CPU may take it (its own may be held by an RT
- * task). At most one such run per CPU per OVERDUE_LOCAL_GAP_NS, whatever the
- * number of threads (a service pinning all its workers to one victim CPU
- * gets at most a quarter of it this way, in runs of at most the default
- * slice); the rest go to the fair queue. Returns the CPU, or -1.
+ * A waiter let through at its wait bound (overdue) goes to the head of a
+ * CPU's local queue, which preempts what runs there (SCX_ENQ_PREEMPT): in
+ * the fair queue it waited behind every task whose vtime lagged its own,
+ * e.g. its own token holder's whole slice (`waitrenice`, pinned), or, with
+ * every CPU busy and 1 s slices, one or two such slices after its release
+ * (`waitunpinned`: 1.1-2.0 s against a 100 ms bound, session 22).
+ *
+ *  - Pinned (one allowed CPU): its own CPU. Its own runqueue's local queue
+ *    is never refused (the kernel checks allowed CPUs and migration-disabled
+ *    tasks only for another CPU's, kernel/sched/ext.c
+ *    move_task_between_dsqs).
+ *  - Unpinned: the CPU releasing it (it is in ops.dispatch, so nothing is
+ *    preempted), else its own CPU. The releasing CPU is another CPU's local
+ *    queue, which the kernel refuses with scx_error() (an ejection) for a
+ *    CPU the task may not run on or a migration-disabled task, so both are
+ *    checked first; the mask cannot change between the check and the move
+ *    (an affinity change dequeues the task, and the move then fails: the
+ *    iterator's sequence). A CPU a higher class holds (cpu_held_above) is
+ *    skipped: nothing there would run it, and ops.cpu_release, which sends
+ *    a local queue back through ops.enqueue (7.x only), runs when the
+ *    higher class takes the CPU, not after. An unpinned waiter
+ *    ahead of the fair frontier in vtime (vtime_now) stays in the fair
+ *    queue: its earlier runs, overdue ones included, already gave it its
+ *    share.
+ *
+ * At most one such run per CPU per OVERDUE_LOCAL_GAP_NS, whatever the number
+ * of threads (a service pinning all its workers to one victim CPU gets at
+ * most a quarter of it this way, in runs of at most the default slice); the
+ * rest go to the fair queue (counted in overdue_fair). Returns the CPU, -1
+ * (no slot), or OVERDUE_AHEAD.
+ *
+ * Measured (`waitunpinned`, 6.18): with only the releasing CPU, a waiter
+ * ahead of the frontier jumping it too, the longest overdue wait stayed
+ * 1.1 s in two runs of three (session 22). Unpinned, about a third of the
+ * overdue waiters are ahead of the frontier (63 of 199 in one run): the
+ * token rotates, so the waiter is often the holder that just ran a whole
+ * 1 s slice. Those are the ones that waited a second or more, as a hog
+ * that just ran its slice does; their waits are kept apart
+ * (max_overdue_ahead_wait_ns).
  */
 #define OVERDUE_LOCAL_GAP_NS (4 * TAILCTL_SLICE_NS_DEFAULT)
+/* overdue_local_cpu: unpinned and ahead of the fair frontier (the fair queue, counted in overdue_ahead). */
+#define OVERDUE_AHEAD (-2)
 static u64 overdue_local_at[MAX_CPUS];
+/* Set while a higher sched class holds the CPU (ops.cpu_release to ops.cpu_acquire). */
+static u8 cpu_held_above[MAX_CPUS];
 
 /*
  * A global subprogram, verified once on its own: inlined into the release
  * loop its branches multiplied the verifier's states there, and ops.dispatch
  * with an allotment controller went past the verifier's million instructions.
+ * @cpu's slot for an overdue run at @now, taken if free: @cpu or -1.
  */
-__noinline int overdue_local_slot(s32 cpu, u32 nr_allowed, u64 now)
+__noinline int overdue_local_slot(s32 cpu, u64 now, int pinned)
 {
 	u64 at;
 
-	if (nr_allowed != 1 || cpu < 0 || cpu >= MAX_CPUS)
+	if (cpu < 0 || cpu >= MAX_CPUS)
+		return -1;
+	/* A pinned one has nowhere else to go: first in line when the higher class lets go. */
+	if (!pinned && READ_ONCE(cpu_held_above[cpu]))
 		return -1;
 	at = READ_ONCE(overdue_local_at[cpu]);
 	if (now > at && now - at < OVERDUE_LOCAL_GAP_NS)
@@ -3160,7 +3206,17 @@ __noinline int overdue_local_slot(s32 cpu, u32 nr_allowed, u64 now)
 
 static __always_inline s32 overdue_local_cpu(struct task_struct *p, u64 now)
 {
-	return overdue_local_slot(scx_bpf_task_cpu(p), p->nr_cpus_allowed, now);
+	s32 own = scx_bpf_task_cpu(p), here;
+
+	if (p->nr_cpus_allowed == 1)
+		return overdue_local_slot(own, now, 1);
+	if (time_before(vtime_now, p->scx.dsq_vtime))
+		return OVERDUE_AHEAD;
+	here = bpf_get_smp_processor_id();
+	if (here != own && !is_migration_disabled(p) && bpf_cpumask_test_cpu(here, p->cpus_ptr) &&
+	    overdue_local_slot(here, now, 0) >= 0)
+		return here;
+	return overdue_local_slot(own, now, 0);
 }
 
 /*
@@ -3912,8 +3968,10 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	 * Released past its wait bound and not yet run (overdue, for its
 	 * request's cap or its job's): it is owed its run, so a re-enqueue (a
 	 * re-pin or re-nice while it queues for a CPU) does not send it back
-	 * to wait, and one the release put at the head of its CPU goes back
-	 * there (overdue_local_cpu). It did go back to wait: released
+	 * to wait, and a pinned one the release put at the head of its CPU
+	 * goes back there (overdue_local_cpu; an unpinned one goes to the fair
+	 * queue: this may be ops.cpu_release's re-enqueue, its CPU taken by a
+	 * higher class). It did go back to wait: released
 	 * again at once, each time at the newest vtime, a waiter re-pinned
 	 * every few ms could wait without bound. In the fair queue it waited
 	 * behind its own holder's whole slice (guest test `waitrenice`, from
@@ -4127,10 +4185,16 @@ __noinline int release_waiters(u32 svc, u64 now)
 		 */
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
-		/* Owed its run: pinned, to the head of its CPU (overdue_local_cpu). */
+		/* Owed its run: to the head of a CPU's local queue (overdue_local_cpu). */
 		ocpu = overdue ? overdue_local_cpu(p, now) : -1;
-		if (tctx)
+		if (tctx) {
 			tctx->overdue_local = ocpu >= 0;
+			tctx->overdue_ahead = ocpu == OVERDUE_AHEAD;
+		}
+		if (ocpu == OVERDUE_AHEAD)
+			STAT_INC(overdue_ahead);
+		else if (overdue && ocpu < 0)
+			STAT_INC(overdue_fair);
 		if (ocpu >= 0) {
 			moved = scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL_ON | ocpu, SCX_ENQ_PREEMPT);
 		} else {
@@ -4373,6 +4437,7 @@ void BPF_STRUCT_OPS(tailctl_stopping, struct task_struct *p, bool runnable)
 	if (tctx->overdue) {
 		tctx->overdue = false;
 		tctx->overdue_local = false;
+		tctx->overdue_ahead = false;
 		STAT_INC(overdue_runs);
 	}
 	/* Unregistered while it ran (resolve_task runs only when it is queued or starts): give back now. */
@@ -4428,15 +4493,23 @@ void BPF_STRUCT_OPS(tailctl_cpu_release, s32 cpu, struct scx_cpu_release_args *a
 {
 	u32 *streak, c = cpu;
 
-	if (!__COMPAT_has_generic_reenq())
-		return;
 	if (c >= MAX_CPUS)
+		return;
+	WRITE_ONCE(cpu_held_above[c & (MAX_CPUS - 1)], 1);
+	if (!__COMPAT_has_generic_reenq())
 		return;
 	streak = &reenq_streak[c & (MAX_CPUS - 1)];
 	if (*streak >= REENQ_STREAK_MAX)
 		return;
 	(*streak)++;
 	scx_bpf_reenqueue_local();
+}
+
+/* The higher class let go of @cpu: overdue waiters may be sent here again (overdue_local_cpu). */
+void BPF_STRUCT_OPS(tailctl_cpu_acquire, s32 cpu, struct scx_cpu_acquire_args *args)
+{
+	if ((u32)cpu < MAX_CPUS)
+		WRITE_ONCE(cpu_held_above[(u32)cpu & (MAX_CPUS - 1)], 0);
 }
 
 /* A job's runnable threads, for the allotment controller (issue 12). */
@@ -4789,6 +4862,7 @@ SCX_OPS_DEFINE(tailctl_ops,
 	       .yield = (void *)tailctl_yield,
 	       .runnable = (void *)tailctl_runnable,
 	       .cpu_release = (void *)tailctl_cpu_release,
+	       .cpu_acquire = (void *)tailctl_cpu_acquire,
 	       .quiescent = (void *)tailctl_quiescent,
 	       .enable = (void *)tailctl_enable,
 	       .disable = (void *)tailctl_disable,

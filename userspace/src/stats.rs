@@ -53,6 +53,18 @@ pub struct Metrics {
     )]
     pub max_overdue_wait_ns: u64,
     #[stat(
+        desc = "Threads let through at the wait bound sent to the fair queue because no CPU's overdue slot was free"
+    )]
+    pub overdue_fair: u64,
+    #[stat(
+        desc = "Threads let through at the wait bound that queued fairly, being ahead of the fair frontier in vtime"
+    )]
+    pub overdue_ahead: u64,
+    #[stat(
+        desc = "Longest wait from throttling to running of those ahead of the frontier, ns (a maximum since load)"
+    )]
+    pub max_overdue_ahead_wait_ns: u64,
+    #[stat(
         desc = "Watchdog timeout minus the longest throttle wait, ms (how close a throttled thread came to ejecting the scheduler)"
     )]
     pub watchdog_margin_ms: i64,
@@ -224,10 +236,15 @@ impl Metrics {
         self.cap_preemptions += s.cap_preemptions;
         self.invalid_hints += s.invalid_hints;
         self.overdue_runs += s.overdue_runs;
+        self.overdue_fair += s.overdue_fair;
+        self.overdue_ahead += s.overdue_ahead;
         self.token_leaks += s.token_leaks;
         self.bound_kicks += s.bound_kicks;
         self.max_throttle_wait_ns = self.max_throttle_wait_ns.max(s.max_throttle_wait_ns);
         self.max_overdue_wait_ns = self.max_overdue_wait_ns.max(s.max_overdue_wait_ns);
+        self.max_overdue_ahead_wait_ns = self
+            .max_overdue_ahead_wait_ns
+            .max(s.max_overdue_ahead_wait_ns);
         self.allot_reallocs += s.allot_reallocs;
         self.allot_enforced += s.allot_enforced;
         self.allot_lat_sum_ns += s.allot_lat_sum_ns;
@@ -290,6 +307,7 @@ impl Metrics {
         let longest = self
             .max_throttle_wait_ns
             .max(self.max_overdue_wait_ns)
+            .max(self.max_overdue_ahead_wait_ns)
             .max(self.allot_max_wait_ns)
             .max(self.prio_max_wait_ns());
         self.watchdog_margin_ms = WATCHDOG_TIMEOUT_MS - (longest / 1_000_000) as i64;
@@ -350,6 +368,9 @@ impl Metrics {
             cap_preemptions: self.cap_preemptions.saturating_sub(prev.cap_preemptions),
             invalid_hints: self.invalid_hints.saturating_sub(prev.invalid_hints),
             overdue_runs: self.overdue_runs.saturating_sub(prev.overdue_runs),
+            overdue_fair: self.overdue_fair.saturating_sub(prev.overdue_fair),
+            overdue_ahead: self.overdue_ahead.saturating_sub(prev.overdue_ahead),
+            max_overdue_ahead_wait_ns: self.max_overdue_ahead_wait_ns,
             // Maxima, not counters: report the current value.
             max_throttle_wait_ns: self.max_throttle_wait_ns,
             max_overdue_wait_ns: self.max_overdue_wait_ns,
@@ -466,7 +487,7 @@ impl Metrics {
         )?;
         writeln!(
             w,
-            "[{}] serialize {:>6} throttled {:>8} rotate {:>8} cap-preempt {:>6} invalid {:>4} overdue {:>4} max-wait {:>6} us watchdog-margin {:>6} ms token-leaks {} bound-kicks {}",
+            "[{}] serialize {:>6} throttled {:>8} rotate {:>8} cap-preempt {:>6} invalid {:>4} overdue {:>4} (fair {} ahead {}) max-wait {:>6} us overdue-wait {:>6} us (ahead {:>6} us) watchdog-margin {:>6} ms token-leaks {} bound-kicks {}",
             crate::SCHEDULER_NAME,
             self.serializations,
             self.throttled,
@@ -474,7 +495,11 @@ impl Metrics {
             self.cap_preemptions,
             self.invalid_hints,
             self.overdue_runs,
+            self.overdue_fair,
+            self.overdue_ahead,
             self.max_throttle_wait_ns / 1000,
+            self.max_overdue_wait_ns / 1000,
+            self.max_overdue_ahead_wait_ns / 1000,
             self.watchdog_margin_ms,
             self.token_leaks,
             self.bound_kicks,

@@ -1446,6 +1446,9 @@ fn hold(cli: &Cli, secs: u64, threshold_ms: u64) -> Result<()> {
             // Throttling to run, for threads let through at the bound.
             "max_overdue_wait_ms": s.max_overdue_wait_ns as f64 / 1e6,
             "overdue_runs": s.overdue_runs,
+            "overdue_fair": s.overdue_fair,
+            "overdue_ahead": s.overdue_ahead,
+            "max_overdue_ahead_wait_ms": s.max_overdue_ahead_wait_ns as f64 / 1e6,
             "bound_kicks": s.bound_kicks,
             "throttled": s.throttled,
         }))?
@@ -1558,6 +1561,9 @@ fn read_stats(pin_dir: &Path) -> Result<tailctl_stats> {
         t.throttled += s.throttled;
         t.rotations += s.rotations;
         t.overdue_runs += s.overdue_runs;
+        t.overdue_fair += s.overdue_fair;
+        t.overdue_ahead += s.overdue_ahead;
+        t.max_overdue_ahead_wait_ns = t.max_overdue_ahead_wait_ns.max(s.max_overdue_ahead_wait_ns);
         t.serializations += s.serializations;
         t.token_leaks += s.token_leaks;
         t.acct_stale_steps += s.acct_stale_steps;
@@ -1590,6 +1596,9 @@ fn stats(cli: &Cli) -> Result<()> {
             "yields_kept": s.yields_kept,
             "max_throttle_wait_ms": s.max_throttle_wait_ns as f64 / 1e6,
             "max_overdue_wait_ms": s.max_overdue_wait_ns as f64 / 1e6,
+            "overdue_fair": s.overdue_fair,
+            "overdue_ahead": s.overdue_ahead,
+            "max_overdue_ahead_wait_ms": s.max_overdue_ahead_wait_ns as f64 / 1e6,
         }))?
     );
     Ok(())
