@@ -568,10 +568,12 @@ struct tailctl_stats {
 	 */
 	u64 max_overdue_wait_ns;
 	/*
-	 * Threads let through at the wait bound that went to the fair queue,
-	 * not to the head of a CPU's local queue, because every CPU they could
-	 * take had had such a run within the last 20 ms (overdue_local_cpu).
-	 * Their waits count in max_overdue_wait_ns.
+	 * Threads let through at the wait bound, not ahead of the fair
+	 * frontier, that went to their level's queue instead of the head of a
+	 * CPU's local queue (overdue_local_cpu): the CPUs tried (the releasing
+	 * one and their own) had such a run within the last 20 ms or ran an RT
+	 * task or a higher level, or a higher level had tasks queued. Their
+	 * waits count in max_overdue_wait_ns.
 	 */
 	u64 overdue_fair;
 	/*

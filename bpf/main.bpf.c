@@ -3147,76 +3147,97 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
  *    tasks only for another CPU's, kernel/sched/ext.c
  *    move_task_between_dsqs).
  *  - Unpinned: the CPU releasing it (it is in ops.dispatch, so nothing is
- *    preempted), else its own CPU. The releasing CPU is another CPU's local
- *    queue, which the kernel refuses with scx_error() (an ejection) for a
- *    CPU the task may not run on or a migration-disabled task, so both are
- *    checked first; the mask cannot change between the check and the move
- *    (an affinity change dequeues the task, and the move then fails: the
- *    iterator's sequence). A CPU a higher class holds (cpu_held_above) is
- *    skipped: nothing there would run it, and ops.cpu_release, which sends
- *    a local queue back through ops.enqueue (7.x only), runs when the
- *    higher class takes the CPU, not after. An unpinned waiter
- *    ahead of the fair frontier in vtime (vtime_now) stays in the fair
- *    queue: its earlier runs, overdue ones included, already gave it its
- *    share.
+ *    preempted; tailctl_dispatch then stops, see there), else its own CPU.
+ *    The releasing CPU is another CPU's local queue for the task, which the
+ *    kernel refuses with scx_error() (an ejection) for a CPU the task may
+ *    not run on or a migration-disabled task, so both are checked first;
+ *    the mask cannot change between the check and the move (an affinity
+ *    change dequeues the task, and the move then fails: the iterator's
+ *    sequence). A CPU running an RT or deadline task is skipped: nothing
+ *    there would run it, and ops.cpu_release, which sends a local queue
+ *    back through ops.enqueue (7.x only), runs only when such a task takes
+ *    the CPU from one of ours, not from the idle task.
+ *  - Unpinned and ahead of the fair frontier in vtime (vtime_now): the fair
+ *    queue. Its earlier runs, overdue ones included, already gave it its
+ *    share. (A pinned one is not checked: its CPU is the only one it has.)
+ *  - Under priority levels (prio_active): only if no higher level has a
+ *    task queued and the CPU chosen does not run one; else its own level's
+ *    queue, as before, so a low-level service's escapes from its cap do not
+ *    jump higher levels.
  *
  * At most one such run per CPU per OVERDUE_LOCAL_GAP_NS, whatever the number
  * of threads (a service pinning all its workers to one victim CPU gets at
  * most a quarter of it this way, in runs of at most the default slice); the
  * rest go to the fair queue (counted in overdue_fair). Returns the CPU, -1
- * (no slot), or OVERDUE_AHEAD.
+ * (the fair queue), or OVERDUE_AHEAD.
  *
  * Measured (`waitunpinned`, 6.18): with only the releasing CPU, a waiter
  * ahead of the frontier jumping it too, the longest overdue wait stayed
- * 1.1 s in two runs of three (session 22). Unpinned, about a third of the
- * overdue waiters are ahead of the frontier (63 of 199 in one run): the
- * token rotates, so the waiter is often the holder that just ran a whole
- * 1 s slice. Those are the ones that waited a second or more, as a hog
- * that just ran its slice does; their waits are kept apart
- * (max_overdue_ahead_wait_ns).
+ * 1.1 s in two runs of three (session 22). The token rotates, so the
+ * waiter is often the holder that just ran a whole 1 s slice: 63 of 199
+ * overdue waiters were ahead of the frontier in one run. Those are the
+ * ones that waited a second or more, as a hog that just ran its slice
+ * does; their waits are kept apart (max_overdue_ahead_wait_ns).
  */
 #define OVERDUE_LOCAL_GAP_NS (4 * TAILCTL_SLICE_NS_DEFAULT)
 /* overdue_local_cpu: unpinned and ahead of the fair frontier (the fair queue, counted in overdue_ahead). */
 #define OVERDUE_AHEAD (-2)
+#ifndef MAX_RT_PRIO
+#define MAX_RT_PRIO 100
+#endif
 static u64 overdue_local_at[MAX_CPUS];
-/* Set while a higher sched class holds the CPU (ops.cpu_release to ops.cpu_acquire). */
-static u8 cpu_held_above[MAX_CPUS];
 
 /*
- * A global subprogram, verified once on its own: inlined into the release
- * loop its branches multiplied the verifier's states there, and ops.dispatch
- * with an allotment controller went past the verifier's million instructions.
- * @cpu's slot for an overdue run at @now, taken if free: @cpu or -1.
+ * @cpu's slot for an overdue run of a level-@level waiter at @now, taken if
+ * free: @cpu or -1. @pinned: the waiter's own and only CPU (no RT check:
+ * it waits there whatever runs). A global subprogram, verified once on its
+ * own: inlined into the release loop its branches multiplied the
+ * verifier's states there, and ops.dispatch with an allotment controller
+ * went past the verifier's million instructions.
  */
-__noinline int overdue_local_slot(s32 cpu, u64 now, int pinned)
+__noinline int overdue_local_slot(s32 cpu, u64 now, int pinned, u32 level)
 {
+	struct task_struct *curr;
+	struct prio_cpu *pc;
 	u64 at;
 
 	if (cpu < 0 || cpu >= MAX_CPUS)
 		return -1;
-	/* A pinned one has nowhere else to go: first in line when the higher class lets go. */
-	if (!pinned && READ_ONCE(cpu_held_above[cpu]))
-		return -1;
+	if (!pinned) {
+		curr = __COMPAT_scx_bpf_cpu_curr(cpu);
+		if (curr && curr->prio < MAX_RT_PRIO)
+			return -1;
+	}
+	if (prio_active()) {
+		pc = prio_cpu_of(cpu);
+		if (pc && pc->level != PRIO_NONE && pc->level > level)
+			return -1;
+	}
+	/* now <= at: another CPU, whose clock read came later, took it. */
 	at = READ_ONCE(overdue_local_at[cpu]);
-	if (now > at && now - at < OVERDUE_LOCAL_GAP_NS)
+	if (now <= at || now - at < OVERDUE_LOCAL_GAP_NS)
 		return -1;
-	WRITE_ONCE(overdue_local_at[cpu], now);
+	/* Two CPUs releasing different services may pick the same CPU: one wins. */
+	if (__sync_val_compare_and_swap(&overdue_local_at[cpu], at, now) != at)
+		return -1;
 	return cpu;
 }
 
-static __always_inline s32 overdue_local_cpu(struct task_struct *p, u64 now)
+static __always_inline s32 overdue_local_cpu(struct task_struct *p, u64 now, u32 level)
 {
 	s32 own = scx_bpf_task_cpu(p), here;
 
+	if (prio_active() && prio_top_queued(level) >= 0)
+		return -1;
 	if (p->nr_cpus_allowed == 1)
-		return overdue_local_slot(own, now, 1);
+		return overdue_local_slot(own, now, 1, level);
 	if (time_before(vtime_now, p->scx.dsq_vtime))
 		return OVERDUE_AHEAD;
 	here = bpf_get_smp_processor_id();
 	if (here != own && !is_migration_disabled(p) && bpf_cpumask_test_cpu(here, p->cpus_ptr) &&
-	    overdue_local_slot(here, now, 0) >= 0)
+	    overdue_local_slot(here, now, 0, level) >= 0)
 		return here;
-	return overdue_local_slot(own, now, 0);
+	return overdue_local_slot(own, now, 0, level);
 }
 
 /*
@@ -4101,20 +4122,27 @@ static u32 releasing[TAILCTL_MAX_SERVICES];
 /*
  * Release the waiters of service @svc that may go now: those whose request
  * has a free token, whose wait passed the bound, or that are no longer
- * waiting for anything (request or registration gone). A released waiter is
- * moved to the shared vtime queue, not to this CPU: there it competes with
- * every other task by vtime (a throttle queue never outranks the fair queue,
- * so a service cannot take more CPU than it would get unregistered), and the
- * kernel's consume path only hands it to a CPU it may run on (a pinned or
- * migration-disabled waiter waits for its own CPU, which is kicked if idle).
- * Its token is taken only after the move succeeded; should another thread
- * take it first, begin_request sends the waiter back.
+ * waiting for anything (request or registration gone). A waiter released
+ * with a token (or with nothing to wait for) is moved to its level's vtime
+ * queue (the shared one at the normal level), not to this CPU: there it
+ * competes with every other task by vtime (a throttle queue never outranks
+ * the fair queue, so a service cannot take more CPU than it would get
+ * unregistered), and the kernel's consume path only hands it to a CPU it may
+ * run on (a pinned or migration-disabled waiter waits for its own CPU,
+ * which is kicked if idle). A waiter let through at the bound, owed one run
+ * and not ahead of the fair frontier, goes to the head of a CPU's local
+ * queue instead (overdue_local_cpu). Its token is claimed while it is still
+ * queued here (see below); should the move fail, it is given back.
+ * Returns 1 if a waiter was moved to this CPU's local queue.
  */
 /* A global subprogram, verified once (see job_release_waiters). */
 __noinline int release_waiters(u32 svc, u64 now)
 {
 	struct task_struct *p;
 	u64 dsq = TAILCTL_THROTTLE_DSQ_BASE + svc, to;
+	s32 here = bpf_get_smp_processor_id();
+	int mine = 0;
+	u32 level;
 
 	if (svc >= TAILCTL_MAX_SERVICES)
 		return 0;
@@ -4126,7 +4154,8 @@ __noinline int release_waiters(u32 svc, u64 now)
 	if (__sync_val_compare_and_swap(&releasing[svc], 0, 1) != 0)
 		return 0;
 	/* Released waiters rejoin their service's priority level (normal: the shared queue). */
-	to = prio_dsq(prio_svc_level(svc));
+	level = prio_svc_level(svc);
+	to = prio_dsq(level);
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct tailctl_request_acct *a = NULL;
 		struct task_ctx *tctx = task_ctx(p);
@@ -4186,9 +4215,10 @@ __noinline int release_waiters(u32 svc, u64 now)
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
 		/* Owed its run: to the head of a CPU's local queue (overdue_local_cpu). */
-		ocpu = overdue ? overdue_local_cpu(p, now) : -1;
+		ocpu = overdue ? overdue_local_cpu(p, now, level) : -1;
 		if (tctx) {
-			tctx->overdue_local = ocpu >= 0;
+			/* Read only by a re-enqueue of a pinned one (tailctl_enqueue). */
+			tctx->overdue_local = ocpu >= 0 && p->nr_cpus_allowed == 1;
 			tctx->overdue_ahead = ocpu == OVERDUE_AHEAD;
 		}
 		if (ocpu == OVERDUE_AHEAD)
@@ -4221,20 +4251,24 @@ __noinline int release_waiters(u32 svc, u64 now)
 				st->max_throttle_wait_ns = waited;
 		}
 		STAT_INC(rotations);
-		if (ocpu >= 0)
+		if (ocpu >= 0) {
+			if (ocpu == here)
+				mine = 1;
 			continue;
+		}
 		/* A waiter this CPU may not run goes to one that may (its own, if pinned). */
 		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 		if (cpu >= 0)
 			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
 	}
 	WRITE_ONCE(releasing[svc], 0);
-	return 0;
+	return mine;
 }
 
 void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 {
 	u64 now = bpf_ktime_get_ns();
+	int mine = 0;
 	u32 svc;
 
 	/* This CPU's local DSQ emptied: its re-enqueue bound starts over (tailctl_cpu_release). */
@@ -4245,10 +4279,20 @@ void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 	if (any_waiters()) {
 		bpf_for(svc, 0, TAILCTL_MAX_SERVICES) {
 			if (READ_ONCE(throttle_waiters_mask) & (1u << svc))
-				release_waiters(svc, now);
+				mine |= release_waiters(svc, now);
 			if (READ_ONCE(job_waiters_mask) & (1u << svc))
 				job_release_waiters(svc, now);
 		}
+		/*
+		 * A waiter let through at its bound went to this CPU's local
+		 * queue (overdue_local_cpu): it runs next. Neither take a second
+		 * task behind it nor extend prev's slice, which the kernel
+		 * (balance_one) would let run first, a whole slice while the
+		 * waiter sits where no other CPU takes it (found in review: 1.1 s
+		 * with every queue empty and 1 s slices, guest test waitextend).
+		 */
+		if (mine)
+			return;
 	}
 
 	/* The highest level first, a starving lower level once per guard period. */
@@ -4493,23 +4537,15 @@ void BPF_STRUCT_OPS(tailctl_cpu_release, s32 cpu, struct scx_cpu_release_args *a
 {
 	u32 *streak, c = cpu;
 
-	if (c >= MAX_CPUS)
-		return;
-	WRITE_ONCE(cpu_held_above[c & (MAX_CPUS - 1)], 1);
 	if (!__COMPAT_has_generic_reenq())
+		return;
+	if (c >= MAX_CPUS)
 		return;
 	streak = &reenq_streak[c & (MAX_CPUS - 1)];
 	if (*streak >= REENQ_STREAK_MAX)
 		return;
 	(*streak)++;
 	scx_bpf_reenqueue_local();
-}
-
-/* The higher class let go of @cpu: overdue waiters may be sent here again (overdue_local_cpu). */
-void BPF_STRUCT_OPS(tailctl_cpu_acquire, s32 cpu, struct scx_cpu_acquire_args *args)
-{
-	if ((u32)cpu < MAX_CPUS)
-		WRITE_ONCE(cpu_held_above[(u32)cpu & (MAX_CPUS - 1)], 0);
 }
 
 /* A job's runnable threads, for the allotment controller (issue 12). */
@@ -4862,7 +4898,6 @@ SCX_OPS_DEFINE(tailctl_ops,
 	       .yield = (void *)tailctl_yield,
 	       .runnable = (void *)tailctl_runnable,
 	       .cpu_release = (void *)tailctl_cpu_release,
-	       .cpu_acquire = (void *)tailctl_cpu_acquire,
 	       .quiescent = (void *)tailctl_quiescent,
 	       .enable = (void *)tailctl_enable,
 	       .disable = (void *)tailctl_disable,

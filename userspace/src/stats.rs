@@ -53,7 +53,7 @@ pub struct Metrics {
     )]
     pub max_overdue_wait_ns: u64,
     #[stat(
-        desc = "Threads let through at the wait bound sent to the fair queue because no CPU's overdue slot was free"
+        desc = "Threads let through at the wait bound sent to their level's queue, not a CPU's head (both CPUs tried busy, an RT task there, or a higher level waiting)"
     )]
     pub overdue_fair: u64,
     #[stat(
@@ -370,10 +370,10 @@ impl Metrics {
             overdue_runs: self.overdue_runs.saturating_sub(prev.overdue_runs),
             overdue_fair: self.overdue_fair.saturating_sub(prev.overdue_fair),
             overdue_ahead: self.overdue_ahead.saturating_sub(prev.overdue_ahead),
-            max_overdue_ahead_wait_ns: self.max_overdue_ahead_wait_ns,
             // Maxima, not counters: report the current value.
             max_throttle_wait_ns: self.max_throttle_wait_ns,
             max_overdue_wait_ns: self.max_overdue_wait_ns,
+            max_overdue_ahead_wait_ns: self.max_overdue_ahead_wait_ns,
             watchdog_margin_ms: self.watchdog_margin_ms,
             token_leaks: self.token_leaks.saturating_sub(prev.token_leaks),
             bound_kicks: self.bound_kicks.saturating_sub(prev.bound_kicks),
