@@ -584,6 +584,8 @@ struct tailctl_stats {
 	 */
 	u64 overdue_ahead;
 	u64 max_overdue_ahead_wait_ns;
+	/* Threads let through at the wait bound moved to the head of a CPU's local queue. */
+	u64 overdue_heads;
 };
 
 #endif /* __TAILCTL_INTF_H */

@@ -3153,10 +3153,11 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
  *    not run on or a migration-disabled task, so both are checked first;
  *    the mask cannot change between the check and the move (an affinity
  *    change dequeues the task, and the move then fails: the iterator's
- *    sequence). A CPU running an RT or deadline task is skipped: nothing
- *    there would run it, and ops.cpu_release, which sends a local queue
- *    back through ops.enqueue (7.x only), runs only when such a task takes
- *    the CPU from one of ours, not from the idle task.
+ *    sequence). Its own CPU is skipped if it runs an RT or deadline task:
+ *    nothing there would run it, and ops.cpu_release, which sends a local
+ *    queue back through ops.enqueue (7.x only), runs only when such a task
+ *    takes the CPU from one of ours, not from the idle task. (A flag set
+ *    by ops.cpu_release missed exactly that case, found in review.)
  *  - Unpinned and ahead of the fair frontier in vtime (vtime_now): the fair
  *    queue. Its earlier runs, overdue ones included, already gave it its
  *    share. (A pinned one is not checked: its CPU is the only one it has.)
@@ -3203,7 +3204,12 @@ __noinline int overdue_local_slot(s32 cpu, u64 now, int pinned, u32 level)
 
 	if (cpu < 0 || cpu >= MAX_CPUS)
 		return -1;
-	if (!pinned) {
+	/*
+	 * Not for the CPU running this (its curr is still the task it leaves,
+	 * which may be an RT task going: a waiting RT task would have been
+	 * picked before ops.dispatch ran).
+	 */
+	if (!pinned && cpu != bpf_get_smp_processor_id()) {
 		curr = __COMPAT_scx_bpf_cpu_curr(cpu);
 		if (curr && curr->prio < MAX_RT_PRIO)
 			return -1;
@@ -3226,13 +3232,15 @@ __noinline int overdue_local_slot(s32 cpu, u64 now, int pinned, u32 level)
 static __always_inline s32 overdue_local_cpu(struct task_struct *p, u64 now, u32 level)
 {
 	s32 own = scx_bpf_task_cpu(p), here;
+	bool pinned = p->nr_cpus_allowed == 1;
 
+	/* First: its wait is then kept apart whatever else holds it back. */
+	if (!pinned && time_before(vtime_now, p->scx.dsq_vtime))
+		return OVERDUE_AHEAD;
 	if (prio_active() && prio_top_queued(level) >= 0)
 		return -1;
-	if (p->nr_cpus_allowed == 1)
+	if (pinned)
 		return overdue_local_slot(own, now, 1, level);
-	if (time_before(vtime_now, p->scx.dsq_vtime))
-		return OVERDUE_AHEAD;
 	here = bpf_get_smp_processor_id();
 	if (here != own && !is_migration_disabled(p) && bpf_cpumask_test_cpu(here, p->cpus_ptr) &&
 	    overdue_local_slot(here, now, 0, level) >= 0)
@@ -4252,6 +4260,7 @@ __noinline int release_waiters(u32 svc, u64 now)
 		}
 		STAT_INC(rotations);
 		if (ocpu >= 0) {
+			STAT_INC(overdue_heads);
 			if (ocpu == here)
 				mine = 1;
 			continue;
@@ -4290,8 +4299,12 @@ void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 		 * (balance_one) would let run first, a whole slice while the
 		 * waiter sits where no other CPU takes it (found in review: 1.1 s
 		 * with every queue empty and 1 s slices, guest test waitextend).
+		 * The local queue is checked too: a move of a waiter from another
+		 * CPU's runqueue drops this runqueue's lock, and meanwhile one put
+		 * here may have been dequeued (an affinity change), or another CPU
+		 * may have put one here.
 		 */
-		if (mine)
+		if (mine && scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL) > 0)
 			return;
 	}
 
@@ -4333,6 +4346,13 @@ void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 			if (a && acnt(READ_ONCE(a->waiting)))
 				return;
 		}
+		/*
+		 * Another CPU may have put a task in this CPU's local queue
+		 * meanwhile (an overdue waiter, overdue_local_cpu): the kernel
+		 * would run an extended prev before it.
+		 */
+		if (scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL) > 0)
+			return;
 		charge_vtime(prev, ptctx, job_vtime_scale(ptctx));
 		prev->scx.slice = slice_ns;
 		/* Charged without a new ops.running: its run restarts here (wake-up preemption). */

@@ -422,8 +422,8 @@ PY
 # leaving (1 s) while the waiter sat in its local queue, where no other CPU
 # takes it: 1.1 s (found in review, session 23).
 # Asserted, both: the kernel's max_overdue_wait_ns (throttling to run of the
-# waiters not ahead of the frontier) under 400 ms and above 0 (such a waiter
-# ran); the waits of those ahead (max_overdue_ahead_wait_ns) at most 1 s over
+# waiters not ahead of the frontier) under 400 ms and above 0, and that some
+# went to a CPU's head (overdue_heads); the waits of those ahead (max_overdue_ahead_wait_ns) at most 1 s over
 # the longest gap a hog saw between two of its runs (the fair queue's own
 # wait under 1 s slices; taken as at least one slice), reported beside them.
 wait_unpinned_case() {
@@ -490,7 +490,8 @@ hogs_n, sleepers = int(sys.argv[3]), int(sys.argv[4])
 why = []
 if not r["throttled"]: why.append("no thread waited")
 od = r["max_overdue_wait_ms"]
-if od <= 0: why.append("no waiter behind the fair frontier ran past the bound: nothing was tested")
+if od <= 0 or not r.get("overdue_heads", 0):
+    why.append("no waiter behind the fair frontier went to a CPU's head and ran: nothing was tested")
 if len(gaps) < hogs_n: why.append(f"{hogs_n - len(gaps)} hog(s) did not report their longest gap")
 hog = max(gaps) if gaps else 0
 # A waiter let through at the bound runs at its release (the bound, plus up
@@ -504,8 +505,8 @@ if gaps and ahead > max(hog, 1000) + 1000:
     why.append(f"a thread ahead of the fair frontier ran {ahead:.0f} ms after it began to wait, a hog's longest gap was {hog} ms")
 if r["max_throttle_wait_ms"] > 500: why.append(f"the kernel saw a wait of {r['max_throttle_wait_ms']:.0f} ms in the throttle queue")
 msg = (f"longest wait to an overdue run {od:.0f} ms (kernel: throttling to running; in the throttle queue "
-       f"{r['max_throttle_wait_ms']:.0f} ms); {r['overdue_runs']} overdue runs, {r.get('overdue_fair', 0)} of them "
-       f"sent to a fair queue; {r.get('overdue_ahead', 0)} ahead of the fair frontier, "
+       f"{r['max_throttle_wait_ms']:.0f} ms); {r['overdue_runs']} overdue runs; at release {r.get('overdue_heads', 0)} "
+       f"to a CPU's head, {r.get('overdue_fair', 0)} to a fair queue, {r.get('overdue_ahead', 0)} ahead of the fair frontier, "
        f"queued fairly: longest wait {ahead:.0f} ms, against a hog's longest gap {hog} ms; "
        f"{r['bound_kicks']} timer kicks, {r['throttled']} waits "
        f"(bound 100 ms, 1 s slices, {hogs_n} hogs, {sleepers} sleepers)")

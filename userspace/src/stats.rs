@@ -61,6 +61,10 @@ pub struct Metrics {
     )]
     pub overdue_ahead: u64,
     #[stat(
+        desc = "Threads let through at the wait bound moved to the head of a CPU's local queue"
+    )]
+    pub overdue_heads: u64,
+    #[stat(
         desc = "Longest wait from throttling to running of those ahead of the frontier, ns (a maximum since load)"
     )]
     pub max_overdue_ahead_wait_ns: u64,
@@ -238,6 +242,7 @@ impl Metrics {
         self.overdue_runs += s.overdue_runs;
         self.overdue_fair += s.overdue_fair;
         self.overdue_ahead += s.overdue_ahead;
+        self.overdue_heads += s.overdue_heads;
         self.token_leaks += s.token_leaks;
         self.bound_kicks += s.bound_kicks;
         self.max_throttle_wait_ns = self.max_throttle_wait_ns.max(s.max_throttle_wait_ns);
@@ -370,6 +375,7 @@ impl Metrics {
             overdue_runs: self.overdue_runs.saturating_sub(prev.overdue_runs),
             overdue_fair: self.overdue_fair.saturating_sub(prev.overdue_fair),
             overdue_ahead: self.overdue_ahead.saturating_sub(prev.overdue_ahead),
+            overdue_heads: self.overdue_heads.saturating_sub(prev.overdue_heads),
             // Maxima, not counters: report the current value.
             max_throttle_wait_ns: self.max_throttle_wait_ns,
             max_overdue_wait_ns: self.max_overdue_wait_ns,
@@ -487,7 +493,7 @@ impl Metrics {
         )?;
         writeln!(
             w,
-            "[{}] serialize {:>6} throttled {:>8} rotate {:>8} cap-preempt {:>6} invalid {:>4} overdue {:>4} (fair {} ahead {}) max-wait {:>6} us overdue-wait {:>6} us (ahead {:>6} us) watchdog-margin {:>6} ms token-leaks {} bound-kicks {}",
+            "[{}] serialize {:>6} throttled {:>8} rotate {:>8} cap-preempt {:>6} invalid {:>4} overdue {:>4} (head {} fair {} ahead {}) max-wait {:>6} us overdue-wait {:>6} us (ahead {:>6} us) watchdog-margin {:>6} ms token-leaks {} bound-kicks {}",
             crate::SCHEDULER_NAME,
             self.serializations,
             self.throttled,
@@ -495,6 +501,7 @@ impl Metrics {
             self.cap_preemptions,
             self.invalid_hints,
             self.overdue_runs,
+            self.overdue_heads,
             self.overdue_fair,
             self.overdue_ahead,
             self.max_throttle_wait_ns / 1000,
