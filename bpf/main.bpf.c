@@ -3187,6 +3187,8 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
 #define MAX_RT_PRIO 100
 #endif
 static u64 overdue_local_at[MAX_CPUS];
+/* An overdue waiter was sent to this CPU's local queue (see tailctl_dispatch's extension). */
+static u8 overdue_head_sent[MAX_CPUS];
 
 /*
  * @cpu's slot for an overdue run of a level-@level waiter at @now, taken if
@@ -4009,6 +4011,7 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	 */
 	owed = tctx && (READ_ONCE(tctx->overdue) || READ_ONCE(tctx->job_overdue));
 	if (owed && tctx->overdue_local && p->nr_cpus_allowed == 1) {
+		WRITE_ONCE(overdue_head_sent[(u32)scx_bpf_task_cpu(p) & (MAX_CPUS - 1)], 1);
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL_ON | scx_bpf_task_cpu(p), slice_ns, enq_flags | SCX_ENQ_PREEMPT);
 		return;
 	}
@@ -4234,6 +4237,7 @@ __noinline int release_waiters(u32 svc, u64 now)
 		else if (overdue && ocpu < 0)
 			STAT_INC(overdue_fair);
 		if (ocpu >= 0) {
+			WRITE_ONCE(overdue_head_sent[(u32)ocpu & (MAX_CPUS - 1)], 1);
 			moved = scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL_ON | ocpu, SCX_ENQ_PREEMPT);
 		} else {
 			moved = scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0);
@@ -4347,12 +4351,18 @@ void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 				return;
 		}
 		/*
-		 * Another CPU may have put a task in this CPU's local queue
-		 * meanwhile (an overdue waiter, overdue_local_cpu): the kernel
-		 * would run an extended prev before it.
+		 * Another CPU may have put an overdue waiter in this CPU's local
+		 * queue meanwhile (overdue_local_cpu): the kernel would run an
+		 * extended prev before it. Looked at only if one was sent here
+		 * (the flag is set before the move; a move after this point
+		 * preempts prev, SCX_ENQ_PREEMPT, since it needs this runqueue's
+		 * lock, held from here to the kernel's pick).
 		 */
-		if (scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL) > 0)
-			return;
+		if (READ_ONCE(overdue_head_sent[(u32)cpu & (MAX_CPUS - 1)])) {
+			WRITE_ONCE(overdue_head_sent[(u32)cpu & (MAX_CPUS - 1)], 0);
+			if (scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL) > 0)
+				return;
+		}
 		charge_vtime(prev, ptctx, job_vtime_scale(ptctx));
 		prev->scx.slice = slice_ns;
 		/* Charged without a new ops.running: its run restarts here (wake-up preemption). */
