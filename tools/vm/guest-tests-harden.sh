@@ -423,9 +423,10 @@ PY
 # takes it: 1.1 s (found in review, session 23).
 # Asserted, both: the kernel's max_overdue_wait_ns (throttling to run of the
 # waiters not ahead of the frontier) under 400 ms and above 0, and that some
-# went to a CPU's head (overdue_heads); the waits of those ahead (max_overdue_ahead_wait_ns) at most 1 s over
-# the longest gap a hog saw between two of its runs (the fair queue's own
-# wait under 1 s slices; taken as at least one slice), reported beside them.
+# went to a CPU's head (overdue_heads); the waits of those ahead
+# (max_overdue_ahead_wait_ns) at most 1 s over the longest gap a hog saw
+# between two of its runs (the fair queue's own wait under 1 s slices; taken
+# as at least one slice), reported beside them.
 wait_unpinned_case() {
   local name=$1 hogs_n=$2 sleepers=$3
   start_sched --slice-us 1000000 --max-throttle-wait-ms 100 || { fail "$name" "scheduler did not load"; return; }
