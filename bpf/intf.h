@@ -561,10 +561,12 @@ struct tailctl_stats {
 	u64 yields_kept;
 	/*
 	 * Longest a thread let through at the wait bound waited from its
-	 * throttling to its run, in ns (max, not a sum): the bound's promise as
-	 * the thread sees it (max_throttle_wait_ns stops at the release).
+	 * throttling (by its request's cap, or its job's) to its run, in ns
+	 * (max, not a sum): the bound's promise as the thread sees it
+	 * (max_throttle_wait_ns and allot_max_wait_ns stop at the release).
 	 * Threads ahead of the fair frontier are kept apart
-	 * (max_overdue_ahead_wait_ns).
+	 * (max_overdue_ahead_wait_ns). The overdue_* counters below count both
+	 * caps' waiters too.
 	 */
 	u64 max_overdue_wait_ns;
 	/*
@@ -586,6 +588,12 @@ struct tailctl_stats {
 	u64 max_overdue_ahead_wait_ns;
 	/* Threads let through at the wait bound moved to the head of a CPU's local queue. */
 	u64 overdue_heads;
+	/*
+	 * Releases that left a thread past its bound in its queue, no CPU's
+	 * head free for it, until a later release (at most until twice its
+	 * bound: overdue_defers).
+	 */
+	u64 overdue_deferred;
 };
 
 #endif /* __TAILCTL_INTF_H */

@@ -1426,14 +1426,15 @@ static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl
 }
 
 /*
- * A waiter let through at the bound runs now: its wait, throttling to run
+ * A waiter let through at the bound runs now: its wait from @at (throttled
+ * by its request's cap, or queued for its job's token) to its run
  * (tailctl_stats.max_overdue_wait_ns, or max_overdue_ahead_wait_ns for one
  * that queued fairly, ahead of the frontier: overdue_local_cpu).
  */
-static __always_inline void note_overdue_wait(struct task_ctx *tctx)
+static __always_inline void note_overdue_wait(struct task_ctx *tctx, u64 at)
 {
 	struct tailctl_stats *st;
-	u64 now, at = tctx->throttled_at_ns, *max;
+	u64 now, *max;
 
 	if (!at)
 		return;
@@ -3231,13 +3232,14 @@ __noinline int overdue_local_slot(s32 cpu, u64 now, int pinned, u32 level)
 	return cpu;
 }
 
-static __always_inline s32 overdue_local_cpu(struct task_struct *p, u64 now, u32 level)
+/* @vtime: the waiter's own vtime (a working-first job queue keys its dsq_vtime otherwise). */
+static __always_inline s32 overdue_local_cpu(struct task_struct *p, u64 vtime, u64 now, u32 level)
 {
 	s32 own = scx_bpf_task_cpu(p), here;
 	bool pinned = p->nr_cpus_allowed == 1;
 
 	/* First: its wait is then kept apart whatever else holds it back. */
-	if (!pinned && time_before(vtime_now, p->scx.dsq_vtime))
+	if (!pinned && time_before(vtime_now, vtime))
 		return OVERDUE_AHEAD;
 	if (prio_active() && prio_top_queued(level) >= 0)
 		return -1;
@@ -3251,8 +3253,29 @@ static __always_inline s32 overdue_local_cpu(struct task_struct *p, u64 now, u32
 }
 
 /*
+ * A waiter past its bound that found no CPU's head free (@ocpu -1: the CPUs
+ * tried had such a run within OVERDUE_LOCAL_GAP_NS, an RT task or a higher
+ * level) stays in its queue for the next release, by a CPU's dispatch or
+ * the bound timer's kick 25 ms on, until it has waited twice its bound:
+ * in the fair queue, with long slices, it waited a second behind the tasks
+ * there (guest test waitjob: several of a job's waiters past their bound at
+ * once, on one CPU). After that it goes to the fair queue all the same, so
+ * no CPU's state can hold it back for good.
+ */
+static __always_inline bool overdue_defers(s32 ocpu, u64 waited)
+{
+	if (ocpu != -1 || waited > 2 * max_throttle_wait_ns)
+		return false;
+	STAT_INC(overdue_deferred);
+	return true;
+}
+
+/*
  * Release the waiters of job @svc that may go now (a free token, past the
- * wait bound, or no longer capped or bound) to the shared vtime queue.
+ * wait bound, or no longer capped or bound) to the shared vtime queue; one
+ * let through at the bound goes to the head of a CPU's local queue instead,
+ * as a request's does (overdue_local_cpu). Returns 1 if a waiter was moved
+ * to this CPU's local queue.
  */
 /*
  * A global subprogram (not inlined): the verifier checks it once on its own
@@ -3263,7 +3286,9 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 {
 	struct task_struct *p;
 	u64 dsq = TAILCTL_JOB_DSQ_BASE + svc, to;
-	u32 allot;
+	s32 here = bpf_get_smp_processor_id();
+	u32 allot, level;
+	int mine = 0;
 
 	if (svc >= TAILCTL_MAX_SERVICES)
 		return 0;
@@ -3275,13 +3300,14 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 		return 0;
 	allot = job_allot(svc);
 	/* Released waiters rejoin their service's priority level (normal: the shared queue). */
-	to = prio_dsq(prio_svc_level(svc));
+	level = prio_svc_level(svc);
+	to = prio_dsq(level);
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct task_ctx *tctx = task_ctx(p);
 		struct tailctl_job_acct *j = NULL;
-		bool claimed = false, overdue = false;
-		u64 waited = 0;
-		s32 cpu;
+		bool claimed = false, overdue = false, moved;
+		u64 waited = 0, vtime;
+		s32 cpu, ocpu = -1;
 
 		if (tctx && tctx->svc == (s32)svc && allot && still_bound(p, tctx))
 			j = job_entry(tctx->svc, tctx->owner);
@@ -3294,6 +3320,18 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 				if (waited <= max_throttle_wait_ns)
 					continue;
 				overdue = true;
+				/*
+				 * Owed its run: to the head of a CPU's local queue,
+				 * unless it is ahead of the fair frontier by its own
+				 * vtime (kept in job_vtime while a working-first queue
+				 * keys dsq_vtime), or it waits on.
+				 */
+				vtime = p->scx.dsq_vtime;
+				if (!job_queue_fifo && tctx->job_vtime_set)
+					vtime = READ_ONCE(tctx->job_vtime);
+				ocpu = overdue_local_cpu(p, vtime, now, level);
+				if (overdue_defers(ocpu, waited))
+					continue;
 			}
 			if (claimed)
 				tctx->job_token_at_ns = now;
@@ -3326,12 +3364,33 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 						   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
 		else
 			scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, vtime_now);
-		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0)) {
+		if (overdue && tctx) {
+			/* Read only by a re-enqueue of a pinned one (tailctl_enqueue). */
+			tctx->overdue_local = ocpu >= 0 && p->nr_cpus_allowed == 1;
+			tctx->overdue_ahead = ocpu == OVERDUE_AHEAD;
+			if (ocpu == OVERDUE_AHEAD)
+				STAT_INC(overdue_ahead);
+			else if (ocpu < 0)
+				STAT_INC(overdue_fair);
+		}
+		if (ocpu >= 0) {
+			WRITE_ONCE(overdue_head_sent[(u32)ocpu & (MAX_CPUS - 1)], 1);
+			moved = scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL_ON | ocpu, SCX_ENQ_PREEMPT);
+		} else {
+			moved = scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0);
+		}
+		if (!moved) {
 			/* Dequeued under us: it comes back through enqueue (an overdue one still owed its run). */
 			if (tctx && claimed) {
 				tctx->job_token_at_ns = 0;
 				job_put(tctx);
 			}
+			continue;
+		}
+		if (ocpu >= 0) {
+			STAT_INC(overdue_heads);
+			if (ocpu == here)
+				mine = 1;
 			continue;
 		}
 		/* A waiter this CPU may not run goes to one that may (its own, if pinned). */
@@ -3340,7 +3399,7 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
 	}
 	WRITE_ONCE(job_releasing[svc], 0);
-	return 0;
+	return mine;
 }
 
 /* A job thread over its job's allotment that must not have its slice extended. */
@@ -3400,6 +3459,9 @@ static __always_inline void job_running(struct task_struct *p, struct task_ctx *
 
 	tctx->keep_wait = false;
 	tctx->job_from_ns = p->se.sum_exec_runtime;
+	/* Let through at its job's wait bound: its wait (from its job queue) ends here. */
+	if (tctx->job_overdue)
+		note_overdue_wait(tctx, tctx->job_wait_at_ns);
 	/* A token holder's wait for a CPU: its allotted core-time that others used. */
 	if (tctx->job_token_at_ns) {
 		u64 now = bpf_ktime_get_ns(), at = tctx->job_token_at_ns;
@@ -4206,6 +4268,10 @@ __noinline int release_waiters(u32 svc, u64 now)
 				took = true;
 			}
 		}
+		/* Owed its run: to the head of a CPU's local queue (overdue_local_cpu), or it waits on. */
+		ocpu = overdue ? overdue_local_cpu(p, p->scx.dsq_vtime, now, level) : -1;
+		if (overdue && tctx && overdue_defers(ocpu, wait_of(tctx, now)))
+			continue;
 		/*
 		 * Before it leaves the wait count: a re-enqueue racing this move
 		 * (which then fails) finds the wait kept (keep_wait) and an
@@ -4225,8 +4291,6 @@ __noinline int release_waiters(u32 svc, u64 now)
 		 */
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
-		/* Owed its run: to the head of a CPU's local queue (overdue_local_cpu). */
-		ocpu = overdue ? overdue_local_cpu(p, now, level) : -1;
 		if (tctx) {
 			/* Read only by a re-enqueue of a pinned one (tailctl_enqueue). */
 			tctx->overdue_local = ocpu >= 0 && p->nr_cpus_allowed == 1;
@@ -4294,7 +4358,7 @@ void BPF_STRUCT_OPS(tailctl_dispatch, s32 cpu, struct task_struct *prev)
 			if (READ_ONCE(throttle_waiters_mask) & (1u << svc))
 				mine |= release_waiters(svc, now);
 			if (READ_ONCE(job_waiters_mask) & (1u << svc))
-				job_release_waiters(svc, now);
+				mine |= job_release_waiters(svc, now);
 		}
 		/*
 		 * A waiter let through at its bound went to this CPU's local
@@ -4422,7 +4486,7 @@ void BPF_STRUCT_OPS(tailctl_running, struct task_struct *p)
 		return;
 	/* Let through at the wait bound: its wait ends here, whatever its worker is doing now. */
 	if (tctx->overdue)
-		note_overdue_wait(tctx);
+		note_overdue_wait(tctx, tctx->throttled_at_ns);
 	r = service_region(tctx->svc);
 	/* 0: the clock is read only if something is stamped (clock_or). */
 	if (r)

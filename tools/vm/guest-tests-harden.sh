@@ -34,6 +34,11 @@
 #   waitextend: the same with the fair queues empty (a hog fewer than CPUs,
 #              no sleepers): the CPU that released such a waiter to its own
 #              local queue extended the slice of the task it left, 1 s.
+#   waitjob:   the same bound for a job's waiters (its allotment's token
+#              queue, not a request's cap): a cgroup job of twice as many
+#              CPU-bound threads as its allotment beside a hog per CPU; those
+#              let through at the bound went to the fair queue at the
+#              frontier.
 #   rcureader: khugepaged (nice 19) kept busy collapsing huge pages (RCU
 #              read-side copies) beside the greedy load: preempted mid-copy it
 #              held a grace period 21 s, the RCU stall detector ejected us
@@ -421,15 +426,25 @@ PY
 # used to go on after the release and extend the slice of the task it was
 # leaving (1 s) while the waiter sat in its local queue, where no other CPU
 # takes it: 1.1 s (found in review, session 23).
-# Asserted, both: the kernel's max_overdue_wait_ns (throttling to run of the
+# waitjob: the same as waitunpinned for the waiters of a job's allotment (a
+# cgroup job of 2 x CPUs CPU-bound threads, the one job under --allot equi,
+# so allotted every CPU; a hog per CPU, no sleepers): job_release_waiters
+# sent those let through at the bound to the fair queue at the frontier too.
+# Asserted, all three: the kernel's max_overdue_wait_ns (throttling to run of the
 # waiters not ahead of the frontier) under 400 ms and above 0, and that some
 # went to a CPU's head (overdue_heads); the waits of those ahead
 # (max_overdue_ahead_wait_ns) at most 1 s over the longest gap a hog saw
 # between two of its runs (the fair queue's own wait under 1 s slices; taken
 # as at least one slice), reported beside them.
 wait_unpinned_case() {
-  local name=$1 hogs_n=$2 sleepers=$3
-  start_sched --slice-us 1000000 --max-throttle-wait-ms 100 || { fail "$name" "scheduler did not load"; return; }
+  local name=$1 hogs_n=$2 sleepers=$3 mode=${4:-request} cg=/sys/fs/cgroup/tailctl-waitjob
+  if [ "$mode" = job ]; then
+    mkdir -p "$cg" || { fail "$name" "cannot create $cg"; return; }
+    start_sched --slice-us 1000000 --max-throttle-wait-ms 100 --allot equi --job "$cg" \
+      || { fail "$name" "scheduler did not load"; rmdir "$cg"; return; }
+  else
+    start_sched --slice-us 1000000 --max-throttle-wait-ms 100 || { fail "$name" "scheduler did not load"; return; }
+  fi
   local bg=() hogs=() i stop="$out/$name-hogs.stop"
   rm -f "$stop" "$out/$name"-hog-*.txt
   # A hog reports the longest time it went without running (its clock's
@@ -466,8 +481,30 @@ time.sleep(120)
 PY
     bg+=($!)
   fi
-  "$ktest" -w 2 hold --secs 14 --threshold-ms 1500 >"$out/$name-hold.json" 2>"$out/ktest.err"
-  local rc=$?
+  local rc
+  if [ "$mode" = job ]; then
+    # The job: twice as many CPU-bound threads as its allotment (all CPUs,
+    # the one job under equi), in the cgroup before they start. What the
+    # kernel counted is read before the scheduler stops, in hold's terms.
+    (echo $BASHPID >"$cg/cgroup.procs" && exec "$ktest" hog --threads $(($(nproc) * 2)) --secs 14) >/dev/null 2>"$out/ktest.err"
+    rc=$?
+    "$wl/tailctl" maps dump stats --json 2>>"$out/ktest.err" | "$PY" -c '
+import json, sys
+t = {}
+for e in json.load(sys.stdin):
+    for c in e["values"]:
+        for k, v in c["value"].items():
+            if isinstance(v, int):
+                t[k] = max(t.get(k, 0), v) if k.startswith("max_") or k.endswith("max_wait_ns") else t.get(k, 0) + v
+ms = lambda k: round(t.get(k, 0) / 1e6, 1)
+print(json.dumps({"throttled": t.get("allot_waits", 0), "max_overdue_wait_ms": ms("max_overdue_wait_ns"),
+                  "max_overdue_ahead_wait_ms": ms("max_overdue_ahead_wait_ns"), "max_throttle_wait_ms": ms("allot_max_wait_ns"),
+                  "overdue_runs": t.get("allot_overdue", 0), "bound_kicks": t.get("bound_kicks", 0),
+                  **{k: t.get(k, 0) for k in ("overdue_heads", "overdue_fair", "overdue_ahead", "overdue_deferred", "allot_borrows")}}))' >"$out/$name-hold.json" || rc=1
+  else
+    "$ktest" -w 2 hold --secs 14 --threshold-ms 1500 >"$out/$name-hold.json" 2>"$out/ktest.err"
+    rc=$?
+  fi
   # The hogs stop within a few ms of the stop file; past 20 s they are killed (and report nothing).
   touch "$stop"
   for _ in $(seq 1 100); do
@@ -479,15 +516,16 @@ PY
   kill -9 "${hogs[@]}" "${bg[@]}" 2>/dev/null; wait "${hogs[@]}" "${bg[@]}" 2>/dev/null
   local alive=yes; sched_alive || alive=no
   stop_sched; local src=$?
+  [ "$mode" = job ] && rmdir "$cg" 2>/dev/null
   [ $alive = yes ] || { fail "$name" "scheduler ejected: $(sched_why)"; return; }
   [ $src = 0 ] || { fail "$name" "scheduler exit non-zero: $(sched_why)"; return; }
-  [ $rc = 0 ] || { fail "$name" "ktest hold failed: $(tail -c 300 "$out/ktest.err")"; return; }
+  [ $rc = 0 ] || { fail "$name" "ktest $([ "$mode" = job ] && echo hog || echo hold) failed: $(tail -c 300 "$out/ktest.err")"; return; }
   local verdict
-  verdict=$("$PY" - "$(cat "$out/$name-hold.json")" "$(cat "$out/$name"-hog-*.txt 2>/dev/null | tr '\n' ' ')" "$hogs_n" "$sleepers" <<'PY'
+  verdict=$("$PY" - "$(cat "$out/$name-hold.json")" "$(cat "$out/$name"-hog-*.txt 2>/dev/null | tr '\n' ' ')" "$hogs_n" "$sleepers" "$mode" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1])
 gaps = [int(g) for g in sys.argv[2].split()]
-hogs_n, sleepers = int(sys.argv[3]), int(sys.argv[4])
+hogs_n, sleepers, mode = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 why = []
 if not r["throttled"]: why.append("no thread waited")
 od = r["max_overdue_wait_ms"]
@@ -509,8 +547,10 @@ msg = (f"longest wait to an overdue run {od:.0f} ms (kernel: throttling to runni
        f"{r['max_throttle_wait_ms']:.0f} ms); {r['overdue_runs']} overdue runs; at release {r.get('overdue_heads', 0)} "
        f"to a CPU's head, {r.get('overdue_fair', 0)} to a fair queue, {r.get('overdue_ahead', 0)} ahead of the fair frontier, "
        f"queued fairly: longest wait {ahead:.0f} ms, against a hog's longest gap {hog} ms; "
+       f"{r.get('overdue_deferred', 0)} releases deferred for want of a free head; "
        f"{r['bound_kicks']} timer kicks, {r['throttled']} waits "
-       f"(bound 100 ms, 1 s slices, {hogs_n} hogs, {sleepers} sleepers)")
+       f"(bound 100 ms, 1 s slices, {hogs_n} hogs, {sleepers} sleepers"
+       + (f"; the waiters: a cgroup job's, {r.get('allot_borrows', 0)} borrowed runs)" if mode == "job" else ")"))
 print(("bad " + "; ".join(why) + ": " + msg) if why else ("ok " + msg))
 PY
 )
@@ -518,6 +558,7 @@ PY
 }
 test_waitunpinned() { wait_unpinned_case waitunpinned "$(nproc)" 8; }
 test_waitextend() { wait_unpinned_case waitextend $(($(nproc) - 1)) 0; }
+test_waitjob() { wait_unpinned_case waitjob "$(nproc)" 0 job; }
 
 test_slotreuse() {
   start_sched || { fail slotreuse "scheduler did not load"; return; }

@@ -44,12 +44,14 @@ pub struct Metrics {
     pub cap_preemptions: u64,
     #[stat(desc = "Region reads rejected by validation")]
     pub invalid_hints: u64,
-    #[stat(desc = "Throttled threads run without a token after the wait bound (should stay 0)")]
+    #[stat(
+        desc = "Threads throttled by a request's cap run without a token after the wait bound (should stay 0; a job's: allot_overdue)"
+    )]
     pub overdue_runs: u64,
     #[stat(desc = "Longest throttle wait so far, ns (a maximum since load, not a delta)")]
     pub max_throttle_wait_ns: u64,
     #[stat(
-        desc = "Longest wait from throttling to running of a thread let through at the wait bound, ns (a maximum since load)"
+        desc = "Longest wait from throttling (a request's cap or a job's allotment) to running of a thread let through at the wait bound, ns (a maximum since load)"
     )]
     pub max_overdue_wait_ns: u64,
     #[stat(
@@ -64,6 +66,10 @@ pub struct Metrics {
         desc = "Threads let through at the wait bound moved to the head of a CPU's local queue"
     )]
     pub overdue_heads: u64,
+    #[stat(
+        desc = "Releases that left a thread past its wait bound queued for a later one, no CPU's head free (until twice its bound)"
+    )]
+    pub overdue_deferred: u64,
     #[stat(
         desc = "Longest wait from throttling to running of those ahead of the frontier, ns (a maximum since load)"
     )]
@@ -243,6 +249,7 @@ impl Metrics {
         self.overdue_fair += s.overdue_fair;
         self.overdue_ahead += s.overdue_ahead;
         self.overdue_heads += s.overdue_heads;
+        self.overdue_deferred += s.overdue_deferred;
         self.token_leaks += s.token_leaks;
         self.bound_kicks += s.bound_kicks;
         self.max_throttle_wait_ns = self.max_throttle_wait_ns.max(s.max_throttle_wait_ns);
@@ -376,6 +383,7 @@ impl Metrics {
             overdue_fair: self.overdue_fair.saturating_sub(prev.overdue_fair),
             overdue_ahead: self.overdue_ahead.saturating_sub(prev.overdue_ahead),
             overdue_heads: self.overdue_heads.saturating_sub(prev.overdue_heads),
+            overdue_deferred: self.overdue_deferred.saturating_sub(prev.overdue_deferred),
             // Maxima, not counters: report the current value.
             max_throttle_wait_ns: self.max_throttle_wait_ns,
             max_overdue_wait_ns: self.max_overdue_wait_ns,
@@ -493,7 +501,7 @@ impl Metrics {
         )?;
         writeln!(
             w,
-            "[{}] serialize {:>6} throttled {:>8} rotate {:>8} cap-preempt {:>6} invalid {:>4} overdue {:>4} (head {} fair {} ahead {}) max-wait {:>6} us overdue-wait {:>6} us (ahead {:>6} us) watchdog-margin {:>6} ms token-leaks {} bound-kicks {}",
+            "[{}] serialize {:>6} throttled {:>8} rotate {:>8} cap-preempt {:>6} invalid {:>4} overdue {:>4} (head {} fair {} ahead {} deferred {}) max-wait {:>6} us overdue-wait {:>6} us (ahead {:>6} us) watchdog-margin {:>6} ms token-leaks {} bound-kicks {}",
             crate::SCHEDULER_NAME,
             self.serializations,
             self.throttled,
@@ -504,6 +512,7 @@ impl Metrics {
             self.overdue_heads,
             self.overdue_fair,
             self.overdue_ahead,
+            self.overdue_deferred,
             self.max_throttle_wait_ns / 1000,
             self.max_overdue_wait_ns / 1000,
             self.max_overdue_ahead_wait_ns / 1000,

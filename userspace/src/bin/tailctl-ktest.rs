@@ -1449,6 +1449,7 @@ fn hold(cli: &Cli, secs: u64, threshold_ms: u64) -> Result<()> {
             "overdue_fair": s.overdue_fair,
             "overdue_ahead": s.overdue_ahead,
             "overdue_heads": s.overdue_heads,
+            "overdue_deferred": s.overdue_deferred,
             "max_overdue_ahead_wait_ms": s.max_overdue_ahead_wait_ns as f64 / 1e6,
             "bound_kicks": s.bound_kicks,
             "throttled": s.throttled,
@@ -1565,6 +1566,7 @@ fn read_stats(pin_dir: &Path) -> Result<tailctl_stats> {
         t.overdue_fair += s.overdue_fair;
         t.overdue_ahead += s.overdue_ahead;
         t.overdue_heads += s.overdue_heads;
+        t.overdue_deferred += s.overdue_deferred;
         t.max_overdue_ahead_wait_ns = t.max_overdue_ahead_wait_ns.max(s.max_overdue_ahead_wait_ns);
         t.serializations += s.serializations;
         t.token_leaks += s.token_leaks;
@@ -1601,6 +1603,7 @@ fn stats(cli: &Cli) -> Result<()> {
             "overdue_fair": s.overdue_fair,
             "overdue_ahead": s.overdue_ahead,
             "overdue_heads": s.overdue_heads,
+            "overdue_deferred": s.overdue_deferred,
             "max_overdue_ahead_wait_ms": s.max_overdue_ahead_wait_ns as f64 / 1e6,
         }))?
     );
