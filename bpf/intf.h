@@ -590,8 +590,8 @@ struct tailctl_stats {
 	u64 overdue_heads;
 	/*
 	 * Releases that left a thread past its bound in its queue, no CPU's
-	 * head free for it, until a later release (at most until twice its
-	 * bound: overdue_defers).
+	 * head free for it, until a later release (for up to another bound,
+	 * at most 250 ms: overdue_defers).
 	 */
 	u64 overdue_deferred;
 };

@@ -3256,15 +3256,20 @@ static __always_inline s32 overdue_local_cpu(struct task_struct *p, u64 vtime, u
  * A waiter past its bound that found no CPU's head free (@ocpu -1: the CPUs
  * tried had such a run within OVERDUE_LOCAL_GAP_NS, an RT task or a higher
  * level) stays in its queue for the next release, by a CPU's dispatch or
- * the bound timer's kick 25 ms on, until it has waited twice its bound:
- * in the fair queue, with long slices, it waited a second behind the tasks
- * there (guest test waitjob: several of a job's waiters past their bound at
- * once, on one CPU). After that it goes to the fair queue all the same, so
- * no CPU's state can hold it back for good.
+ * the bound timer's kick (a quarter of the bound, at least 1 ms, on), for
+ * up to another bound, at most OVERDUE_DEFER_MAX_NS: in the fair queue,
+ * with long slices, it waited a second behind the tasks there (guest test
+ * waitjob: several of a job's waiters past their bound at once, on one
+ * CPU). After that it goes to the fair queue all the same, so no CPU's
+ * state can hold it back for good, and a 10 s bound stays far from the
+ * watchdog's 30 s.
  */
+#define OVERDUE_DEFER_MAX_NS (250 * 1000 * 1000ULL)
 static __always_inline bool overdue_defers(s32 ocpu, u64 waited)
 {
-	if (ocpu != -1 || waited > 2 * max_throttle_wait_ns)
+	u64 extra = max_throttle_wait_ns < OVERDUE_DEFER_MAX_NS ? max_throttle_wait_ns : OVERDUE_DEFER_MAX_NS;
+
+	if (ocpu != -1 || waited > max_throttle_wait_ns + extra)
 		return false;
 	STAT_INC(overdue_deferred);
 	return true;

@@ -67,7 +67,7 @@ pub struct Metrics {
     )]
     pub overdue_heads: u64,
     #[stat(
-        desc = "Releases that left a thread past its wait bound queued for a later one, no CPU's head free (until twice its bound)"
+        desc = "Releases that left a thread past its wait bound queued for a later one, no CPU's head free (for up to another bound, at most 250 ms)"
     )]
     pub overdue_deferred: u64,
     #[stat(
