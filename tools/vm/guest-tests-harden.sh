@@ -540,7 +540,12 @@ if od > 400: why.append(f"a thread let through at the 100 ms bound ran {od:.0f} 
 ahead = r.get("max_overdue_ahead_wait_ms", 0)
 # One ahead of the frontier waits as a hog that just ran its slice does (at
 # least a slice's worth: with fewer hogs than CPUs a hog may hardly wait).
-if gaps and ahead > max(hog, 1000) + 1000:
+# A job's waiter leaves a working-first job queue at the frontier itself (its
+# vtime is kept aside until it runs), not at its own vtime as a hog does, and
+# a wait at the frontier behind the tasks below it was 0.4-2.0 s in session
+# 24's runs (workloads/results/waitjob-s24): a second more is allowed there.
+slack = 2000 if mode == "job" else 1000
+if gaps and ahead > max(hog, 1000) + slack:
     why.append(f"a thread ahead of the fair frontier ran {ahead:.0f} ms after it began to wait, a hog's longest gap was {hog} ms")
 if r["max_throttle_wait_ms"] > 500: why.append(f"the kernel saw a wait of {r['max_throttle_wait_ms']:.0f} ms in the throttle queue")
 msg = (f"longest wait to an overdue run {od:.0f} ms (kernel: throttling to running; in the throttle queue "
