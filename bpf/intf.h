@@ -594,6 +594,13 @@ struct tailctl_stats {
 	 * at most 250 ms: overdue_defers).
 	 */
 	u64 overdue_deferred;
+	/*
+	 * Threads sent to a CPU's head that came back through ops.enqueue
+	 * before they ran (unpinned; that CPU taken by a higher class, or an
+	 * affinity change): another CPU's head if one was free, else the fair
+	 * queue.
+	 */
+	u64 overdue_head_lost;
 };
 
 #endif /* __TAILCTL_INTF_H */

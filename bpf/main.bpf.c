@@ -3222,6 +3222,13 @@ __noinline int overdue_local_slot(s32 cpu, u64 now, int pinned, u32 level)
 		if (pc && pc->level != PRIO_NONE && pc->level > level)
 			return -1;
 	}
+	/*
+	 * Not behind another task in that local queue (one sent there earlier
+	 * whose CPU has not switched yet: SCX_ENQ_PREEMPT puts this one at the
+	 * head, ahead of it, and it would wait out this one's whole slice).
+	 */
+	if (scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL_ON | cpu) > 0)
+		return -1;
 	/* now <= at: another CPU, whose clock read came later, took it. */
 	at = READ_ONCE(overdue_local_at[cpu]);
 	if (now <= at || now - at < OVERDUE_LOCAL_GAP_NS)
@@ -3370,8 +3377,8 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 		else
 			scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, vtime_now);
 		if (overdue && tctx) {
-			/* Read only by a re-enqueue of a pinned one (tailctl_enqueue). */
-			tctx->overdue_local = ocpu >= 0 && p->nr_cpus_allowed == 1;
+			/* Sent to a CPU's head: read by a re-enqueue before it ran (tailctl_enqueue). */
+			tctx->overdue_local = ocpu >= 0;
 			tctx->overdue_ahead = ocpu == OVERDUE_AHEAD;
 			if (ocpu == OVERDUE_AHEAD)
 				STAT_INC(overdue_ahead);
@@ -4082,6 +4089,29 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL_ON | scx_bpf_task_cpu(p), slice_ns, enq_flags | SCX_ENQ_PREEMPT);
 		return;
 	}
+	/*
+	 * An unpinned one sent to a CPU's head came back before it ran: most
+	 * likely that CPU was taken by a higher class (ops.cpu_release's
+	 * re-enqueue, 7.x). Another CPU's head if one is free, not this one;
+	 * else the fair queue, as before (counted in overdue_head_lost).
+	 */
+	if (owed && tctx->overdue_local) {
+		s32 c = scx_bpf_pick_any_cpu(p->cpus_ptr, 0);
+
+		tctx->overdue_local = false;
+		STAT_INC(overdue_head_lost);
+		if (c >= 0 && c != (s32)bpf_get_smp_processor_id() && !is_migration_disabled(p) &&
+		    bpf_cpumask_test_cpu(c, p->cpus_ptr) &&
+		    overdue_local_slot(c, bpf_ktime_get_ns(), 0, prio_level(p, tctx)) >= 0) {
+			tctx->overdue_local = true;
+			WRITE_ONCE(overdue_head_sent[(u32)c & (MAX_CPUS - 1)], 1);
+			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL_ON | c, slice_ns, enq_flags | SCX_ENQ_PREEMPT);
+			return;
+		}
+		/* pick_any_cpu claimed it if it was idle: it looks at the queues again. */
+		if (c >= 0)
+			scx_bpf_kick_cpu(c, SCX_KICK_IDLE);
+	}
 	if (tctx && !owed && must_throttle(p, tctx)) {
 		struct tailctl_request_acct *a;
 
@@ -4297,8 +4327,8 @@ __noinline int release_waiters(u32 svc, u64 now)
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
 		if (tctx) {
-			/* Read only by a re-enqueue of a pinned one (tailctl_enqueue). */
-			tctx->overdue_local = ocpu >= 0 && p->nr_cpus_allowed == 1;
+			/* Sent to a CPU's head: read by a re-enqueue before it ran (tailctl_enqueue). */
+			tctx->overdue_local = ocpu >= 0;
 			tctx->overdue_ahead = ocpu == OVERDUE_AHEAD;
 		}
 		if (ocpu == OVERDUE_AHEAD)

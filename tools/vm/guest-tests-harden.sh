@@ -500,7 +500,7 @@ ms = lambda k: round(t.get(k, 0) / 1e6, 1)
 print(json.dumps({"throttled": t.get("allot_waits", 0), "max_overdue_wait_ms": ms("max_overdue_wait_ns"),
                   "max_overdue_ahead_wait_ms": ms("max_overdue_ahead_wait_ns"), "max_throttle_wait_ms": ms("allot_max_wait_ns"),
                   "overdue_runs": t.get("allot_overdue", 0), "bound_kicks": t.get("bound_kicks", 0),
-                  **{k: t.get(k, 0) for k in ("overdue_heads", "overdue_fair", "overdue_ahead", "overdue_deferred", "allot_borrows")}}))' >"$out/$name-hold.json" || rc=1
+                  **{k: t.get(k, 0) for k in ("overdue_heads", "overdue_fair", "overdue_ahead", "overdue_deferred", "overdue_head_lost", "reenqueues", "allot_borrows")}}))' >"$out/$name-hold.json" || rc=1
   else
     "$ktest" -w 2 hold --secs 14 --threshold-ms 1500 >"$out/$name-hold.json" 2>"$out/ktest.err"
     rc=$?
@@ -552,7 +552,8 @@ msg = (f"longest wait to an overdue run {od:.0f} ms (kernel: throttling to runni
        f"{r['max_throttle_wait_ms']:.0f} ms); {r['overdue_runs']} overdue runs; at release {r.get('overdue_heads', 0)} "
        f"to a CPU's head, {r.get('overdue_fair', 0)} to a fair queue, {r.get('overdue_ahead', 0)} ahead of the fair frontier, "
        f"queued fairly: longest wait {ahead:.0f} ms, against a hog's longest gap {hog} ms; "
-       f"{r.get('overdue_deferred', 0)} releases deferred for want of a free head; "
+       f"{r.get('overdue_deferred', 0)} releases deferred for want of a free head, "
+       f"{r.get('overdue_head_lost', 0)} heads lost before the run ({r.get('reenqueues', 'n/a')} re-enqueues); "
        f"{r['bound_kicks']} timer kicks, {r['throttled']} waits "
        f"(bound 100 ms, 1 s slices, {hogs_n} hogs, {sleepers} sleepers"
        + (f"; the waiters: a cgroup job's, {r.get('allot_borrows', 0)} borrowed runs)" if mode == "job" else ")"))

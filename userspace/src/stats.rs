@@ -71,6 +71,10 @@ pub struct Metrics {
     )]
     pub overdue_deferred: u64,
     #[stat(
+        desc = "Threads sent to a CPU's head that came back before they ran (that CPU taken by a higher class): another CPU's head if free, else the fair queue"
+    )]
+    pub overdue_head_lost: u64,
+    #[stat(
         desc = "Longest wait from throttling to running of those ahead of the frontier, ns (a maximum since load)"
     )]
     pub max_overdue_ahead_wait_ns: u64,
@@ -250,6 +254,7 @@ impl Metrics {
         self.overdue_ahead += s.overdue_ahead;
         self.overdue_heads += s.overdue_heads;
         self.overdue_deferred += s.overdue_deferred;
+        self.overdue_head_lost += s.overdue_head_lost;
         self.token_leaks += s.token_leaks;
         self.bound_kicks += s.bound_kicks;
         self.max_throttle_wait_ns = self.max_throttle_wait_ns.max(s.max_throttle_wait_ns);
@@ -384,6 +389,9 @@ impl Metrics {
             overdue_ahead: self.overdue_ahead.saturating_sub(prev.overdue_ahead),
             overdue_heads: self.overdue_heads.saturating_sub(prev.overdue_heads),
             overdue_deferred: self.overdue_deferred.saturating_sub(prev.overdue_deferred),
+            overdue_head_lost: self
+                .overdue_head_lost
+                .saturating_sub(prev.overdue_head_lost),
             // Maxima, not counters: report the current value.
             max_throttle_wait_ns: self.max_throttle_wait_ns,
             max_overdue_wait_ns: self.max_overdue_wait_ns,
@@ -501,7 +509,7 @@ impl Metrics {
         )?;
         writeln!(
             w,
-            "[{}] serialize {:>6} throttled {:>8} rotate {:>8} cap-preempt {:>6} invalid {:>4} overdue {:>4} (head {} fair {} ahead {} deferred {}) max-wait {:>6} us overdue-wait {:>6} us (ahead {:>6} us) watchdog-margin {:>6} ms token-leaks {} bound-kicks {}",
+            "[{}] serialize {:>6} throttled {:>8} rotate {:>8} cap-preempt {:>6} invalid {:>4} overdue {:>4} (head {} fair {} ahead {} deferred {} lost {}) max-wait {:>6} us overdue-wait {:>6} us (ahead {:>6} us) watchdog-margin {:>6} ms token-leaks {} bound-kicks {}",
             crate::SCHEDULER_NAME,
             self.serializations,
             self.throttled,
@@ -513,6 +521,7 @@ impl Metrics {
             self.overdue_fair,
             self.overdue_ahead,
             self.overdue_deferred,
+            self.overdue_head_lost,
             self.max_throttle_wait_ns / 1000,
             self.max_overdue_wait_ns / 1000,
             self.max_overdue_ahead_wait_ns / 1000,

@@ -1450,6 +1450,7 @@ fn hold(cli: &Cli, secs: u64, threshold_ms: u64) -> Result<()> {
             "overdue_ahead": s.overdue_ahead,
             "overdue_heads": s.overdue_heads,
             "overdue_deferred": s.overdue_deferred,
+            "overdue_head_lost": s.overdue_head_lost,
             "max_overdue_ahead_wait_ms": s.max_overdue_ahead_wait_ns as f64 / 1e6,
             "bound_kicks": s.bound_kicks,
             "throttled": s.throttled,
@@ -1567,6 +1568,7 @@ fn read_stats(pin_dir: &Path) -> Result<tailctl_stats> {
         t.overdue_ahead += s.overdue_ahead;
         t.overdue_heads += s.overdue_heads;
         t.overdue_deferred += s.overdue_deferred;
+        t.overdue_head_lost += s.overdue_head_lost;
         t.max_overdue_ahead_wait_ns = t.max_overdue_ahead_wait_ns.max(s.max_overdue_ahead_wait_ns);
         t.serializations += s.serializations;
         t.token_leaks += s.token_leaks;
@@ -1604,6 +1606,7 @@ fn stats(cli: &Cli) -> Result<()> {
             "overdue_ahead": s.overdue_ahead,
             "overdue_heads": s.overdue_heads,
             "overdue_deferred": s.overdue_deferred,
+            "overdue_head_lost": s.overdue_head_lost,
             "max_overdue_ahead_wait_ms": s.max_overdue_ahead_wait_ns as f64 / 1e6,
         }))?
     );
