@@ -3169,9 +3169,12 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
  *
  * At most one such run per CPU per OVERDUE_LOCAL_GAP_NS, whatever the number
  * of threads (a service pinning all its workers to one victim CPU gets at
- * most a quarter of it this way, in runs of at most the default slice); the
- * rest go to the fair queue (counted in overdue_fair). Returns the CPU, -1
- * (the fair queue), or OVERDUE_AHEAD.
+ * most a quarter of it this way, in runs of at most the default slice), and
+ * only into an empty local queue; the rest wait for a later release
+ * (overdue_defers), then go to the fair queue (counted in overdue_fair).
+ * One that comes back through ops.enqueue before it ran (its CPU taken by a
+ * higher class) tries another CPU's head (tailctl_enqueue,
+ * overdue_head_lost). Returns the CPU, -1 (none free), or OVERDUE_AHEAD.
  *
  * Measured (`waitunpinned`, 6.18): with only the releasing CPU, a waiter
  * ahead of the frontier jumping it too, the longest overdue wait stayed
