@@ -3361,8 +3361,17 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 				STAT_INC(allot_overdue);
 			}
 		}
-		/* Before it leaves the wait: a re-enqueue racing the move finds it owed its run. */
+		/*
+		 * Before it leaves the wait: a re-enqueue racing the move finds it
+		 * owed its run, and where it was sent (set first: found owed with
+		 * a stale overdue_local, a pinned one would skip the CPU's slot).
+		 */
 		if (tctx) {
+			if (overdue) {
+				/* Sent to a CPU's head: read by a re-enqueue before it ran (tailctl_enqueue). */
+				tctx->overdue_local = ocpu >= 0;
+				tctx->overdue_ahead = ocpu == OVERDUE_AHEAD;
+			}
 			tctx->job_overdue = overdue;
 			job_leave_wait(tctx);
 		}
@@ -3379,10 +3388,7 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 						   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
 		else
 			scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, vtime_now);
-		if (overdue && tctx) {
-			/* Sent to a CPU's head: read by a re-enqueue before it ran (tailctl_enqueue). */
-			tctx->overdue_local = ocpu >= 0;
-			tctx->overdue_ahead = ocpu == OVERDUE_AHEAD;
+		if (overdue) {
 			if (ocpu == OVERDUE_AHEAD)
 				STAT_INC(overdue_ahead);
 			else if (ocpu < 0)
@@ -3470,13 +3476,19 @@ static __always_inline void job_running(struct task_struct *p, struct task_ctx *
 {
 	struct tailctl_job_acct *j = job_entry(tctx->svc, tctx->owner);
 	u32 allot = job_allot(tctx->svc);
-	bool lent, keep = tctx->keep_wait;
+	bool lent, keep = tctx->keep_wait, was_overdue = tctx->job_overdue;
 
 	tctx->keep_wait = false;
 	tctx->job_from_ns = p->se.sum_exec_runtime;
-	/* Let through at its job's wait bound: its wait (from its job queue) ends here. */
-	if (tctx->job_overdue)
+	/*
+	 * Let through at its job's wait bound: its wait (from its job queue)
+	 * ends here, and its run is owed no more (cleared before the return
+	 * below: a job entry being reset would leave it owed for good).
+	 */
+	if (was_overdue) {
 		note_overdue_wait(tctx, tctx->job_wait_at_ns);
+		tctx->job_overdue = false;
+	}
 	/* A token holder's wait for a CPU: its allotted core-time that others used. */
 	if (tctx->job_token_at_ns) {
 		u64 now = bpf_ktime_get_ns(), at = tctx->job_token_at_ns;
@@ -3500,7 +3512,7 @@ static __always_inline void job_running(struct task_struct *p, struct task_ctx *
 	 * regardless, as a borrower; so does one released with a token after
 	 * round trips through both caps that add up to more than the bound.
 	 */
-	lent = job_leave_wait(tctx) || tctx->job_lent || tctx->job_overdue || tctx->overdue;
+	lent = job_leave_wait(tctx) || tctx->job_lent || was_overdue || tctx->overdue;
 	if (!lent && keep) {
 		u64 now = bpf_ktime_get_ns(), at = tctx->throttled_at_ns;
 
@@ -3516,6 +3528,9 @@ static __always_inline void job_running(struct task_struct *p, struct task_ctx *
 			job_preempt(p, tctx);
 			return;
 		}
+		/* An escape from the allotment at its bound, kept short as a request's is (begin_request_at). */
+		if (was_overdue && p->scx.slice > TAILCTL_SLICE_NS_DEFAULT)
+			p->scx.slice = TAILCTL_SLICE_NS_DEFAULT;
 		tctx->job_borrowing = true;
 		__sync_fetch_and_add(&nr_borrowing, 1);
 		__sync_fetch_and_add(&j->borrowing, 1);
@@ -4317,6 +4332,12 @@ __noinline int release_waiters(u32 svc, u64 now)
 		 */
 		if (tctx) {
 			waited = wait_of(tctx, now);
+			/* Set before overdue (see job_release_waiters). */
+			if (overdue) {
+				/* Sent to a CPU's head: read by a re-enqueue before it ran (tailctl_enqueue). */
+				tctx->overdue_local = ocpu >= 0;
+				tctx->overdue_ahead = ocpu == OVERDUE_AHEAD;
+			}
 			tctx->overdue = overdue;
 			tctx->keep_wait = capped;
 			leave_wait(tctx);
@@ -4329,11 +4350,6 @@ __noinline int release_waiters(u32 svc, u64 now)
 		 */
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
-		if (tctx) {
-			/* Sent to a CPU's head: read by a re-enqueue before it ran (tailctl_enqueue). */
-			tctx->overdue_local = ocpu >= 0;
-			tctx->overdue_ahead = ocpu == OVERDUE_AHEAD;
-		}
 		if (ocpu == OVERDUE_AHEAD)
 			STAT_INC(overdue_ahead);
 		else if (overdue && ocpu < 0)
@@ -4612,10 +4628,11 @@ void BPF_STRUCT_OPS(tailctl_stopping, struct task_struct *p, bool runnable)
 	end_request(p, tctx, r, 0, false);
 	if (tctx->overdue) {
 		tctx->overdue = false;
-		tctx->overdue_local = false;
-		tctx->overdue_ahead = false;
 		STAT_INC(overdue_runs);
 	}
+	/* It ran: where an overdue release sent it (its request's or its job's) no longer matters. */
+	tctx->overdue_local = false;
+	tctx->overdue_ahead = false;
 	/* Unregistered while it ran (resolve_task runs only when it is queued or starts): give back now. */
 	if (!still_bound(p, tctx)) {
 		unbind(tctx);
