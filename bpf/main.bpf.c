@@ -3286,6 +3286,25 @@ static __always_inline bool overdue_defers(s32 ocpu, u64 waited)
 }
 
 /*
+ * The move of a released waiter out of its queue (iterator @it): to the head
+ * of CPU @ocpu's local queue (overdue_local_cpu), else to @to, its level's
+ * vtime queue; where an @overdue one went is counted. True if it moved.
+ */
+static __always_inline bool release_move(struct bpf_iter_scx_dsq *it, struct task_struct *p, s32 ocpu,
+					 bool overdue, u64 to)
+{
+	if (ocpu == OVERDUE_AHEAD)
+		STAT_INC(overdue_ahead);
+	else if (overdue && ocpu < 0)
+		STAT_INC(overdue_fair);
+	if (ocpu >= 0) {
+		WRITE_ONCE(overdue_head_sent[(u32)ocpu & (MAX_CPUS - 1)], 1);
+		return scx_bpf_dsq_move(it, p, SCX_DSQ_LOCAL_ON | ocpu, SCX_ENQ_PREEMPT);
+	}
+	return scx_bpf_dsq_move_vtime(it, p, to, 0);
+}
+
+/*
  * Release the waiters of job @svc that may go now (a free token, past the
  * wait bound, or no longer capped or bound) to the shared vtime queue; one
  * let through at the bound goes to the head of a CPU's local queue instead,
@@ -3388,18 +3407,7 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 						   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
 		else
 			scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, vtime_now);
-		if (overdue) {
-			if (ocpu == OVERDUE_AHEAD)
-				STAT_INC(overdue_ahead);
-			else if (ocpu < 0)
-				STAT_INC(overdue_fair);
-		}
-		if (ocpu >= 0) {
-			WRITE_ONCE(overdue_head_sent[(u32)ocpu & (MAX_CPUS - 1)], 1);
-			moved = scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL_ON | ocpu, SCX_ENQ_PREEMPT);
-		} else {
-			moved = scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0);
-		}
+		moved = release_move(BPF_FOR_EACH_ITER, p, ocpu, overdue, to);
 		if (!moved) {
 			/* Dequeued under us: it comes back through enqueue (an overdue one still owed its run). */
 			if (tctx && claimed) {
@@ -4350,16 +4358,7 @@ __noinline int release_waiters(u32 svc, u64 now)
 		 */
 		scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER,
 					   time_before(p->scx.dsq_vtime, vtime_now) ? vtime_now : p->scx.dsq_vtime);
-		if (ocpu == OVERDUE_AHEAD)
-			STAT_INC(overdue_ahead);
-		else if (overdue && ocpu < 0)
-			STAT_INC(overdue_fair);
-		if (ocpu >= 0) {
-			WRITE_ONCE(overdue_head_sent[(u32)ocpu & (MAX_CPUS - 1)], 1);
-			moved = scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL_ON | ocpu, SCX_ENQ_PREEMPT);
-		} else {
-			moved = scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, to, 0);
-		}
+		moved = release_move(BPF_FOR_EACH_ITER, p, ocpu, overdue, to);
 		if (!moved) {
 			/*
 			 * Dequeued under us: it comes back through enqueue, which
