@@ -3229,8 +3229,10 @@ __noinline int overdue_local_slot(s32 cpu, u64 now, int pinned, u32 level)
 	 * Not behind another task in that local queue (one sent there earlier
 	 * whose CPU has not switched yet: SCX_ENQ_PREEMPT puts this one at the
 	 * head, ahead of it, and it would wait out this one's whole slice).
+	 * Not for a pinned waiter: it has no other CPU, and refused it would
+	 * wait out its deferral only to queue behind them all the same.
 	 */
-	if (scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL_ON | cpu) > 0)
+	if (!pinned && scx_bpf_dsq_nr_queued(SCX_DSQ_LOCAL_ON | cpu) > 0)
 		return -1;
 	/* now <= at: another CPU, whose clock read came later, took it. */
 	at = READ_ONCE(overdue_local_at[cpu]);
@@ -3628,6 +3630,27 @@ static __always_inline void job_set_runnable(struct task_ctx *tctx, u32 on)
 		dec_u32(&j->runnable);
 }
 
+/*
+ * The CPU the wait-bound timer kicks for overdue waiter @p, whose ops.dispatch
+ * then releases it: its own, unless a higher class (an RT task) holds that
+ * one, whose ops.dispatch would not run until it lets go; then, unpinned,
+ * another CPU it may run on (an idle one first), or -1: the next waiter's.
+ * Kicking only the first overdue waiter's CPU left the others of its
+ * service to wait for a dispatch elsewhere, a whole slice at worst.
+ */
+static __always_inline s32 bound_kick_cpu(struct task_struct *p)
+{
+	s32 cpu = scx_bpf_task_cpu(p), c;
+	struct task_struct *curr = __COMPAT_scx_bpf_cpu_curr(cpu);
+
+	if (!curr || curr->prio >= MAX_RT_PRIO)
+		return cpu;
+	if (p->nr_cpus_allowed == 1 || is_migration_disabled(p))
+		return -1;
+	c = scx_bpf_pick_any_cpu(p->cpus_ptr, 0);
+	return c == cpu ? -1 : c;
+}
+
 /* Wait bound without a dispatching CPU: kick the CPU of job @svc's oldest waiter past its bound. */
 static __always_inline void job_check_waiters(u32 svc, u64 now)
 {
@@ -3640,9 +3663,14 @@ static __always_inline void job_check_waiters(u32 svc, u64 now)
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct task_ctx *tctx = task_ctx(p);
 
+		s32 cpu;
+
 		if (!tctx || now < tctx->job_wait_at_ns || now - tctx->job_wait_at_ns <= max_throttle_wait_ns)
 			continue;
-		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_PREEMPT);
+		cpu = bound_kick_cpu(p);
+		if (cpu < 0)
+			continue;
+		scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
 		STAT_INC(bound_kicks);
 		break;
 	}
@@ -4056,7 +4084,7 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	bool woke_idle = false, rewait, owed;
 	u64 vtime;
 	u32 level;
-	s32 cpu = -1;
+	s32 cpu = -1, lost_kick = -1;
 
 	STAT_INC(enqueues);
 	if (enq_flags & SCX_ENQ_REENQ)
@@ -4099,10 +4127,13 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	 * Released past its wait bound and not yet run (overdue, for its
 	 * request's cap or its job's): it is owed its run, so a re-enqueue (a
 	 * re-pin or re-nice while it queues for a CPU) does not send it back
-	 * to wait, and a pinned one the release put at the head of its CPU
-	 * goes back there (overdue_local_cpu; an unpinned one goes to the fair
-	 * queue: this may be ops.cpu_release's re-enqueue, its CPU taken by a
-	 * higher class). It did go back to wait: released
+	 * to wait, and one the release put at the head of its CPU goes back
+	 * there (overdue_local_cpu), a pinned one always, an unpinned one if
+	 * the re-enqueue is for a change of its own (nice, affinity, cgroup:
+	 * not SCX_ENQ_REENQ, which is ops.cpu_release's, see below). Its own
+	 * runqueue's local queue takes it whatever its new mask; the kernel
+	 * then migrates it if that CPU is no longer allowed, and it comes back
+	 * here for the new one. It did go back to wait: released
 	 * again at once, each time at the newest vtime, a waiter re-pinned
 	 * every few ms could wait without bound. In the fair queue it waited
 	 * behind its own holder's whole slice (guest test `waitrenice`, from
@@ -4110,23 +4141,25 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	 * ran.
 	 */
 	owed = tctx && (READ_ONCE(tctx->overdue) || READ_ONCE(tctx->job_overdue));
-	if (owed && tctx->overdue_local && p->nr_cpus_allowed == 1) {
+	if (owed && tctx->overdue_local && (p->nr_cpus_allowed == 1 || !(enq_flags & SCX_ENQ_REENQ))) {
 		WRITE_ONCE(overdue_head_sent[(u32)scx_bpf_task_cpu(p) & (MAX_CPUS - 1)], 1);
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL_ON | scx_bpf_task_cpu(p), slice_ns, enq_flags | SCX_ENQ_PREEMPT);
 		return;
 	}
 	/*
-	 * An unpinned one sent to a CPU's head came back before it ran: most
-	 * likely that CPU was taken by a higher class (ops.cpu_release's
-	 * re-enqueue, 7.x). Another CPU's head if one is free, not this one;
-	 * else the fair queue, as before (counted in overdue_head_lost).
+	 * An unpinned one sent to a CPU's head, re-enqueued from there before
+	 * it ran: that CPU was taken by a higher class (ops.cpu_release's
+	 * re-enqueue, 7.x). Another CPU's head if one is free, not that one;
+	 * else the fair queue, as before (counted in overdue_head_lost), where
+	 * the CPU picked is kicked once the task is queued (if pick_any_cpu
+	 * claimed it idle, only a kick makes it look at the queues again).
 	 */
 	if (owed && tctx->overdue_local) {
 		s32 c = scx_bpf_pick_any_cpu(p->cpus_ptr, 0);
 
 		tctx->overdue_local = false;
 		STAT_INC(overdue_head_lost);
-		if (c >= 0 && c != (s32)bpf_get_smp_processor_id() && !is_migration_disabled(p) &&
+		if (c >= 0 && c != scx_bpf_task_cpu(p) && !is_migration_disabled(p) &&
 		    bpf_cpumask_test_cpu(c, p->cpus_ptr) &&
 		    overdue_local_slot(c, bpf_ktime_get_ns(), 0, prio_level(p, tctx)) >= 0) {
 			tctx->overdue_local = true;
@@ -4134,9 +4167,7 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL_ON | c, slice_ns, enq_flags | SCX_ENQ_PREEMPT);
 			return;
 		}
-		/* pick_any_cpu claimed it if it was idle: it looks at the queues again. */
-		if (c >= 0)
-			scx_bpf_kick_cpu(c, SCX_KICK_IDLE);
+		lost_kick = c;
 	}
 	if (tctx && !owed && must_throttle(p, tctx)) {
 		struct tailctl_request_acct *a;
@@ -4211,8 +4242,11 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	 */
 	if (in_rcu_reader(p) && time_before(vtime_now - slice_ns, vtime))
 		vtime = vtime_now - slice_ns;
-	prio_insert(p, level, vtime, enq_flags, cpu >= 0 ? cpu : scx_bpf_task_cpu(p));
+	prio_insert(p, level, vtime, enq_flags, cpu >= 0 ? cpu : lost_kick >= 0 ? lost_kick : scx_bpf_task_cpu(p));
 	STAT_INC(shared_enqueues);
+	/* The CPU a lost head's search claimed if it was idle (above): it looks at the queues now. */
+	if (lost_kick >= 0 && lost_kick != cpu)
+		scx_bpf_kick_cpu(lost_kick, SCX_KICK_IDLE);
 
 	if (cpu >= 0) {
 		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
@@ -4910,6 +4944,7 @@ static __always_inline void check_waiters(u32 svc, u64 now)
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct task_ctx *tctx = task_ctx(p);
 		struct tailctl_request_acct *a;
+		s32 cpu;
 
 		if (!tctx || wait_of(tctx, now) <= max_throttle_wait_ns)
 			continue;
@@ -4917,7 +4952,10 @@ static __always_inline void check_waiters(u32 svc, u64 now)
 		if (a)
 			check_leaked_token(svc, tctx->acct_idx, a);
 		/* One kick per service: the CPU's ops.dispatch releases every overdue waiter. */
-		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_PREEMPT);
+		cpu = bound_kick_cpu(p);
+		if (cpu < 0)
+			continue;
+		scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
 		STAT_INC(bound_kicks);
 		break;
 	}
