@@ -3191,6 +3191,14 @@ static __always_inline bool job_enqueue(struct task_struct *p, struct task_ctx *
 #define MAX_RT_PRIO 100
 #endif
 static u64 overdue_local_at[MAX_CPUS];
+
+/* An RT (or deadline, stop) task runs on @cpu: its ops.dispatch, and its local queue, wait until it lets go. */
+static __always_inline bool rt_holds(s32 cpu)
+{
+	struct task_struct *curr = __COMPAT_scx_bpf_cpu_curr(cpu);
+
+	return curr && curr->prio < MAX_RT_PRIO;
+}
 /* An overdue waiter was sent to this CPU's local queue (see tailctl_dispatch's extension). */
 static u8 overdue_head_sent[MAX_CPUS];
 
@@ -3204,7 +3212,6 @@ static u8 overdue_head_sent[MAX_CPUS];
  */
 __noinline int overdue_local_slot(s32 cpu, u64 now, int pinned, u32 level)
 {
-	struct task_struct *curr;
 	struct prio_cpu *pc;
 	u64 at;
 
@@ -3215,11 +3222,8 @@ __noinline int overdue_local_slot(s32 cpu, u64 now, int pinned, u32 level)
 	 * which may be an RT task going: a waiting RT task would have been
 	 * picked before ops.dispatch ran).
 	 */
-	if (!pinned && cpu != bpf_get_smp_processor_id()) {
-		curr = __COMPAT_scx_bpf_cpu_curr(cpu);
-		if (curr && curr->prio < MAX_RT_PRIO)
-			return -1;
-	}
+	if (!pinned && cpu != bpf_get_smp_processor_id() && rt_holds(cpu))
+		return -1;
 	if (prio_active()) {
 		pc = prio_cpu_of(cpu);
 		if (pc && pc->level != PRIO_NONE && pc->level > level)
@@ -3632,23 +3636,25 @@ static __always_inline void job_set_runnable(struct task_ctx *tctx, u32 on)
 
 /*
  * The CPU the wait-bound timer kicks for overdue waiter @p, whose ops.dispatch
- * then releases it: its own, unless a higher class (an RT task) holds that
- * one, whose ops.dispatch would not run until it lets go; then, unpinned,
- * another CPU it may run on (an idle one first), or -1: the next waiter's.
- * Kicking only the first overdue waiter's CPU left the others of its
- * service to wait for a dispatch elsewhere, a whole slice at worst.
+ * then releases it (and every other overdue waiter): its own, unless an RT
+ * task holds that one, whose ops.dispatch would not run until it let go, so
+ * that kick released nobody for as long as the RT task ran. Then, unpinned,
+ * another CPU it may run on (an idle one first, claimed, so it is kicked
+ * even if it is its own: its RT task left meanwhile), or -1: the next
+ * overdue waiter's CPU is tried.
  */
 static __always_inline s32 bound_kick_cpu(struct task_struct *p)
 {
 	s32 cpu = scx_bpf_task_cpu(p), c;
-	struct task_struct *curr = __COMPAT_scx_bpf_cpu_curr(cpu);
 
-	if (!curr || curr->prio >= MAX_RT_PRIO)
+	if (!rt_holds(cpu))
 		return cpu;
 	if (p->nr_cpus_allowed == 1 || is_migration_disabled(p))
 		return -1;
 	c = scx_bpf_pick_any_cpu(p->cpus_ptr, 0);
-	return c == cpu ? -1 : c;
+	if (c < 0 || (c != cpu && rt_holds(c)))
+		return -1;
+	return c;
 }
 
 /* Wait bound without a dispatching CPU: kick the CPU of job @svc's oldest waiter past its bound. */
@@ -3662,7 +3668,6 @@ static __always_inline void job_check_waiters(u32 svc, u64 now)
 	waiters_set(&job_waiters_mask, svc);
 	bpf_for_each(scx_dsq, p, dsq, 0) {
 		struct task_ctx *tctx = task_ctx(p);
-
 		s32 cpu;
 
 		if (!tctx || now < tctx->job_wait_at_ns || now - tctx->job_wait_at_ns <= max_throttle_wait_ns)
@@ -4078,6 +4083,20 @@ s32 BPF_STRUCT_OPS(tailctl_select_cpu, struct task_struct *p, s32 prev_cpu, u64 
 	return cpu;
 }
 
+/*
+ * An unpinned owed waiter re-enqueued off its CPU's head for a change of its
+ * own (tailctl_enqueue): back there only if that CPU is still in its mask (a
+ * re-pin elsewhere: the kernel would migrate it at once, and the preemption
+ * would have cut the slice of whatever runs there for nothing) and no RT
+ * task holds it (it would wait there until that let go).
+ */
+static __always_inline bool own_head_usable(struct task_struct *p)
+{
+	s32 cpu = scx_bpf_task_cpu(p);
+
+	return bpf_cpumask_test_cpu(cpu, p->cpus_ptr) && !rt_holds(cpu);
+}
+
 void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct task_ctx *tctx;
@@ -4130,10 +4149,9 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	 * to wait, and one the release put at the head of its CPU goes back
 	 * there (overdue_local_cpu), a pinned one always, an unpinned one if
 	 * the re-enqueue is for a change of its own (nice, affinity, cgroup:
-	 * not SCX_ENQ_REENQ, which is ops.cpu_release's, see below). Its own
-	 * runqueue's local queue takes it whatever its new mask; the kernel
-	 * then migrates it if that CPU is no longer allowed, and it comes back
-	 * here for the new one. It did go back to wait: released
+	 * not SCX_ENQ_REENQ, which is ops.cpu_release's, see below) and that
+	 * CPU is still its to run on and not held by an RT task (else it seeks
+	 * another head as a lost one does). It did go back to wait: released
 	 * again at once, each time at the newest vtime, a waiter re-pinned
 	 * every few ms could wait without bound. In the fair queue it waited
 	 * behind its own holder's whole slice (guest test `waitrenice`, from
@@ -4141,18 +4159,30 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 	 * ran.
 	 */
 	owed = tctx && (READ_ONCE(tctx->overdue) || READ_ONCE(tctx->job_overdue));
-	if (owed && tctx->overdue_local && (p->nr_cpus_allowed == 1 || !(enq_flags & SCX_ENQ_REENQ))) {
-		WRITE_ONCE(overdue_head_sent[(u32)scx_bpf_task_cpu(p) & (MAX_CPUS - 1)], 1);
-		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL_ON | scx_bpf_task_cpu(p), slice_ns, enq_flags | SCX_ENQ_PREEMPT);
+	if (owed && tctx->overdue_local &&
+	    (p->nr_cpus_allowed == 1 || (!(enq_flags & SCX_ENQ_REENQ) && own_head_usable(p)))) {
+		s32 own = scx_bpf_task_cpu(p);
+
+		/*
+		 * Its own runqueue's local queue takes it whatever its mask; re-pinned
+		 * to another CPU the kernel migrates it at once, and it comes back
+		 * here for that one: no preemption of what runs on this one for it.
+		 */
+		WRITE_ONCE(overdue_head_sent[(u32)own & (MAX_CPUS - 1)], 1);
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL_ON | own, slice_ns,
+				   enq_flags | (bpf_cpumask_test_cpu(own, p->cpus_ptr) ? SCX_ENQ_PREEMPT : 0));
 		return;
 	}
 	/*
 	 * An unpinned one sent to a CPU's head, re-enqueued from there before
 	 * it ran: that CPU was taken by a higher class (ops.cpu_release's
-	 * re-enqueue, 7.x). Another CPU's head if one is free, not that one;
-	 * else the fair queue, as before (counted in overdue_head_lost), where
-	 * the CPU picked is kicked once the task is queued (if pick_any_cpu
-	 * claimed it idle, only a kick makes it look at the queues again).
+	 * re-enqueue, 7.x), or it may no longer run there (above). Another
+	 * CPU's head if one is free, not that one; else the fair queue, as
+	 * before (counted in overdue_head_lost), where the CPU picked is kicked
+	 * once the task is queued (if pick_any_cpu claimed it idle, only a kick
+	 * makes it look at the queues again). No return between here and that
+	 * kick: owed skips the throttle and job queues, and a re-enqueue is
+	 * neither a wake-up (woke_idle) nor SCX_ENQ_LAST.
 	 */
 	if (owed && tctx->overdue_local) {
 		s32 c = scx_bpf_pick_any_cpu(p->cpus_ptr, 0);
@@ -4936,6 +4966,7 @@ static __always_inline void check_waiters(u32 svc, u64 now)
 {
 	struct task_struct *p;
 	u64 dsq = TAILCTL_THROTTLE_DSQ_BASE + svc;
+	bool checked = false;
 
 	if (!scx_bpf_dsq_nr_queued(dsq))
 		return;
@@ -4948,9 +4979,15 @@ static __always_inline void check_waiters(u32 svc, u64 now)
 
 		if (!tctx || wait_of(tctx, now) <= max_throttle_wait_ns)
 			continue;
-		a = acct_of(tctx);
+		/*
+		 * Once per service and period, the first overdue waiter's request:
+		 * a leak is a suspect seen again one period later, which a second
+		 * call in the same walk would fake.
+		 */
+		a = checked ? NULL : acct_of(tctx);
 		if (a)
 			check_leaked_token(svc, tctx->acct_idx, a);
+		checked = true;
 		/* One kick per service: the CPU's ops.dispatch releases every overdue waiter. */
 		cpu = bound_kick_cpu(p);
 		if (cpu < 0)
