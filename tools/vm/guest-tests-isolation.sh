@@ -8,11 +8,16 @@
 #             registers and is served; oversized / non-UTF-8 requests get ERR.
 #   regversion: a region whose header claims another layout version gets no
 #             workers bound.
+#   regabuse: past the first line: bad BINDs, a process that exits while a
+#             child keeps its socket, a pid reused by another user between
+#             connect and accept, registration churn beside a service.
 #   pidns:    a service in a child pid namespace registers and its workers are
 #             charged (its tids are translated, not taken for someone else's).
 #   fuzz:     a registered service writes random and coherent garbage into its
 #             region; the scheduler stays loaded and an unregistered neighbour
 #             keeps >= 0.9x the CPU it gets beside a well-behaved twin.
+#   fuzzallot: the same, one pair, under --allot deq --request-shares (the
+#             controller and the per-request shares read the garbage too).
 # Nothing here asserts a raw timing: shares are compared between runs of the
 # same guest, alternated so that drift hits both sides.
 
@@ -144,6 +149,95 @@ PY
   case "$verdict" in ok*) pass regdos "${verdict#ok }" "\"flood\": $f";; *) fail regdos "${verdict#bad }";; esac
 }
 
+# regabuse: what an unprivileged user can do to the registration socket
+# past the first line, all in one scheduler run (--socket-mode 666,
+# --allot equi so every registration wakes the allotment controller):
+#   - after OK: 65 workers over two BINDs, a non-UTF-8 BIND, a 70 KB line,
+#     and (a new registration) a BIND sent a digit per 0.5 s: ERR each, the
+#     last two closed, the slow one within the 3 s request deadline;
+#   - a process registers, binds itself, forks a child that keeps the socket,
+#     and exits: its slot and binding are freed at once (its pidfd), and its
+#     uid's quota of 4 services is whole again, child or no child;
+#   - the daemon stopped (SIGSTOP), a process of one user connects and
+#     exits, a process of another user takes its pid, the daemon resumes,
+#     and the first one's child asks to register the second's thread: it
+#     must be refused (the peer is the process that connected, by pidfd, not
+#     whoever holds its pid now);
+#   - four processes of one user register and close as fast as they can for
+#     12 s beside a registered service and an unregistered 2-thread hog: the
+#     scheduler stays, the service is served kernel-assisted, the hog keeps
+#     at least half a CPU (reported beside the daemon's CPU).
+test_regabuse() {
+  start_sched --socket-mode 666 --allot equi || { fail regabuse "scheduler did not load"; return; }
+  local why=() ba orph pr
+  ba=$(setpriv --reuid=65534 --regid=65534 --clear-groups timeout 60 "$PY" "$client" bindabuse "$sock" 2>"$out/regabuse.err")
+  orph=$(timeout 60 "$PY" "$client" orphan "$sock" 65532 2>>"$out/regabuse.err")
+  pr=$(timeout 60 "$PY" "$client" pidreuse "$sock" "$sched_pid" 65531 65530 2>>"$out/regabuse.err")
+  kill -CONT "$sched_pid" 2>/dev/null
+  # The churn, beside a registered service and a hog.
+  local d0 d1 t0 t1 i churn=() serve hog
+  d0=$(awk '{print $14 + $15}' /proc/"$sched_pid"/stat); t0=$(date +%s.%N)
+  for i in 1 2 3 4; do
+    setpriv --reuid=65529 --regid=65529 --clear-groups timeout 60 "$PY" "$client" churn "$sock" 12 >"$out/churn-$i.json" 2>>"$out/regabuse.err" &
+    churn+=($!)
+  done
+  timeout 60 "$ktest" -w 2 serve --secs 10 --require-kernel >"$out/regabuse-serve.json" 2>>"$out/regabuse.err" &
+  serve=$!
+  hog=$("$ktest" hog --threads 2 --secs 10 2>>"$out/regabuse.err")
+  wait "$serve"; local src=$?
+  wait "${churn[@]}"
+  d1=$(awk '{print $14 + $15}' /proc/"$sched_pid"/stat 2>/dev/null || echo "$d0"); t1=$(date +%s.%N)
+  local alive=yes; sched_alive || alive=no
+  stop_sched; local stop_rc=$?
+  [ $alive = yes ] || { fail regabuse "scheduler ejected: $(sched_why)"; return; }
+  [ $stop_rc = 0 ] || { fail regabuse "scheduler exit non-zero: $(sched_why)"; return; }
+  local verdict
+  verdict=$("$PY" - "${ba:-null}" "${orph:-null}" "${pr:-null}" "$(cat "$out"/churn-*.json 2>/dev/null | tr '\n' ' ')" \
+      "$src" "$(cat "$out/regabuse-serve.json" 2>/dev/null)" "${hog:-null}" "$d0" "$d1" "$t0" "$t1" "$(getconf CLK_TCK)" <<'PY'
+import json, sys
+a = sys.argv
+ba, orph, pr = (json.loads(x) for x in a[1:4])
+churn = [json.loads(x) for x in a[4].replace("} {", "}\n{").split("\n") if x.strip()]
+src, serve, hog = int(a[5]), json.loads(a[6] or "null"), json.loads(a[7])
+daemon_cpus = (float(a[9]) - float(a[8])) / float(a[12]) / max(float(a[11]) - float(a[10]), 1e-3)
+why = []
+ok = lambda r: (r or "").startswith("OK")
+if not ba:
+    why.append("bindabuse did not run (see regabuse.err)")
+else:
+    if not ok(ba["bind_self"]): why.append(f"a valid BIND was refused: {ba['bind_self']!r}")
+    for k in ("bind_65", "bind_non_utf8"):
+        if ok(ba[k]) or not ba[k]: why.append(f"{k}: {ba[k]!r}, not an ERR")
+    if not ok(ba["bind_after"]): why.append(f"the connection was not served after the bad BINDs: {ba['bind_after']!r}")
+    if ok(ba["long_line"]): why.append(f"a 70 KB line got {ba['long_line']!r}")
+    if ok(ba["slow_bind"]) or ba["slow_bind_s"] > 6: why.append(f"a BIND sent a digit per 0.5 s: {ba['slow_bind']!r} after {ba['slow_bind_s']} s")
+    if ba["bound_left"]: why.append("a binding outlived its closed connections")
+if not orph or not ok(orph.get("bind")):
+    why.append(f"orphan: the registration or its BIND failed: {orph}")
+else:
+    if orph["freed_after_s"] is None: why.append("a service whose process exited kept its binding 10 s while a child held the socket")
+    if not all(ok(r) for r in orph["quota_after"]): why.append(f"its uid's quota was not whole again: {orph['quota_after']}")
+if not pr or not pr.get("reused"):
+    why.append(f"pidreuse: no process of the other user got the pid (nothing tested): {pr}")
+elif ok(pr.get("register")) or pr.get("bound"):
+    why.append(f"another user's process was taken for the peer that connected from its pid: {pr}")
+if src != 0 or not serve or not serve.get("kernel_assisted") or serve.get("requests", 0) <= 0:
+    why.append(f"the registered service beside the churn was not served kernel-assisted (exit {src}: {serve})")
+regs = sum(c["registered"] for c in churn)
+if len(churn) < 4 or regs == 0: why.append(f"the churn did not run: {churn}")
+share = (hog or {}).get("share", 0)
+if share < 0.5: why.append(f"an unregistered hog got {share} CPUs beside the churn")
+msg = (f"bad BINDs: ERR ({ba and ba['bind_65']!r}, slow one closed after {ba and ba['slow_bind_s']} s); "
+       f"orphaned service freed after {orph and orph.get('freed_after_s')} s, quota whole; "
+       f"pid {pr and pr.get('pid')} reused by another user: register {pr and pr.get('register')!r}; "
+       f"churn: {regs} registrations in 12 s by 4 processes, service {serve and serve.get('requests')} requests, "
+       f"hog {share} CPUs, daemon {daemon_cpus:.2f} CPUs")
+print(("bad " + "; ".join(why) + ": " + msg) if why else ("ok " + msg))
+PY
+)
+  case "$verdict" in ok*) pass regabuse "${verdict#ok }";; *) fail regabuse "${verdict#bad }";; esac
+}
+
 test_pidns() {
   start_sched || { fail pidns "scheduler did not load"; return; }
   local r; r=$(timeout 120 unshare --pid --fork --kill-child "$ktest" -w 2 serve --secs 4 --require-kernel 2>"$out/pidns.err"); local rc=$?
@@ -210,8 +304,9 @@ paired_ratio() { $PY -c 'import sys, statistics as st; cap=float(sys.argv[3]) if
 # token, the fuzzer's own CPU is not above its twin's (registration buys
 # nothing; a low-noise figure, within 2% between rounds), and the neighbour
 # keeps at least FUZZ_MIN (0.9) of its CPU beside the twin.
-test_fuzz() {
-  start_sched --socket-mode 666 || { fail fuzz "scheduler did not load"; return; }
+fuzz_case() {
+  local name=$1; shift
+  start_sched --socket-mode 666 "$@" || { fail "$name" "scheduler did not load"; return; }
   local twin="" fz="" tsvc="" fsvc="" s i secs=${FUZZ_SECS:-18} rounds=${FUZZ_ROUNDS:-3} min=${FUZZ_MIN:-0.9}
   # FUZZ_CHURN (default 1; 0 turns it off): the other attacks go on meanwhile
   # (the issue: "while the tests above run"): a clumsy capped service
@@ -222,35 +317,50 @@ test_fuzz() {
   local cp="" churn="ok -"
   if [ "${FUZZ_CHURN:-1}" = 1 ]; then
     "$ktest" -w 4 churn --secs $((rounds * 2 * (secs + 6))) --affinity --nice --sleep --requests 16 --threshold-ms 1 \
-      >"$out/fuzz-churn.json" 2>"$out/fuzz-churn.err" &
+      >"$out/$name-churn.json" 2>"$out/$name-churn.err" &
     cp=$!
   fi
   for i in $(seq 1 "$rounds"); do
     s=$(neighbour_share "$secs" setpriv --reuid=65534 --regid=65534 --clear-groups "$ktest" fuzz --threads 8 --secs $((secs + 3)) --benign) \
-      || { fail fuzz "twin run $i: $(tail -c 300 "$out/beside.err")"; stop_sched; return; }
+      || { fail "$name" "twin run $i: $(tail -c 300 "$out/beside.err")"; stop_sched; return; }
     twin+="$s "; tsvc+="$(jget "$(cat "$out/beside.json")" share) "
-    sched_alive || { fail fuzz "scheduler died beside the twin: $(sched_tail)"; return; }
+    sched_alive || { fail "$name" "scheduler died beside the twin: $(sched_tail)"; return; }
     s=$(neighbour_share "$secs" setpriv --reuid=65534 --regid=65534 --clear-groups "$ktest" fuzz --threads 8 --secs $((secs + 3))) \
-      || { fail fuzz "fuzz run $i: $(tail -c 300 "$out/beside.err")"; stop_sched; return; }
+      || { fail "$name" "fuzz run $i: $(tail -c 300 "$out/beside.err")"; stop_sched; return; }
     fz+="$s "; fsvc+="$(jget "$(cat "$out/beside.json")" share) "
-    cp "$out/beside.json" "$out/fuzz-$i.json"
-    sched_alive || { fail fuzz "scheduler ejected while the fuzzer ran: $(sched_tail); $(dmesg | grep -i sched_ext | tail -n 2 | tr '\n"' ' ')"; return; }
+    cp "$out/beside.json" "$out/$name-$i.json"
+    sched_alive || { fail "$name" "scheduler ejected while the fuzzer ran: $(sched_tail); $(dmesg | grep -i sched_ext | tail -n 2 | tr '\n"' ' ')"; return; }
   done
   local crc=0
-  if [ -n "$cp" ]; then wait $cp; crc=$?; churn=$(churn_verdict "$(cat "$out/fuzz-churn.json")"); fi
+  if [ -n "$cp" ]; then wait $cp; crc=$?; churn=$(churn_verdict "$(cat "$out/$name-churn.json")"); fi
   local st; st=$(stats_sum)
   # Any leaked token fails, as in every other guest test (stop_sched checks;
   # the count is read here too, to be shown).
   local nleak kst; nleak=$(token_leaks); kst=$("$ktest" stats 2>/dev/null | tr '"' "'")
   stop_sched; local src=$?
-  [ $src = 97 ] && { fail fuzz "token_leaks = ${nleak:-?} under the fuzzer (a token or wait count was lost): $st; $kst"; return; }
-  [ $src = 0 ] || { fail fuzz "scheduler exit non-zero: $(sched_tail)"; return; }
-  [ $crc = 0 ] || { fail fuzz "the concurrent churn service failed: $(tail -c 300 "$out/fuzz-churn.err")"; return; }
-  case "$churn" in ok*) ;; *) fail fuzz "the concurrent churn service: ${churn#bad }"; return;; esac
+  [ $src = 97 ] && { fail "$name" "token_leaks = ${nleak:-?} under the fuzzer (a token or wait count was lost): $st; $kst"; return; }
+  [ $src = 0 ] || { fail "$name" "scheduler exit non-zero: $(sched_tail)"; return; }
+  [ $crc = 0 ] || { fail "$name" "the concurrent churn service failed: $(tail -c 300 "$out/$name-churn.err")"; return; }
+  case "$churn" in ok*) ;; *) fail "$name" "the concurrent churn service: ${churn#bad }"; return;; esac
   local ratio svc; ratio=$(paired_ratio "$twin" "$fz"); svc=$(paired_ratio "$tsvc" "$fsvc")
   local figures="neighbour's CPU beside the fuzzer / beside its twin = $ratio (shares $twin/ $fz); fuzzer's own CPU / twin's = $svc ($tsvc/ $fsvc)"
-  at_least 1.02 "$svc" || { fail fuzz "the fuzzer got more CPU than its benign twin: $figures"; return; }
-  at_least "$ratio" "$min" || { fail fuzz "the unregistered neighbour lost CPU beside the fuzzer: $figures"; return; }
-  pass fuzz "$rounds x ${secs} s of fuzzing$([ -n "$cp" ] && echo " beside a churning capped service (${churn#ok })"), scheduler loaded, token_leaks ${nleak:-?} ($st; $kst); $figures" \
+  at_least "${FUZZ_SVC_MAX:-1.02}" "$svc" || { fail "$name" "the fuzzer got more CPU than its benign twin: $figures"; return; }
+  at_least "$ratio" "$min" || { fail "$name" "the unregistered neighbour lost CPU beside the fuzzer: $figures"; return; }
+  pass "$name" "$rounds x ${secs} s of fuzzing$([ -n "$cp" ] && echo " beside a churning capped service (${churn#ok })"), scheduler loaded, token_leaks ${nleak:-?} ($st; $kst); $figures" \
     "\"ratio\": $ratio, \"service_ratio\": $svc, \"twin_shares\": \"$twin\", \"fuzz_shares\": \"$fz\", \"stats\": \"$st\""
+}
+test_fuzz() { fuzz_case fuzz; }
+# fuzzallot: the same under an allotment controller that reads the region's
+# desire inputs (DEQ) and per-request shares, which the fuzzer fills with
+# garbage too (busy workers, stealable counts, active requests). One pair
+# (FUZZALLOT_ROUNDS): it is there for ejection, leaks and gross starvation,
+# so the neighbour's floor is 0.6 of its CPU beside the twin (one pair
+# drifts by about +-35% under single-threaded TCG; see above). The fuzzer's
+# own CPU against its twin's is not bounded here: under DEQ a job's cap
+# follows the desire it declares (SAWS trusts the runtime's figures), so
+# garbage claiming a large desire lifts the fuzzer's cap above a twin that
+# declares little. What that buys is bounded by the policy (no job below its
+# equal share loses to it), not by this test.
+test_fuzzallot() {
+  FUZZ_ROUNDS=${FUZZALLOT_ROUNDS:-1} FUZZ_MIN=${FUZZALLOT_MIN:-0.6} FUZZ_SVC_MAX=1000 fuzz_case fuzzallot --allot deq --request-shares
 }

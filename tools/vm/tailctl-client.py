@@ -12,6 +12,16 @@ runtime never would. Each subcommand prints one JSON object.
                           touches MARK once all is set up, holds HOLD seconds
   badreq SOCKET           an oversized and a non-UTF-8 REGISTER: replies?
   version SOCKET          a region with another layout version: BIND refused?
+  bindabuse SOCKET        after OK: 65 workers over two BINDs, a non-UTF-8
+                          BIND, a 70 KB line, a BIND sent a digit per 0.5 s
+  orphan SOCKET UID       (root) a process of UID registers, binds itself,
+                          forks a child that keeps the socket, and exits:
+                          is its slot freed while the child holds on?
+  pidreuse SOCKET PID A B (root) the daemon (PID) stopped, a process of uid A
+                          connects and exits, a process of uid B takes its
+                          pid, the daemon resumes, A's forked child asks to
+                          register B's thread: refused?
+  churn SOCKET SECS       connect, REGISTER, close, as fast as it goes
 """
 import array
 import json
@@ -291,6 +301,173 @@ def badreq(path):
     print(json.dumps(out))
 
 
+def bindabuse(path, tl):
+    out = {}
+    s, svc, _ = register(path)
+    me = threading.get_native_id()
+    out["bind_self"] = request(s, f"BIND {me}\n")[0]
+    # 1 bound + 64 more > 64 workers (checked before the tids are).
+    out["bind_65"] = request(s, "BIND " + ",".join(str(1000000 + i) for i in range(64)) + "\n")[0]
+    out["bind_non_utf8"] = request(s, b"BIND \xff\xfe\n")[0]
+    # Still served after those.
+    out["bind_after"] = request(s, f"BIND {me}\n")[0]
+    t0 = time.monotonic()
+    try:
+        s.sendall(b"BIND " + b"1" * 70000)
+        out["long_line"] = recv_reply(s)[0]
+    except OSError as e:
+        out["long_line"] = f"closed: {e}"
+    s.close()
+    # A BIND that never ends: a digit per 0.5 s, for up to 8 s.
+    s, svc2, _ = register(path)
+    s.settimeout(0.5)
+    t0, reply = time.monotonic(), None
+    try:
+        s.sendall(b"BIND 1")
+        while time.monotonic() - t0 < 8 and reply is None:
+            s.sendall(b"1")
+            try:
+                reply = recv_reply(s)[0] or "closed"
+            except socket.timeout:
+                pass
+    except OSError as e:
+        reply = f"closed: {e}"
+    out["slow_bind"] = reply
+    out["slow_bind_s"] = round(time.monotonic() - t0, 1)
+    s.close()
+    time.sleep(0.5)
+    out["bound_left"] = me in worker_tids(tl)
+    print(json.dumps(out))
+
+
+def drop_to(uid):
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+
+
+def orphan(path, tl, uid):
+    r, w = os.pipe()
+    a = os.fork()
+    if a == 0:
+        os.close(r)
+        drop_to(uid)
+        s, svc, _ = register(path)
+        me = threading.get_native_id()
+        reply, _ = request(s, f"BIND {me}\n")
+        if os.fork() == 0:
+            # The child keeps the socket (and so the connection) for 20 s.
+            os.close(w)
+            time.sleep(20)
+            os._exit(0)
+        os.write(w, json.dumps({"service": svc, "tid": me, "bind": reply}).encode())
+        os._exit(0)
+    os.close(w)
+    got = json.loads(os.read(r, 4096) or b"{}")
+    os.waitpid(a, 0)
+    t0, freed = time.monotonic(), None
+    while time.monotonic() - t0 < 10:
+        if got.get("tid") not in worker_tids(tl):
+            freed = round(time.monotonic() - t0, 2)
+            break
+        time.sleep(0.1)
+    # Its uid's quota (4 services) back in full: 4 registrations at once.
+    r2, w2 = os.pipe()
+    b = os.fork()
+    if b == 0:
+        os.close(r2)
+        drop_to(uid)
+        keep, replies = [], []
+        for _ in range(4):
+            try:
+                c = connect(path, timeout=10)
+                reply, fds = request(c, REGISTER)
+                for fd in fds:
+                    os.close(fd)
+                keep.append(c)
+                replies.append(reply)
+            except OSError as e:
+                replies.append(f"error: {e}")
+        os.write(w2, json.dumps(replies).encode())
+        os._exit(0)
+    os.close(w2)
+    replies = json.loads(os.read(r2, 65536) or b"[]")
+    os.waitpid(b, 0)
+    got.update({"freed_after_s": freed, "quota_after": replies})
+    print(json.dumps(got))
+
+
+def pidreuse(path, tl, daemon, uid_a, uid_b):
+    import signal
+    go_r, go_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+    res = {}
+    os.kill(daemon, signal.SIGSTOP)
+    try:
+        a = os.fork()
+        if a == 0:
+            drop_to(uid_a)
+            c = connect(path, timeout=30)
+            if os.fork() == 0:
+                # The connecting process's child: it has the socket, not the pid.
+                line = os.read(go_r, 64).decode().strip()
+                try:
+                    reply = request(c, f"REGISTER 1 workers={line} thresholds= region=0\n")[0]
+                    bind = request(c, f"BIND {line}\n")[0] if reply and reply.startswith("OK") else None
+                except OSError as e:
+                    reply, bind = f"closed: {e}", None
+                os.write(rep_w, json.dumps({"register": reply, "bind": bind}).encode())
+                time.sleep(1)
+                os._exit(0)
+            os._exit(0)
+        os.waitpid(a, 0)
+        # uid B's process on the connecting process's pid.
+        b = None
+        for _ in range(300):
+            with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+                f.write(str(a - 1))
+            b = os.fork()
+            if b == 0:
+                drop_to(uid_b)
+                time.sleep(30)
+                os._exit(0)
+            if b == a:
+                break
+            os.kill(b, 9)
+            os.waitpid(b, 0)
+            b = None
+        res["pid"] = a
+        res["reused"] = b == a
+    finally:
+        os.kill(daemon, signal.SIGCONT)
+    os.write(go_w, f"{a}\n".encode())
+    res.update(json.loads(os.read(rep_r, 65536) or b"{}"))
+    time.sleep(0.3)
+    res["bound"] = a in worker_tids(tl)
+    if b:
+        os.kill(b, 9)
+        os.waitpid(b, 0)
+    print(json.dumps(res))
+
+
+def churn(path, secs):
+    n, refused, end = 0, 0, time.monotonic() + secs
+    while time.monotonic() < end:
+        try:
+            c = connect(path, timeout=10)
+            reply, fds = request(c, REGISTER)
+            for fd in fds:
+                os.close(fd)
+            c.close()
+            if reply and reply.startswith("OK"):
+                n += 1
+            else:
+                refused += 1
+        except OSError:
+            refused += 1
+    print(json.dumps({"registered": n, "refused": refused}))
+
+
 if __name__ == "__main__":
     cmd, path = sys.argv[1], sys.argv[2]
     tl = os.environ.get("TAILCTL", "tailctl")
@@ -304,5 +481,13 @@ if __name__ == "__main__":
         flood(path, float(sys.argv[3]), sys.argv[4])
     elif cmd == "badreq":
         badreq(path)
+    elif cmd == "bindabuse":
+        bindabuse(path, tl)
+    elif cmd == "orphan":
+        orphan(path, tl, int(sys.argv[3]))
+    elif cmd == "pidreuse":
+        pidreuse(path, tl, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    elif cmd == "churn":
+        churn(path, float(sys.argv[3]))
     else:
         raise SystemExit(__doc__)

@@ -156,15 +156,23 @@ impl Peer {
         let (pid, uid) = (cred.pid() as u32, cred.uid());
         let pidfd = match peer_pidfd(stream) {
             Ok(fd) => fd,
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ENOPROTOOPT) | Some(libc::EINVAL)
-                ) =>
-            {
+            // The peer exited and was reaped before 6.16 (where SO_PEERPIDFD
+            // hands out a pidfd of the exited process instead). Its pid may
+            // already be another process's, one that started between the
+            // connect and the accept: opening it by number, as below, would
+            // take that one for the peer (another user's threads, bound to
+            // this connection's service).
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "the connecting process exited",
+                ))
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOPROTOOPT) => {
                 // Before Linux 6.5: open it by number, then make sure the number
                 // was not recycled since the connection (a process that reused
-                // it started after we accepted).
+                // it started after we accepted; one that started in between
+                // is not told apart: these kernels have no sched_ext anyway).
                 let fd = pidfd_open(pid, 0)?;
                 match thread_start_ticks(pid, pid) {
                     Some(start) if start <= accepted => fd,
