@@ -152,6 +152,8 @@ PY
 # regabuse: what an unprivileged user can do to the registration socket
 # past the first line, all in one scheduler run (--socket-mode 666,
 # --allot equi so every registration wakes the allotment controller):
+#   - REGISTER region=1 (a restarted runtime handing its region back) with no
+#     fd, a pipe, a memfd, 200 fds: ERR each, and no fd kept by the daemon;
 #   - after OK: 65 workers over two BINDs, a non-UTF-8 BIND, a 70 KB line,
 #     and (a new registration) a BIND sent a digit per 0.5 s: ERR each, the
 #     last two closed, the slow one within the 3 s request deadline;
@@ -171,6 +173,10 @@ test_regabuse() {
   start_sched --socket-mode 666 --allot equi || { fail regabuse "scheduler did not load"; return; }
   local why=() ba orph pr
   ba=$(setpriv --reuid=65534 --regid=65534 --clear-groups timeout 60 "$PY" "$client" bindabuse "$sock" 2>"$out/regabuse.err")
+  local fd0 fd1 rf
+  fd0=$(ls /proc/"$sched_pid"/fd | wc -l)
+  rf=$(setpriv --reuid=65534 --regid=65534 --clear-groups timeout 60 "$PY" "$client" regionfd "$sock" 2>>"$out/regabuse.err")
+  sleep 0.5; fd1=$(ls /proc/"$sched_pid"/fd | wc -l)
   orph=$(timeout 60 "$PY" "$client" orphan "$sock" 65532 2>>"$out/regabuse.err")
   pr=$(timeout 60 "$PY" "$client" pidreuse "$sock" "$sched_pid" 65531 65530 2>>"$out/regabuse.err")
   kill -CONT "$sched_pid" 2>/dev/null
@@ -193,9 +199,11 @@ test_regabuse() {
   [ $stop_rc = 0 ] || { fail regabuse "scheduler exit non-zero: $(sched_why)"; return; }
   local verdict
   verdict=$("$PY" - "${ba:-null}" "${orph:-null}" "${pr:-null}" "$(cat "$out"/churn-*.json 2>/dev/null | tr '\n' ' ')" \
-      "$src" "$(cat "$out/regabuse-serve.json" 2>/dev/null)" "${hog:-null}" "$d0" "$d1" "$t0" "$t1" "$(getconf CLK_TCK)" <<'PY'
+      "$src" "$(cat "$out/regabuse-serve.json" 2>/dev/null)" "${hog:-null}" "$d0" "$d1" "$t0" "$t1" "$(getconf CLK_TCK)" \
+      "${rf:-null}" "$fd0" "$fd1" <<'PY'
 import json, sys
 a = sys.argv
+rf, fd0, fd1 = json.loads(a[13]), int(a[14]), int(a[15])
 ba, orph, pr = (json.loads(x) for x in a[1:4])
 churn = [json.loads(x) for x in a[4].replace("} {", "}\n{").split("\n") if x.strip()]
 src, serve, hog = int(a[5]), json.loads(a[6] or "null"), json.loads(a[7])
@@ -212,6 +220,12 @@ else:
     if ok(ba["long_line"]): why.append(f"a 70 KB line got {ba['long_line']!r}")
     if ok(ba["slow_bind"]) or ba["slow_bind_s"] > 6: why.append(f"a BIND sent a digit per 0.5 s: {ba['slow_bind']!r} after {ba['slow_bind_s']} s")
     if ba["bound_left"]: why.append("a binding outlived its closed connections")
+if not rf:
+    why.append("regionfd did not run (see regabuse.err)")
+else:
+    for k, v in rf.items():
+        if ok(v): why.append(f"REGISTER region=1 with {k}: {v!r}, not an ERR")
+if fd1 > fd0 + 2: why.append(f"the daemon's open fds grew {fd0} -> {fd1} after the passed fds were refused")
 if not orph or not ok(orph.get("bind")):
     why.append(f"orphan: the registration or its BIND failed: {orph}")
 else:
@@ -227,7 +241,7 @@ regs = sum(c["registered"] for c in churn)
 if len(churn) < 4 or regs == 0: why.append(f"the churn did not run: {churn}")
 share = (hog or {}).get("share", 0)
 if share < 0.5: why.append(f"an unregistered hog got {share} CPUs beside the churn")
-msg = (f"bad BINDs: ERR ({ba and ba['bind_65']!r}, slow one closed after {ba and ba['slow_bind_s']} s); "
+msg = (f"region=1 with no fd, a pipe, a memfd, 200 fds: ERR, daemon fds {fd0} -> {fd1}; bad BINDs: ERR ({ba and ba['bind_65']!r}, slow one closed after {ba and ba['slow_bind_s']} s); "
        f"orphaned service freed after {orph and orph.get('freed_after_s')} s, quota whole; "
        f"pid {pr and pr.get('pid')} reused by another user: register {pr and pr.get('register')!r}; "
        f"churn: {regs} registrations in 12 s by 4 processes, service {serve and serve.get('requests')} requests, "

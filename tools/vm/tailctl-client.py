@@ -22,6 +22,8 @@ runtime never would. Each subcommand prints one JSON object.
                           pid, the daemon resumes, A's forked child asks to
                           register B's thread: refused?
   churn SOCKET SECS       connect, REGISTER, close, as fast as it goes
+  regionfd SOCKET         REGISTER region=1 with no fd, a pipe, a memfd, and
+                          with 200 fds at once: ERR each?
 """
 import array
 import json
@@ -450,6 +452,26 @@ def pidreuse(path, tl, daemon, uid_a, uid_b):
     print(json.dumps(res))
 
 
+def regionfd(path):
+    out = {}
+    line = b"REGISTER 1 workers= thresholds= region=1\n"
+    r, w = os.pipe()
+    mfd = os.memfd_create("tailctl-fake-region")
+    os.ftruncate(mfd, REGION_SIZE)
+    many = [os.dup(r) for _ in range(200)]
+    for name, fds in (("no_fd", []), ("pipe", [r]), ("memfd", [mfd]), ("fds_200", many)):
+        try:
+            s = connect(path, timeout=10)
+            socket.send_fds(s, [line], fds)
+            out[name] = recv_reply(s)[0]
+            s.close()
+        except OSError as e:
+            out[name] = f"error: {e}"
+    for fd in many + [r, w, mfd]:
+        os.close(fd)
+    print(json.dumps(out))
+
+
 def churn(path, secs):
     n, refused, end = 0, 0, time.monotonic() + secs
     while time.monotonic() < end:
@@ -487,6 +509,8 @@ if __name__ == "__main__":
         orphan(path, tl, int(sys.argv[3]))
     elif cmd == "pidreuse":
         pidreuse(path, tl, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    elif cmd == "regionfd":
+        regionfd(path)
     elif cmd == "churn":
         churn(path, float(sys.argv[3]))
     else:
