@@ -412,6 +412,12 @@ def pidreuse(path, tl, daemon, uid_a, uid_b):
             c = connect(path, timeout=30)
             if os.fork() == 0:
                 # The connecting process's child: it has the socket, not the pid.
+                # Only the harness writes go_w: its exit ends the wait too.
+                os.close(go_w)
+                os.close(rep_r)
+                import select
+                if not select.select([go_r], [], [], 40)[0]:
+                    os._exit(1)
                 line = os.read(go_r, 64).decode().strip()
                 try:
                     reply = request(c, f"REGISTER 1 workers={line} thresholds= region=0\n")[0]
@@ -442,6 +448,8 @@ def pidreuse(path, tl, daemon, uid_a, uid_b):
         res["reused"] = b == a
     finally:
         os.kill(daemon, signal.SIGCONT)
+    os.close(go_r)
+    os.close(rep_w)
     os.write(go_w, f"{a}\n".encode())
     res.update(json.loads(os.read(rep_r, 65536) or b"{}"))
     time.sleep(0.3)
