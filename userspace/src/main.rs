@@ -137,6 +137,12 @@ struct Opts {
     #[arg(long, default_value_t = 64)]
     max_connections: u32,
 
+    /// New connections one non-root user may open per second, in bursts of
+    /// twice that (0: no limit). Each registration costs the daemon a region
+    /// map, bindings and an allotment round.
+    #[arg(long, default_value_t = 10)]
+    max_connect_rate: u32,
+
     /// Time a client has to send its whole request line, in milliseconds.
     #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
     request_timeout_ms: u64,
@@ -588,6 +594,7 @@ impl<'a> Scheduler<'a> {
                 connections: opts.max_connections,
                 request_timeout: Duration::from_millis(opts.request_timeout_ms),
                 max_user_priority: opts.max_user_priority,
+                connect_rate: opts.max_connect_rate,
             },
             services::ServerMaps {
                 regions: &skel.maps.regions,
