@@ -311,8 +311,20 @@ def bindabuse(path, tl):
     # 1 bound + 64 more > 64 workers (checked before the tids are).
     out["bind_65"] = request(s, "BIND " + ",".join(str(1000000 + i) for i in range(64)) + "\n")[0]
     out["bind_non_utf8"] = request(s, b"BIND \xff\xfe\n")[0]
-    # Still served after those.
-    out["bind_after"] = request(s, f"BIND {me}\n")[0]
+    # Still served after those: a second thread of ours binds.
+    ready, leave, other = threading.Event(), threading.Event(), {}
+
+    def second():
+        other["tid"] = threading.get_native_id()
+        ready.set()
+        leave.wait()
+
+    t = threading.Thread(target=second)
+    t.start()
+    ready.wait()
+    out["bind_after"] = request(s, f"BIND {other['tid']}\n")[0]
+    leave.set()
+    t.join()
     t0 = time.monotonic()
     try:
         s.sendall(b"BIND " + b"1" * 70000)

@@ -343,21 +343,24 @@ fn accept_loop(listener: UnixListener, reg: Arc<Registry>) {
 }
 
 /// Identify a new connection and give it a thread, unless its uid (or
-/// everyone) is over the connection cap: then it costs no thread at all.
+/// everyone) is over the connection cap or its user opens connections too
+/// fast: then it costs no thread at all, and no more than SO_PEERCRED (the
+/// uid is all the caps need; the pidfd and /proc reads of a full
+/// identification come after).
 fn admit(stream: UnixStream, reg: &Arc<Registry>) {
-    let peer = match Peer::identify(&stream) {
-        Ok(p) => p,
-        Err(e) => {
-            let _ = quick_refusal(&stream, &format!("cannot identify the peer: {e}"));
-            return;
-        }
-    };
-    let uid = peer.uid;
+    let cred =
+        match nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = quick_refusal(&stream, &format!("cannot identify the peer: {e}"));
+                return;
+            }
+        };
+    let (uid, pid) = (cred.uid(), cred.pid());
     if let Err(why) = reg.book.lock().unwrap().admit(uid, &reg.limits) {
         reg.refusals.note(|n| {
             warn!(
-                "refused a connection from pid {} (uid {uid}): {why}{}",
-                peer.pid,
+                "refused a connection from pid {pid} (uid {uid}): {why}{}",
                 if n > 0 {
                     format!(" ({n} more refused in the last second)")
                 } else {
@@ -368,6 +371,19 @@ fn admit(stream: UnixStream, reg: &Arc<Registry>) {
         let _ = quick_refusal(&stream, &why);
         return;
     }
+    let peer = match Peer::identify(&stream) {
+        Ok(p) if p.uid == uid => p,
+        Ok(_) => {
+            reg.book.lock().unwrap().leave(uid);
+            let _ = quick_refusal(&stream, "cannot identify the peer: its uid changed");
+            return;
+        }
+        Err(e) => {
+            reg.book.lock().unwrap().leave(uid);
+            let _ = quick_refusal(&stream, &format!("cannot identify the peer: {e}"));
+            return;
+        }
+    };
     let r = reg.clone();
     let spawned = std::thread::Builder::new()
         .name("tailctl-service".into())
