@@ -349,6 +349,21 @@ def bindabuse(path, tl):
     out["slow_bind"] = reply
     out["slow_bind_s"] = round(time.monotonic() - t0, 1)
     s.close()
+    # 100 refused BINDs in one write: how many replies before the daemon hangs up.
+    s, svc3, _ = register(path)
+    s.sendall(b"BIND 1\n" * 100)
+    s.settimeout(10)
+    data = b""
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass
+    out["refused_lines_replies"] = data.count(b"\n")
+    s.close()
     # Whether a binding of `tid` is left is read by the harness (the maps are root's).
     out["tid"] = me
     print(json.dumps(out))
@@ -360,22 +375,34 @@ def drop_to(uid):
     os.setuid(uid)
 
 
+def orphan_child(path, uid, w, r):
+    os.close(r)
+    drop_to(uid)
+    s, svc, _ = register(path)
+    me = threading.get_native_id()
+    reply, _ = request(s, f"BIND {me}\n")
+    if os.fork() == 0:
+        # The child keeps the socket (and so the connection) for 20 s,
+        # and nothing else: not the harness's stdout, which would hold
+        # the test's $(...) open as long.
+        os.close(w)
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        time.sleep(20)
+        os._exit(0)
+    os.write(w, json.dumps({"service": svc, "tid": me, "bind": reply}).encode())
+
+
 def orphan(path, tl, uid):
     r, w = os.pipe()
     a = os.fork()
     if a == 0:
-        os.close(r)
-        drop_to(uid)
-        s, svc, _ = register(path)
-        me = threading.get_native_id()
-        reply, _ = request(s, f"BIND {me}\n")
-        if os.fork() == 0:
-            # The child keeps the socket (and so the connection) for 20 s.
-            os.close(w)
-            time.sleep(20)
+        # A child never returns into the harness's code, whatever happens.
+        try:
+            orphan_child(path, uid, w, r)
+        finally:
             os._exit(0)
-        os.write(w, json.dumps({"service": svc, "tid": me, "bind": reply}).encode())
-        os._exit(0)
     os.close(w)
     got = json.loads(os.read(r, 4096) or b"{}")
     os.waitpid(a, 0)
@@ -411,6 +438,33 @@ def orphan(path, tl, uid):
     print(json.dumps(got))
 
 
+def pidreuse_connector(path, uid_a, go_r, go_w, rep_r, rep_w):
+    """pidreuse's process of uid A: connects, forks the child that will
+    speak on the socket, and exits (its caller's os._exit)."""
+    drop_to(uid_a)
+    c = connect(path, timeout=30)
+    if os.fork() != 0:
+        return
+    try:
+        # The connecting process's child: it has the socket, not the pid. It
+        # waits for the pid at most 40 s, holding no write end of go.
+        os.close(go_w)
+        os.close(rep_r)
+        import select
+        if not select.select([go_r], [], [], 40)[0]:
+            return
+        line = os.read(go_r, 64).decode().strip()
+        try:
+            reply = request(c, f"REGISTER 1 workers={line} thresholds= region=0\n")[0]
+            bind = request(c, f"BIND {line}\n")[0] if reply and reply.startswith("OK") else None
+        except OSError as e:
+            reply, bind = f"closed: {e}", None
+        os.write(rep_w, json.dumps({"register": reply, "bind": bind}).encode())
+        time.sleep(1)
+    finally:
+        os._exit(0)
+
+
 def pidreuse(path, tl, daemon, uid_a, uid_b):
     import signal
     go_r, go_w = os.pipe()
@@ -420,26 +474,11 @@ def pidreuse(path, tl, daemon, uid_a, uid_b):
     try:
         a = os.fork()
         if a == 0:
-            drop_to(uid_a)
-            c = connect(path, timeout=30)
-            if os.fork() == 0:
-                # The connecting process's child: it has the socket, not the pid.
-                # Only the harness writes go_w: its exit ends the wait too.
-                os.close(go_w)
-                os.close(rep_r)
-                import select
-                if not select.select([go_r], [], [], 40)[0]:
-                    os._exit(1)
-                line = os.read(go_r, 64).decode().strip()
-                try:
-                    reply = request(c, f"REGISTER 1 workers={line} thresholds= region=0\n")[0]
-                    bind = request(c, f"BIND {line}\n")[0] if reply and reply.startswith("OK") else None
-                except OSError as e:
-                    reply, bind = f"closed: {e}", None
-                os.write(rep_w, json.dumps({"register": reply, "bind": bind}).encode())
-                time.sleep(1)
+            # A child never returns into the harness's code, whatever happens.
+            try:
+                pidreuse_connector(path, uid_a, go_r, go_w, rep_r, rep_w)
+            finally:
                 os._exit(0)
-            os._exit(0)
         os.waitpid(a, 0)
         # uid B's process on the connecting process's pid.
         b = None
@@ -448,9 +487,13 @@ def pidreuse(path, tl, daemon, uid_a, uid_b):
                 f.write(str(a - 1))
             b = os.fork()
             if b == 0:
-                drop_to(uid_b)
-                time.sleep(30)
-                os._exit(0)
+                try:
+                    for fd in (go_r, go_w, rep_r, rep_w):
+                        os.close(fd)
+                    drop_to(uid_b)
+                    time.sleep(30)
+                finally:
+                    os._exit(0)
             if b == a:
                 break
             os.kill(b, 9)
@@ -493,7 +536,7 @@ def regionfd(path):
 
 
 def churn(path, secs):
-    n, refused, end = 0, 0, time.monotonic() + secs
+    n, refused, too_fast, end = 0, 0, 0, time.monotonic() + secs
     while time.monotonic() < end:
         try:
             c = connect(path, timeout=10)
@@ -505,9 +548,10 @@ def churn(path, secs):
                 n += 1
             else:
                 refused += 1
+                too_fast += "too fast" in (reply or "")
         except OSError:
             refused += 1
-    print(json.dumps({"registered": n, "refused": refused}))
+    print(json.dumps({"registered": n, "refused": refused, "too_fast": too_fast}))
 
 
 if __name__ == "__main__":

@@ -140,7 +140,7 @@ struct Opts {
     /// New connections one non-root user may open per second, in bursts of
     /// twice that (0: no limit). Each registration costs the daemon a region
     /// map, bindings and an allotment round.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100_000))]
     max_connect_rate: u32,
 
     /// Time a client has to send its whole request line, in milliseconds.

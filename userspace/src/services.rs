@@ -629,6 +629,9 @@ fn check_priority(asked: Option<u8>, uid: u32, max_user: u8) -> Result<(), Strin
     Ok(())
 }
 
+/// Refused BIND lines after which a connection is closed (see [`hold`]).
+const MAX_REFUSED_LINES: u32 = 16;
+
 /// While the service is connected: serve BIND lines, notice the connection
 /// closing or the process exiting.
 fn hold(
@@ -645,6 +648,11 @@ fn hold(
     let mut chunk = [0u8; 4096];
     // When the unfinished line in `buf` started: it must end within the deadline.
     let mut partial_since: Option<Instant> = None;
+    // Refused lines so far: each costs a copy of the region and /proc reads,
+    // and a connection could send thousands in one write (the connection
+    // rate meters connections, not lines). A runtime binds at most
+    // MAX_WORKERS threads, each BIND adding one or more.
+    let mut refused = 0u32;
     while !reg.shutdown.load(Ordering::Relaxed) {
         let mut fds = [
             libc::pollfd {
@@ -684,7 +692,18 @@ fn hold(
                 Err(_) => Reply::Err("malformed request: line is not UTF-8".into()),
                 Ok(line) => bind_line(reg, peer, slot, region_fd, bound, line),
             };
+            if matches!(reply, Reply::Err(_)) {
+                refused += 1;
+            }
             if send_reply(stream, &reply, None).is_err() {
+                return;
+            }
+            if refused >= MAX_REFUSED_LINES {
+                let _ = send_reply(
+                    stream,
+                    &Reply::Err(format!("{refused} requests refused: closing")),
+                    None,
+                );
                 return;
             }
         }

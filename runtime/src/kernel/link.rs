@@ -228,6 +228,27 @@ impl std::ops::Deref for AssistedPool {
     }
 }
 
+/// [`register`], tried again for about 3 s while the daemon says this user
+/// opens connections too fast ([`super::protocol::TOO_FAST`]): many
+/// processes of one user starting at once would otherwise run unassisted for
+/// good (this first registration has no watcher behind it).
+fn register_paced(socket: &Path, kthr: &[u64]) -> io::Result<(UnixStream, u32, Option<OwnedFd>)> {
+    let mut pause = Duration::from_millis(100);
+    let give_up = Instant::now() + Duration::from_secs(3);
+    loop {
+        match register(socket, kthr, None) {
+            Err(e)
+                if e.to_string().contains(super::protocol::TOO_FAST)
+                    && Instant::now() < give_up =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(800));
+            }
+            r => return r,
+        }
+    }
+}
+
 impl AssistedPool {
     /// Build the pool, kernel-assisted if the daemon at `socket` accepts it.
     /// Failing to reach the daemon is not an error: the pool then runs in
@@ -245,7 +266,7 @@ impl AssistedPool {
             stop: AtomicBool::new(false),
             stream: std::sync::Mutex::new(None),
         });
-        let (stream, region_fd) = match register(socket, &kthr, None) {
+        let (stream, region_fd) = match register_paced(socket, &kthr) {
             Ok((stream, service, Some(fd))) => {
                 state.service.store(service, Ordering::SeqCst);
                 (stream, fd)

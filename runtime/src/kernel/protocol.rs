@@ -44,6 +44,10 @@ pub const MAX_THRESHOLDS: usize = 256;
 pub const MAX_PRIORITY: u8 = 7;
 /// The level of unregistered tasks and of services that do not ask for one.
 pub const PRIORITY_NORMAL: u8 = 3;
+/// In the `ERR` of a connection refused because its user opens connections
+/// faster than the daemon's `--max-connect-rate`: worth trying again shortly
+/// (the runtime does, see `AssistedPool::start`), unlike the other refusals.
+pub const TOO_FAST: &str = "opens connections too fast";
 
 /// A service's registration request.
 ///

@@ -7,8 +7,8 @@
 //! thread that still carries the tid when the binding is in the map:
 //!
 //! - the peer process: SO_PEERPIDFD (Linux 6.5; every sched_ext kernel has
-//!   it), else pidfd_open(SO_PEERCRED pid) checked against the time of the
-//!   connection;
+//!   it; a peer already reaped is refused), else (no SO_PEERPIDFD at all)
+//!   pidfd_open(SO_PEERCRED pid) checked against the time of the connection;
 //! - each worker thread: pidfd_open(tid, PIDFD_THREAD) (Linux 6.9) before its
 //!   /proc entry is read; if that thread is still alive after the binding was
 //!   written, the binding names it.

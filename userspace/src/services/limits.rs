@@ -75,7 +75,6 @@ impl Book {
     /// [`Book::admit`] at `now`.
     pub fn admit_at(&mut self, uid: u32, lim: &Limits, now: Instant) -> Result<(), String> {
         if uid != 0 {
-            self.meter(uid, lim, now)?;
             let mine = self.conns.get(&uid).copied().unwrap_or(0);
             if mine >= lim.connections_per_uid {
                 return Err(format!(
@@ -89,6 +88,8 @@ impl Book {
                     self.unprivileged_conns, lim.connections
                 ));
             }
+            // Last: a connection the caps refuse takes nothing from the bucket.
+            self.meter(uid, lim, now)?;
             self.unprivileged_conns += 1;
         }
         *self.conns.entry(uid).or_insert(0) += 1;
@@ -125,9 +126,10 @@ impl Book {
         *at = now;
         if *left < 1.0 {
             return Err(format!(
-                "uid {uid} opens connections too fast (at most {} a second, in bursts of {})",
+                "uid {uid} {} (at most {} a second, in bursts of {})",
+                tailctl_rt::kernel::protocol::TOO_FAST,
                 lim.connect_rate,
-                2 * lim.connect_rate
+                2 * u64::from(lim.connect_rate)
             ));
         }
         *left -= 1.0;
