@@ -237,6 +237,10 @@ for e in json.load(sys.stdin):
 }
 # A CPU-bound registered service: greedy --benign keeps 16 requests of 8 x 20 ms items in flight.
 # exec: run in the background, the job's pid ($!) is the service's own (services.pid).
+# A service missing from job_acct most likely exited: say why (the tail of its stderr).
+allot_err_hint() {
+  case "$1" in *"not seen"*) printf ' (stderr: %s)' "$(tail -n 3 "$out/allot.err" 2>/dev/null | tr '\n"' '  ')";; esac
+}
 allot_service() { exec "$ktest" -w "$1" greedy --benign --secs "$2" --requests 16 --items 8 --item-us 20000; }
 
 allot_phase() { # allot_phase POLICY -> prints {"wide": {...}, "narrow": {...}}
@@ -290,7 +294,7 @@ msg = (f"off: wide {ow} / narrow {onw} cores | equi (allot {w['allot']}/{nw['all
 print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
 )
-  case "$verdict" in ok*) pass allotequi "${verdict#ok }" "\"detail\": $(cat "$out/allotequi.json")";; *) fail allotequi "${verdict#bad }";; esac
+  case "$verdict" in ok*) pass allotequi "${verdict#ok }" "\"detail\": $(cat "$out/allotequi.json")";; *) fail allotequi "${verdict#bad }$(allot_err_hint "$verdict")";; esac
 }
 
 test_allotexit() {
@@ -340,7 +344,7 @@ ok = w["allot"] == n and w["cores"] > half * 1.2
 print("ok" if ok else "bad", msg if ok else "the freed cores did not go to the wide service: " + msg)
 PY
 )
-  case "$verdict" in ok*) pass allotexit "${verdict#ok }";; *) fail allotexit "${verdict#bad }";; esac
+  case "$verdict" in ok*) pass allotexit "${verdict#ok }";; *) fail allotexit "${verdict#bad }$(allot_err_hint "$verdict")";; esac
 }
 
 # allotrenice: job waiters re-niced (the attack `waitrenice` makes on request
@@ -383,7 +387,7 @@ msg = (f"{n} re-nices of runnable threads ({q.get('renices', 0)} seen waiting); 
 print(("bad " + "; ".join(why) + ": " + msg) if why else ("ok " + msg))
 PY
 )
-  case "$verdict" in ok*) pass allotrenice "${verdict#ok }";; *) fail allotrenice "${verdict#bad }";; esac
+  case "$verdict" in ok*) pass allotrenice "${verdict#ok }";; *) fail allotrenice "${verdict#bad }$(allot_err_hint "$verdict")";; esac
 }
 
 test_allotstarve() {
@@ -453,7 +457,7 @@ msg = (f"neighbour {share:.2f} CPUs{rel}; jobs {[(j['allot'], j['cores']) for j 
 print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
 )
-  case "$verdict" in ok*) pass allotstarve "${verdict#ok }";; *) fail allotstarve "${verdict#bad }";; esac
+  case "$verdict" in ok*) pass allotstarve "${verdict#ok }";; *) fail allotstarve "${verdict#bad }$(allot_err_hint "$verdict")";; esac
 }
 
 test_allotdeq() {
@@ -576,7 +580,7 @@ msg = (f"before: low allot {mode} in {at_mode} of {len(p1)} rounds ({dict(la)}),
 print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
 )
-  case "$verdict" in ok*) pass allotdeq "${verdict#ok }" "\"detail\": $(cat "$out/allotdeq.json"), \"rounds\": $(cat "$out/allotdeq-rounds.json")";; *) fail allotdeq "${verdict#bad }";; esac
+  case "$verdict" in ok*) pass allotdeq "${verdict#ok }" "\"detail\": $(cat "$out/allotdeq.json"), \"rounds\": $(cat "$out/allotdeq-rounds.json")";; *) fail allotdeq "${verdict#bad }$(allot_err_hint "$verdict")";; esac
 }
 
 test_allotdrep() {
@@ -656,7 +660,7 @@ msg = (f"alone {n}; split {dict(splits)} over {len(pair)} rounds ({quanta} quant
 print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
 )
-  case "$verdict" in ok*) pass allotdrep "${verdict#ok }" "\"detail\": $(cat "$out/allotdrep.json")";; *) fail allotdrep "${verdict#bad }";; esac
+  case "$verdict" in ok*) pass allotdrep "${verdict#ok }" "\"detail\": $(cat "$out/allotdrep.json")";; *) fail allotdrep "${verdict#bad }$(allot_err_hint "$verdict")";; esac
 }
 
 # Per-thread CPU ticks (utime + stime) of process $1, as "tid:ticks" words.
@@ -785,7 +789,7 @@ msg = (f"{pol}: cgroup job (allot {cg['allot']}, desire {cg['desire']}, in the l
 print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
 )
-  case "$verdict" in ok*) pass "$t" "${verdict#ok }" "\"detail\": $(cat "$out/$t.json")";; *) fail "$t" "${verdict#bad }";; esac
+  case "$verdict" in ok*) pass "$t" "${verdict#ok }" "\"detail\": $(cat "$out/$t.json")";; *) fail "$t" "${verdict#bad }$(allot_err_hint "$verdict")";; esac
 }
 
 # cgjob_slot CGROUP: "SLOT EPOCH" when the kernel's job_cgroups maps the cgroup's id to a slot
@@ -962,7 +966,7 @@ msg = (f"mkdir -> start logged {d['start_ms']} ms, rmdir -> end logged {d['end_m
 print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
 )
-  case "$verdict" in ok*) pass allotcgdyn "${verdict#ok }" "\"detail\": $(cat "$out/allotcgdyn.json")";; *) fail allotcgdyn "${verdict#bad }";; esac
+  case "$verdict" in ok*) pass allotcgdyn "${verdict#ok }" "\"detail\": $(cat "$out/allotcgdyn.json")";; *) fail allotcgdyn "${verdict#bad }$(allot_err_hint "$verdict")";; esac
 }
 
 test_allotcgnest() {
@@ -1028,7 +1032,7 @@ msg += (f"; child hog threads' ticks min {workers[0] if workers else None} max {
 print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
 )
-  case "$verdict" in ok*) pass allotcgnest "${verdict#ok }" "\"detail\": $(cat "$out/allotcgnest.json")";; *) fail allotcgnest "${verdict#bad }";; esac
+  case "$verdict" in ok*) pass allotcgnest "${verdict#ok }" "\"detail\": $(cat "$out/allotcgnest.json")";; *) fail allotcgnest "${verdict#bad }$(allot_err_hint "$verdict")";; esac
 }
 
 test_allotreqalloc() {
@@ -1072,7 +1076,7 @@ msg = (f"{len(mine)} requests under a share (shares seen {shares}), {len(steady)
 print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
 )
-  case "$verdict" in ok*) pass allotreqalloc "${verdict#ok }";; *) fail allotreqalloc "${verdict#bad }";; esac
+  case "$verdict" in ok*) pass allotreqalloc "${verdict#ok }";; *) fail allotreqalloc "${verdict#bad }$(allot_err_hint "$verdict")";; esac
 }
 
 test_allotmug() {
@@ -1118,5 +1122,5 @@ msg = (f"service ({2 * n} workers, allot {j.get('allot')}, {j.get('cores')} core
 print("bad" if why else "ok", "; ".join(why) + (" | " if why else "") + msg)
 PY
 )
-  case "$verdict" in ok*) pass allotmug "${verdict#ok }";; *) fail allotmug "${verdict#bad }";; esac
+  case "$verdict" in ok*) pass allotmug "${verdict#ok }";; *) fail allotmug "${verdict#bad }$(allot_err_hint "$verdict")";; esac
 }

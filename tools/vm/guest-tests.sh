@@ -170,7 +170,19 @@ test_verifier() {
   fi
 }
 test_load() {
-  if ! start_sched; then fail load "scheduler did not reach enabled: $(tail -n 5 "$out/sched.log" | tr '\n"' ' ')"; return; fi
+  # The registration socket is there the moment sched_ext shows the scheduler
+  # enabled (a service started on that signal must find it): watched closely.
+  # shellcheck disable=SC2086
+  "$bin" --exit-dump-len 262144 ${SCHED_ARGS:-} >"$out/sched.log" 2>&1 &
+  sched_pid=$!
+  local st="" i
+  for i in $(seq 1 60000); do
+    read -r st </sys/kernel/sched_ext/state 2>/dev/null
+    [ "$st" = enabled ] && break
+    kill -0 "$sched_pid" 2>/dev/null || break
+  done
+  [ "$st" = enabled ] || { fail load "scheduler did not reach enabled: $(tail -n 5 "$out/sched.log" | tr '\n"' ' ')"; stop_sched; return; }
+  [ -S /run/tailctl/tailctl.sock ] || { fail load "enabled, but no registration socket yet (after $i polls)"; stop_sched; return; }
   local o; o=$(ops)
   case "$o" in tailctl*) ;; *) fail load "ops name is '$o', expected tailctl*"; stop_sched; return ;; esac
   [ -e /sys/fs/bpf/tailctl/stats ] || { fail load "map pin /sys/fs/bpf/tailctl/stats missing"; stop_sched; return; }

@@ -553,6 +553,14 @@ impl<'a> Scheduler<'a> {
             ],
         )?;
 
+        // The socket exists before the scheduler shows as enabled: a service
+        // started on that signal finds it (connections wait for the accept
+        // loop, started once attached).
+        let socket_access = services::SocketAccess {
+            mode: opts.socket_mode,
+            gid: socket_group(opts.socket_group.as_deref())?,
+        };
+        let listening = services::RegistrationServer::listen(&opts.socket, &socket_access)?;
         let struct_ops = Some(scx_ops_attach!(skel, tailctl_ops)?);
         let (events_tx, events_rx) = std::sync::mpsc::channel();
         let controller = match opts.allot.build() {
@@ -582,12 +590,8 @@ impl<'a> Scheduler<'a> {
                 events_rx,
             )?),
         };
-        let registration = Some(services::RegistrationServer::start(
-            &opts.socket,
-            &services::SocketAccess {
-                mode: opts.socket_mode,
-                gid: socket_group(opts.socket_group.as_deref())?,
-            },
+        let registration = Some(listening.serve(
+            &socket_access,
             services::Limits {
                 services_per_uid: opts.max_services_per_uid,
                 connections_per_uid: opts.max_connections_per_uid,

@@ -210,28 +210,30 @@ pub struct RegistrationServer {
     cgroup_thread: Option<std::thread::JoinHandle<()>>,
 }
 
+/// A bound socket not yet served: connections wait in its backlog. The
+/// daemon binds it before it attaches the scheduler, so that once sched_ext
+/// reports the scheduler enabled the socket is there (a service started
+/// right after would otherwise find no socket and run unassisted for good).
+/// Dropping it removes the socket file.
+pub struct Listening {
+    path: PathBuf,
+    listener: Option<UnixListener>,
+    /// Set once the RegistrationServer owns the socket file.
+    served: bool,
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        if !self.served {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
 impl RegistrationServer {
-    /// Listen on `path`, serving registrations into the maps.
-    pub fn start(
-        path: &Path,
-        access: &SocketAccess,
-        limits: Limits,
-        maps: ServerMaps<'_, '_>,
-        job_patterns: &[PathBuf],
-    ) -> Result<Self> {
-        let job_cgroups = MapHandle::try_from(maps.job_cgroups)?;
-        let maps = RegistryMaps {
-            regions: MapHandle::try_from(maps.regions)?,
-            services: MapHandle::try_from(maps.services)?,
-            worker_tids: Tids {
-                map: MapHandle::try_from(maps.worker_tids)?,
-                gen: BindGen {
-                    map: MapHandle::try_from(maps.bind_gen)?,
-                    last: Mutex::new(0),
-                },
-            },
-            registered: MapHandle::try_from(maps.registered)?,
-        };
+    /// Bind the socket at `path` with `access`; [`Listening::serve`] starts
+    /// answering on it.
+    pub fn listen(path: &Path, access: &SocketAccess) -> Result<Listening> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("creating the socket directory {}", dir.display()))?;
@@ -247,6 +249,13 @@ impl RegistrationServer {
         }
         let listener =
             UnixListener::bind(path).with_context(|| format!("listening on {}", path.display()))?;
+        listener.set_nonblocking(true)?;
+        // From here on, an error removes the file again (Drop).
+        let bound = Listening {
+            path: path.to_path_buf(),
+            listener: Some(listener),
+            served: false,
+        };
         // Group first, then the mode: the socket is never open wider than asked.
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
         if let Some(gid) = access.gid {
@@ -255,7 +264,33 @@ impl RegistrationServer {
         }
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(access.mode))
             .with_context(|| format!("setting the mode of {}", path.display()))?;
-        listener.set_nonblocking(true)?;
+        Ok(bound)
+    }
+}
+
+impl Listening {
+    /// Serve registrations on the bound socket into the maps.
+    pub fn serve(
+        mut self,
+        access: &SocketAccess,
+        limits: Limits,
+        maps: ServerMaps<'_, '_>,
+        job_patterns: &[PathBuf],
+    ) -> Result<RegistrationServer> {
+        let path = self.path.clone();
+        let job_cgroups = MapHandle::try_from(maps.job_cgroups)?;
+        let maps = RegistryMaps {
+            regions: MapHandle::try_from(maps.regions)?,
+            services: MapHandle::try_from(maps.services)?,
+            worker_tids: Tids {
+                map: MapHandle::try_from(maps.worker_tids)?,
+                gen: BindGen {
+                    map: MapHandle::try_from(maps.bind_gen)?,
+                    last: Mutex::new(0),
+                },
+            },
+            registered: MapHandle::try_from(maps.registered)?,
+        };
         let registry = Arc::new(Registry {
             maps,
             book: Mutex::new(Book::default()),
@@ -280,6 +315,7 @@ impl RegistrationServer {
             )
         };
         let r = registry.clone();
+        let listener = self.listener.take().expect("a Listening is served once");
         let thread = std::thread::Builder::new()
             .name("tailctl-registry".into())
             .spawn(move || accept_loop(listener, r))?;
@@ -290,8 +326,9 @@ impl RegistrationServer {
             access.gid.map_or("root".into(), |g| g.to_string()),
             registry.limits
         );
-        Ok(Self {
-            path: path.to_path_buf(),
+        self.served = true;
+        Ok(RegistrationServer {
+            path,
             registry,
             thread: Some(thread),
             cgroup_thread,
