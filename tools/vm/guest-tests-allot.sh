@@ -47,6 +47,8 @@
 #                cgroup job's usual allotment over the later half of the controller's
 #                quanta (--allot-trace) is at least CPUs/2 (it stayed at 1 while a job
 #                without a region had Q = 0), capped as under equi.
+#   allotliar:   a service inflating its desire inputs (greedy --inflate-desire) beside an
+#                honest one under deq and asteal: the honest one keeps its equal share.
 #   allotcgasteal: the same under --allot asteal (the one guest test of A-Steal in the
 #                daemon): the hog uses what it is allotted, so A-Steal doubles its desire;
 #                it is allotted at least CPUs/2 in at least a third of the later quanta
@@ -115,7 +117,7 @@ allot_sched() {
 }
 # The policy an allot test starts with.
 allot_first_policy() {
-  case $1 in allotcgroup) echo allotcgroup ;; allotcgdeq) echo allotcgdeq ;; allotcgasteal) echo allotcgasteal ;; allotdrep) echo drep ;; allotcgdyn) echo cgdyn ;; allotcgnest) echo cgnest ;; allotreqalloc) echo reqshares ;; allotequi) echo off ;; allotexit | allotstarve | allotmug) echo equi ;; allotdeq) echo deq ;; *) echo none ;; esac
+  case $1 in allotcgroup) echo allotcgroup ;; allotcgdeq) echo allotcgdeq ;; allotcgasteal) echo allotcgasteal ;; allotdrep) echo drep ;; allotcgdyn) echo cgdyn ;; allotcgnest) echo cgnest ;; allotreqalloc) echo reqshares ;; allotequi) echo off ;; allotexit | allotstarve | allotmug) echo equi ;; allotdeq | allotliar) echo deq ;; *) echo none ;; esac
 }
 # allot_end TEST: stop the scheduler unless the next test starts with the same policy.
 allot_end() {
@@ -478,15 +480,22 @@ test_allotdeq() {
 import json, sys
 a = [e["value"]["allot"] for p in sys.argv[2:] for e in json.load(open(p)) if e["value"]["owner"] & 0xffffffff == int(sys.argv[1])]
 print(min(a) if a else 0)' "$lp" "$out/d1.acct" "$out/d2.acct")
-  # Until the low service is allotted more than in the first phase (or ~25 polls).
-  local decided=""
+  # Until the low service has grown (it stamps grown_ns on stderr; the phase-1 dumps may end
+  # well before its 30 s), then until it is allotted more than in the first phase by a decision
+  # taken after the growth (a phase-1 blip to 2 is not it), or ~25 polls.
+  local decided="" grown_at=""
+  for _ in $(seq 1 120); do
+    grown_at=$(sed -n 's/^grown_ns //p' "$out/allot-low.err" | head -1)
+    [ -n "$grown_at" ] && break
+    sleep 0.5
+  done
   for _ in $(seq 1 25); do
     decided=$("$wl/tailctl" maps dump job_acct --json 2>/dev/null | $PY -c '
 import json, sys
 for e in json.load(sys.stdin):
     v = e["value"]
-    if v["owner"] & 0xffffffff == int(sys.argv[1]) and v["allot"] > int(sys.argv[2]):
-        print(v["decided_at_ns"], v["seq"], v["allot"]); break' "$lp" "$low1")
+    if v["owner"] & 0xffffffff == int(sys.argv[1]) and v["allot"] > int(sys.argv[2]) and v["decided_at_ns"] >= int(sys.argv[3]):
+        print(v["decided_at_ns"], v["seq"], v["allot"]); break' "$lp" "$low1" "${grown_at:-0}")
     [ -n "$decided" ] && break
     sleep 0.5
   done
@@ -538,8 +547,10 @@ rest = sum(1 for s in p1 if int(busy[s]["allot"]) == n - int(low[s]["allot"]))
 if p1 and rest < len(p1) / 2:
     why.append(f"busy service allotted the rest in {rest} of {len(p1)} rounds")
 # It uses the rest: more than an equal share within its own allotment (EQUI would cap it at half).
-if b1["own"] <= half:
-    why.append(f"busy service ran {b1['own']} cores within its allotment of {b1['allot']}")
+# Its token holders' wait for CPUs other tasks held counts as use (denied, not left idle: a guest
+# slowed by other work); under EQUI own + that wait is at most half too.
+if b1["own"] + b1["token_wait"] <= half:
+    why.append(f"busy service ran {b1['own']} cores within its allotment of {b1['allot']} (+{b1['token_wait']} waiting for a CPU)")
 if l1["own"] > l1["allot"] * 1.1 + 0.1:
     why.append(f"low service ran {l1['own']} cores within an allotment of {l1['allot']}")
 # Phase 2: the low service's load grew: its allotment rose, the busy one's fell.
@@ -673,6 +684,64 @@ allot_thread_ticks() {
 test_allotcgroup() { allotcg_beside_service allotcgroup equi; }
 test_allotcgdeq() { allotcg_beside_service allotcgdeq deq; }
 test_allotcgasteal() { allotcg_beside_service allotcgasteal asteal; }
+# allot_pair OTHER_ARGS...: an honest CPU-bound service (CPUs workers) beside another of 2 x CPUs
+# workers run with OTHER_ARGS added (e.g. --inflate-desire); prints {"honest": {...}, "other": {...}}
+# (allot_cores of each over about 6 s, after 4 s to settle).
+allot_pair() {
+  local n; n=$(nproc)
+  allot_service "$n" 60 >"$out/allot-honest.json" 2>>"$out/allot.err" & local hp=$!
+  (exec "$ktest" -w $((n * 2)) greedy --benign --secs 60 --requests 16 --items 8 --item-us 20000 "$@") \
+    >"$out/allot-other.json" 2>>"$out/allot.err" & local op=$!
+  sleep 4
+  allot_jobs_json "$out/p1" && sleep 6 && allot_jobs_json "$out/p2" || { kill -9 $hp $op; wait $hp $op 2>/dev/null; return 1; }
+  kill -9 $hp $op; wait $hp $op 2>/dev/null
+  allot_cores "$out/p1" "$out/p2" | $PY -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps({"honest": d.get(sys.argv[1]), "other": d.get(sys.argv[2])}))' "$hp" "$op"
+}
+
+# allotliar: a service lies to the controller about its desire (greedy --inflate-desire: every
+# worker busy, the most stealable work a region shows, searches that always succeed, rewritten
+# every ms). Under deq and under asteal, an honest CPU-bound service beside it keeps its equal
+# share: beside the liar it is allotted at least CPUs/2 and runs at least 0.7 x CPUs/2 cores
+# within it; the same pair with an honest twin in place of the liar is the baseline beside it.
+test_allotliar() {
+  local n half pol twin liar res=() st; n=$(nproc); half=$((n / 2))
+  for pol in deq asteal; do
+    allot_sched $pol || { fail allotliar "scheduler did not load with --allot $pol: $(sched_why)"; return; }
+    twin=$(allot_pair) || { fail allotliar "$pol, twin: map dumps failed: $(tail -c 300 "$out/allot.err")"; stop_sched; return; }
+    liar=$(allot_pair --inflate-desire) || { fail allotliar "$pol, liar: map dumps failed: $(tail -c 300 "$out/allot.err")"; stop_sched; return; }
+    st=$(allot_stats)
+    sched_alive || { fail allotliar "scheduler ejected under --allot $pol: $(sched_why)"; return; }
+    res+=("\"$pol\": {\"twin\": $twin, \"liar\": $liar, \"stats\": $st}")
+    if [ $pol = deq ]; then allot_cur=""; stop_sched || { fail allotliar "scheduler exit non-zero (deq): $(sched_why)"; return; }; fi
+  done
+  allot_end allotliar || { fail allotliar "scheduler exit non-zero (asteal): $(sched_why)"; return; }
+  local all; all="{$(IFS=,; echo "${res[*]}")}"
+  echo "$all" >"$out/allotliar.json"
+  local verdict
+  verdict=$($PY - "$all" "$half" "$n" <<'PY'
+import json, sys
+d, half, n = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+why, parts = [], []
+for pol in ("deq", "asteal"):
+    t, l = d[pol]["twin"], d[pol]["liar"]
+    if not all((t["honest"], t["other"], l["honest"], l["other"])):
+        print("bad", f"{pol}: a service was not seen in job_acct: {d[pol]}"); sys.exit()
+    h, x = l["honest"], l["other"]
+    if h["allot"] < half:
+        why.append(f"{pol}: the honest service allotted {h['allot']} beside the liar (equal share {half})")
+    if x["allot"] > n - half:
+        why.append(f"{pol}: the liar allotted {x['allot']} of {n}")
+    if h["own"] < 0.7 * half:
+        why.append(f"{pol}: the honest service ran {h['own']} cores within its allotment beside the liar")
+    ratio = h["own"] / t["honest"]["own"] if t["honest"]["own"] > 0 else float("nan")
+    parts.append(f"{pol}: honest {h['own']} own cores (allot {h['allot']}) beside the liar (allot {x['allot']}, desire shown {x['desire']}, {x['cores']} cores), "
+                 f"{t['honest']['own']} beside an honest twin (allot {t['honest']['allot']}): {ratio:.2f}x")
+print(("bad " + "; ".join(why) + " | " if why else "ok ") + "; ".join(parts))
+PY
+)
+  case "$verdict" in ok*) pass allotliar "${verdict#ok }" "\"detail\": $all";; *) fail allotliar "${verdict#bad }$(allot_err_hint "$verdict")";; esac
+}
+
 # allotcg_beside_service TEST POLICY: a cgroup job's hog beside a registered wide service under
 # --allot POLICY. Under equi both are allotted CPUs/2. Under deq both desire every CPU (the hog's
 # threads beyond its allotment are its queued work, the service's queued requests its own), so

@@ -13,7 +13,7 @@ ktest=$(dirname "$bin")/tailctl-ktest
 wl=$(dirname "$bin")
 all_tests=(load verifier stress service serialize serializemark account isolation fault nosyscall daemonidle experiment maps top
            pinned rtpreempt yieldkeep greedy leaks races waitrenice waitunpinned waitextend waitjob waitbound slotreuse tidreuse bindleak regversion regdos regabuse pidns fuzz fuzzallot
-           allotequi allotexit allotstarve allotrenice allotmug allotdeq allotcgdyn allotcgnest allotcgdeq allotcgasteal allotdrep prioprompt priostarve priouser priocgroup
+           allotequi allotexit allotstarve allotrenice allotmug allotdeq allotliar allotcgdyn allotcgnest allotcgdeq allotcgasteal allotdrep prioprompt priostarve priouser priocgroup
            llcqueues)
 tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=("${all_tests[@]}")
 # --list: print the default tests (tools/test.sh resumes from them).

@@ -196,6 +196,12 @@ enum Cmd {
         /// every 2 ms and report how often any was set (mugging, issue 12).
         #[arg(long)]
         watch_desched: bool,
+        /// Lie about its desire (an attack on the allotment controller):
+        /// every millisecond, claim every worker busy, the most stealable
+        /// work a region can show, and searches that always succeed and
+        /// always see that much.
+        #[arg(long)]
+        inflate_desire: bool,
     },
     Churn {
         #[arg(long, default_value_t = 20)]
@@ -1156,11 +1162,54 @@ fn hog(secs: u64, threads: usize) -> Result<()> {
     Ok(())
 }
 
+/// `greedy --inflate-desire`: overwrite the desire inputs of this process's
+/// own region until `stop`, as a service lying to the allotment controller
+/// would (every worker busy, the most stealable work, searches that always
+/// succeed). Returns the number of rounds of writes.
+fn inflate(pool: &AssistedPool, stop: &AtomicBool) -> u64 {
+    use bpf_intf::{tailctl_header as H, tailctl_region as R, tailctl_worker_slot as W};
+    use std::mem::offset_of;
+    let base = pool.shared_state().region() as *const _ as usize;
+    let workers = pool.workers();
+    let hdr = base + offset_of!(R, header);
+    let u32_at = |addr: usize| {
+        // SAFETY: `addr` is a u32 field of this process's own mapped region
+        // (offsets from the kernel's layout of it, which the runtime's
+        // layout test keeps equal); the pool, and so the mapping, outlives
+        // this scoped thread; every field there is accessed atomically.
+        unsafe { &*(addr as *const AtomicU32) }
+    };
+    let u64_at = |addr: usize| {
+        // SAFETY: as for u32_at; u64 fields are 8-aligned in the region.
+        unsafe { &*(addr as *const AtomicU64) }
+    };
+    let mut rounds = 0;
+    while !stop.load(Ordering::Relaxed) {
+        u32_at(hdr + offset_of!(H, busy_workers)).store(workers as u32, Ordering::Relaxed);
+        u32_at(hdr + offset_of!(H, stealable)).store(u32::MAX, Ordering::Relaxed);
+        u32_at(hdr + offset_of!(H, active)).store(u32::MAX / 2, Ordering::Relaxed);
+        for w in 0..workers {
+            let slot = base + offset_of!(R, workers) + w * std::mem::size_of::<W>();
+            u64_at(slot + offset_of!(W, found_work)).fetch_add(1000, Ordering::Relaxed);
+            u32_at(slot + offset_of!(W, stealable_seen)).fetch_add(65_536_000, Ordering::Relaxed);
+        }
+        rounds += 1;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    rounds
+}
+
 /// Keep `requests` requests of `items` items in flight for `secs`.
 fn greedy(
     cli: &Cli,
     secs: u64,
-    (requests, grow_after, grow_requests, watch_desched): (usize, u64, usize, bool),
+    (requests, grow_after, grow_requests, watch_desched, inflate_desire): (
+        usize,
+        u64,
+        usize,
+        bool,
+        bool,
+    ),
     threshold_ns: Option<u64>,
     ignore_cap: bool,
     (items, item_us, sleep_us): (usize, u64, u64),
@@ -1184,6 +1233,9 @@ fn greedy(
     std::thread::scope(|s| {
         if ignore_cap {
             s.spawn(|| cleared.store(clear_marks(&pool, &stop), Ordering::Relaxed));
+        }
+        if inflate_desire {
+            s.spawn(|| inflate(&pool, &stop));
         }
         if watch_desched {
             s.spawn(|| {
@@ -1911,10 +1963,11 @@ fn main() -> Result<()> {
             grow_after,
             grow_requests,
             watch_desched,
+            inflate_desire,
         } => greedy(
             &cli,
             secs,
-            (requests, grow_after, grow_requests, watch_desched),
+            (requests, grow_after, grow_requests, watch_desched, inflate_desire),
             (!benign).then_some(threshold_ns),
             ignore_cap,
             (items, item_us, sleep_us),
