@@ -1967,7 +1967,13 @@ fn main() -> Result<()> {
         } => greedy(
             &cli,
             secs,
-            (requests, grow_after, grow_requests, watch_desched, inflate_desire),
+            (
+                requests,
+                grow_after,
+                grow_requests,
+                watch_desched,
+                inflate_desire,
+            ),
             (!benign).then_some(threshold_ns),
             ignore_cap,
             (items, item_us, sleep_us),
