@@ -122,16 +122,23 @@ test_regdos() {
   threads=$(awk '/^Threads:/ {print $2}' /proc/"$sched_pid"/status)
   fds=$(ls /proc/"$sched_pid"/fd | wc -l)
   legit=$(setpriv --reuid=65533 --regid=65533 --clear-groups timeout 120 "$ktest" -w 2 serve --secs 4 --require-kernel 2>"$out/legit.err"); rc=$?
+  # The flood user's own next service is refused, and says why (the daemon's reason, through
+  # the runtime's unassisted_reason), not just "not registered".
+  local over overrc
+  over=$(setpriv --reuid=65534 --regid=65534 --clear-groups timeout 60 "$ktest" -w 1 serve --secs 1 --require-kernel 2>&1 >/dev/null); overrc=$?
   local bad; bad=$(timeout 60 "$PY" "$client" badreq "$sock" 2>>"$out/flood.err")
   wait $fp
   sched_alive || { fail regdos "scheduler died: $(sched_tail)"; return; }
   stop_sched || { fail regdos "scheduler exit non-zero"; return; }
   local f; f=$(cat "$out/flood.json")
   local verdict
-  verdict=$($PY - "$f" "$rc" "${legit:-null}" "$threads" "$fds" "${bad:-null}" <<'PY'
+  verdict=$($PY - "$f" "$rc" "${legit:-null}" "$threads" "$fds" "${bad:-null}" "$overrc" "$over" <<'PY'
 import json, sys
 f, rc, legit, threads, fds, bad = json.loads(sys.argv[1] or "{}"), int(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), json.loads(sys.argv[6])
+overrc, over = int(sys.argv[7]), sys.argv[8].strip().splitlines()[-1:] or [""]
 why = []
+if overrc == 0 or "uid 65534" not in over[0]:
+    why.append(f"the flood user's next service: exit {overrc}, {over[0]!r} (expected a refusal naming its uid)")
 if f.get("registered", 99) > 4:
     why.append(f"one user registered {f.get('registered')} services (quota 4)")
 if rc != 0 or not legit or not legit.get("kernel_assisted") or legit.get("requests", 0) <= 0:
@@ -145,7 +152,8 @@ for k in ("oversized", "non_utf8"):
         why.append(f"{k} REGISTER got {(bad or {}).get(k)!r}, not an ERR")
 print("bad " + "; ".join(why) if why else
       f"ok flood user: {f['registered']} of 17 registered, {f['conns_refused']} of 1000 connections refused, slow sender: {f['slow_reply']!r}; "
-      f"daemon {threads} threads {fds} fds; other user's service: {legit['requests']} requests; oversized/non-UTF-8: ERR")
+      f"daemon {threads} threads {fds} fds; other user's service: {legit['requests']} requests; oversized/non-UTF-8: ERR; "
+      f"the flood user's next service: {over[0]!r}")
 PY
 )
   case "$verdict" in ok*) pass regdos "${verdict#ok }" "\"flood\": $f";; *) fail regdos "${verdict#bad }";; esac

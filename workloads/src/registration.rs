@@ -44,12 +44,13 @@ pub fn registration_of(exec: &RtExecutor, socket: Option<&std::path::Path>) -> R
     if exec.is_kernel_assisted() {
         Registration::Registered
     } else {
-        Registration::Unavailable(match socket {
-            Some(s) => format!(
+        Registration::Unavailable(match (socket, exec.unassisted_reason()) {
+            (Some(_), Some(why)) => why,
+            (Some(s), None) => format!(
                 "no scx_tailctl accepted the registration at {}",
                 s.display()
             ),
-            None => "kernel assistance not requested".into(),
+            (None, _) => "kernel assistance not requested".into(),
         })
     }
 }

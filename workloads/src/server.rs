@@ -389,6 +389,12 @@ pub mod rt {
             self.pool.is_kernel_assisted()
         }
 
+        /// Why this pool is not kernel-assisted, if an attempt to register
+        /// failed (see `AssistedPool::unassisted_reason`).
+        pub fn unassisted_reason(&self) -> Option<String> {
+            self.pool.unassisted_reason()
+        }
+
         /// Registrations with `scx_tailctl` so far (re-registrations after a
         /// daemon restart included).
         pub fn registrations(&self) -> u64 {

@@ -141,8 +141,15 @@ pub fn register_at(
         reuse_region: existing.is_some(),
         priority,
     };
-    send_line(&stream, &req.to_line(), existing.map(|f| f.as_raw_fd()))?;
-    match recv_reply(&stream)? {
+    // A daemon that refuses the connection outright (a cap, the meter)
+    // writes its reason and closes, possibly before this line arrives: the
+    // reason is still there to read, and says more than the broken pipe.
+    let sent = send_line(&stream, &req.to_line(), existing.map(|f| f.as_raw_fd()));
+    let reply = recv_reply(&stream);
+    if let (Err(e), Err(_)) = (&sent, &reply) {
+        return Err(io::Error::new(e.kind(), e.to_string()));
+    }
+    match reply? {
         (Reply::Ok { service }, fd) => {
             if existing.is_none() && fd.is_none() {
                 return Err(proto_err("daemon accepted but sent no region fd"));
@@ -195,6 +202,32 @@ struct LinkState {
     registrations: AtomicU64,
     stop: AtomicBool,
     stream: std::sync::Mutex<Option<UnixStream>>,
+    /// Why the last attempt to register or bind failed (None: none failed
+    /// since the last success): what an operator needs to see when a
+    /// service runs unassisted.
+    why: std::sync::Mutex<Option<String>>,
+}
+
+impl LinkState {
+    fn new() -> Self {
+        Self {
+            connected: AtomicBool::new(false),
+            service: std::sync::atomic::AtomicU32::new(u32::MAX),
+            registrations: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            stream: std::sync::Mutex::new(None),
+            why: std::sync::Mutex::new(None),
+        }
+    }
+
+    fn failed(&self, step: &str, e: &io::Error) {
+        // A poisoned lock only means a panic elsewhere; the text is still ours to set.
+        *self.why.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{step}: {e}"));
+    }
+
+    fn succeeded(&self) {
+        *self.why.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
 }
 
 /// A pool that is kernel-assisted while `scx_tailctl` runs, and a plain
@@ -259,20 +292,15 @@ impl AssistedPool {
         socket: &Path,
     ) -> io::Result<Self> {
         let kthr = kernel_thresholds(thresholds);
-        let state = Arc::new(LinkState {
-            connected: AtomicBool::new(false),
-            service: std::sync::atomic::AtomicU32::new(u32::MAX),
-            registrations: AtomicU64::new(0),
-            stop: AtomicBool::new(false),
-            stream: std::sync::Mutex::new(None),
-        });
+        let state = Arc::new(LinkState::new());
         let (stream, region_fd) = match register_paced(socket, &kthr) {
             Ok((stream, service, Some(fd))) => {
                 state.service.store(service, Ordering::SeqCst);
                 (stream, fd)
             }
             Ok(_) => unreachable!("register checks that a fresh registration carries an fd"),
-            Err(_) => {
+            Err(e) => {
+                state.failed(&format!("registering at {}", socket.display()), &e);
                 // No daemon: a complete user-space runtime.
                 return Ok(Self {
                     pool: Some(builder.build()?),
@@ -299,12 +327,19 @@ impl AssistedPool {
         // assistance for now, not its pool: hang up (the daemon drops the
         // registration) and let the watcher register again with the same
         // region, as after a daemon restart.
-        if bind(&stream, &tids).is_ok() {
-            pool.shared_state().set_kernel_decides(true);
-            state.connected.store(true, Ordering::SeqCst);
-            state.registrations.fetch_add(1, Ordering::SeqCst);
-        } else {
-            let _ = stream.shutdown(std::net::Shutdown::Both);
+        match bind(&stream, &tids) {
+            Ok(()) => {
+                pool.shared_state().set_kernel_decides(true);
+                state.connected.store(true, Ordering::SeqCst);
+                state.registrations.fetch_add(1, Ordering::SeqCst);
+            }
+            Err(e) => {
+                state.failed(
+                    "binding the workers (registering again in the background)",
+                    &e,
+                );
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
         }
         let region_fd = Arc::new(region_fd);
         *state.stream.lock().unwrap() = Some(stream.try_clone()?);
@@ -338,13 +373,7 @@ impl AssistedPool {
     pub fn without_kernel(builder: PoolBuilder) -> io::Result<Self> {
         Ok(Self {
             pool: Some(builder.build()?),
-            state: Arc::new(LinkState {
-                connected: AtomicBool::new(false),
-                service: std::sync::atomic::AtomicU32::new(u32::MAX),
-                registrations: AtomicU64::new(0),
-                stop: AtomicBool::new(false),
-                stream: std::sync::Mutex::new(None),
-            }),
+            state: Arc::new(LinkState::new()),
             watcher: None,
             _region_fd: None,
             _region: None,
@@ -360,6 +389,36 @@ impl AssistedPool {
     pub fn service(&self) -> Option<u32> {
         let s = self.state.service.load(Ordering::SeqCst);
         (self.is_kernel_assisted() && s != u32::MAX).then_some(s)
+    }
+
+    /// Why the pool is not kernel-assisted, if an attempt to register or
+    /// bind failed since the last success: the daemon's refusal (its
+    /// reason), a socket that is missing or not open to this user, a
+    /// timeout. None while assisted, and for a pool that never asked
+    /// ([`AssistedPool::without_kernel`]).
+    ///
+    /// ```
+    /// use tailctl_rt::kernel::link::AssistedPool;
+    /// use tailctl_rt::Pool;
+    /// let pool = AssistedPool::start(
+    ///     Pool::builder().workers(1),
+    ///     None,
+    ///     std::path::Path::new("/nonexistent/tailctl.sock"),
+    /// )
+    /// .unwrap();
+    /// assert!(!pool.is_kernel_assisted());
+    /// let why = pool.unassisted_reason().unwrap();
+    /// assert!(why.contains("/nonexistent/tailctl.sock"), "{why}");
+    /// ```
+    pub fn unassisted_reason(&self) -> Option<String> {
+        if self.is_kernel_assisted() {
+            return None;
+        }
+        self.state
+            .why
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Successful registrations so far (1 + re-registrations after daemon restarts).
@@ -449,6 +508,8 @@ fn watch(
             }
         }
         set_mode(false);
+        *state.why.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some("the daemon closed the connection (registering again)".into());
         state.connected.store(false, Ordering::SeqCst);
         if state.stop.load(Ordering::SeqCst) {
             return;
@@ -463,11 +524,16 @@ fn watch(
             }
             sleep_unless_stopped(&state, pause);
             pause = (pause * 2).min(RETRY_MAX);
-            let Ok((s, svc, _)) = register(&socket, &kthr, Some(region_fd.as_fd())) else {
-                continue;
+            let (s, svc) = match register(&socket, &kthr, Some(region_fd.as_fd())) {
+                Ok((s, svc, _)) => (s, svc),
+                Err(e) => {
+                    state.failed(&format!("registering again at {}", socket.display()), &e);
+                    continue;
+                }
             };
             state.service.store(svc, Ordering::SeqCst);
-            if bind(&s, &tids).is_err() {
+            if let Err(e) = bind(&s, &tids) {
+                state.failed("binding the workers again", &e);
                 continue;
             }
             let Ok(clone) = s.try_clone() else { continue };
@@ -476,6 +542,7 @@ fn watch(
                 return;
             }
             set_mode(true);
+            state.succeeded();
             state.connected.store(true, Ordering::SeqCst);
             state.registrations.fetch_add(1, Ordering::SeqCst);
             stream = s;

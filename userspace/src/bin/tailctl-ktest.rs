@@ -596,8 +596,9 @@ fn serialize(cli: &Cli, w: &SerializeWorkload, user_only: bool) -> Result<serde_
     }
     if !user_only && !pool.is_kernel_assisted() {
         bail!(
-            "scx_tailctl did not accept the registration (is it running? socket {})",
-            cli.socket.display()
+            "scx_tailctl did not accept the registration (is it running? socket {}): {}",
+            cli.socket.display(),
+            why_unassisted(&pool)
         );
     }
     let acct = if user_only {
@@ -833,7 +834,10 @@ fn cpu_idle_ns(cpu: usize) -> Result<u64> {
 fn account(cli: &Cli, ms: u64, count: u32, pacing: Pacing, busy_cpu: Option<usize>) -> Result<()> {
     let pool = start_pool(cli, None, true)?;
     if !pool.is_kernel_assisted() {
-        bail!("scx_tailctl did not accept the registration");
+        bail!(
+            "scx_tailctl did not accept the registration: {}",
+            why_unassisted(&pool)
+        );
     }
     let acct = Acct::open(&cli.pin_dir)?;
     let svc = pool.service().unwrap_or(0);
@@ -961,7 +965,10 @@ fn account(cli: &Cli, ms: u64, count: u32, pacing: Pacing, busy_cpu: Option<usiz
 fn serve(cli: &Cli, secs: u64, require_kernel: bool) -> Result<()> {
     let pool = start_pool(cli, Some(&threshold_table(50)), true)?;
     if require_kernel && !pool.is_kernel_assisted() {
-        bail!("scx_tailctl did not accept the registration");
+        bail!(
+            "scx_tailctl did not accept the registration: {}",
+            why_unassisted(&pool)
+        );
     }
     let deadline = Instant::now() + Duration::from_secs(secs);
     let mut done = 0u64;
@@ -1042,7 +1049,10 @@ fn rogue(cli: &Cli, secs: u64, benign: bool, no_cap: bool) -> Result<()> {
     let table = threshold_table(1);
     let pool = start_pool(cli, (!no_cap).then_some(&table), true)?;
     if !pool.is_kernel_assisted() {
-        bail!("scx_tailctl did not accept the registration");
+        bail!(
+            "scx_tailctl did not accept the registration: {}",
+            why_unassisted(&pool)
+        );
     }
     let len = std::mem::size_of::<tailctl_rt::shared_state::SharedRegion>() / 8;
     let private: &'static [AtomicU64] = Box::leak((0..len).map(|_| AtomicU64::new(0)).collect());
@@ -1199,6 +1209,12 @@ fn inflate(pool: &AssistedPool, stop: &AtomicBool) -> u64 {
     rounds
 }
 
+/// What the runtime recorded about a failed registration.
+fn why_unassisted(pool: &AssistedPool) -> String {
+    pool.unassisted_reason()
+        .unwrap_or_else(|| "no reason recorded".into())
+}
+
 /// Keep `requests` requests of `items` items in flight for `secs`.
 fn greedy(
     cli: &Cli,
@@ -1218,7 +1234,10 @@ fn greedy(
         .map(|ns| ThresholdTable::from_thresholds(vec![Some(Duration::from_nanos(ns))]));
     let pool = start_pool(cli, table.as_ref(), true)?;
     if !pool.is_kernel_assisted() {
-        bail!("scx_tailctl did not accept the registration");
+        bail!(
+            "scx_tailctl did not accept the registration: {}",
+            why_unassisted(&pool)
+        );
     }
     let t0 = Instant::now();
     let deadline = t0 + Duration::from_secs(secs);
@@ -1370,7 +1389,10 @@ fn churn(cli: &Cli, secs: u64, requests: usize, threshold_ms: u64, k: ChurnKinds
     let table = threshold_table(threshold_ms);
     let pool = start_pool(cli, Some(&table), true)?;
     if !pool.is_kernel_assisted() {
-        bail!("scx_tailctl did not accept the registration");
+        bail!(
+            "scx_tailctl did not accept the registration: {}",
+            why_unassisted(&pool)
+        );
     }
     let svc = pool.service().unwrap_or(0);
     let acct = Acct::open(&cli.pin_dir)?;
@@ -1479,7 +1501,10 @@ fn churn(cli: &Cli, secs: u64, requests: usize, threshold_ms: u64, k: ChurnKinds
 fn hold(cli: &Cli, secs: u64, threshold_ms: u64) -> Result<()> {
     let pool = start_pool(cli, Some(&threshold_table(threshold_ms)), true)?;
     if !pool.is_kernel_assisted() {
-        bail!("scx_tailctl did not accept the registration");
+        bail!(
+            "scx_tailctl did not accept the registration: {}",
+            why_unassisted(&pool)
+        );
     }
     let d = Duration::from_secs(secs);
     let t0 = Instant::now();
@@ -1515,7 +1540,10 @@ fn reuse(cli: &Cli, victim: bool) -> Result<()> {
     let table = threshold_table(2);
     let pool = start_pool(cli, victim.then_some(&table), true)?;
     if !pool.is_kernel_assisted() {
-        bail!("scx_tailctl did not accept the registration");
+        bail!(
+            "scx_tailctl did not accept the registration: {}",
+            why_unassisted(&pool)
+        );
     }
     let svc = pool.service().unwrap_or(0);
     let acct = Acct::open(&cli.pin_dir)?;

@@ -161,6 +161,9 @@ fn job(kind: JobKind, size: usize, workers: Option<usize>, socket: Option<PathBu
         Some(s) => {
             let pool = AssistedPool::start(builder, None, &s)?;
             let registered = pool.is_kernel_assisted();
+            if let Some(why) = pool.unassisted_reason() {
+                eprintln!("tailctl-jobs: running without kernel assistance: {why}");
+            }
             let sum = pool.submit(move || kind.run(size)).wait()?;
             (sum, registered, pool.stats(), rq_wait())
         }
