@@ -172,11 +172,14 @@ test_verifier() {
 test_load() {
   # The registration socket is there the moment sched_ext shows the scheduler
   # enabled (a service started on that signal must find it): watched closely.
+  # No daemon runs now: a socket file left by an earlier kill -9 must not pass for the new one's.
+  rm -f /run/tailctl/tailctl.sock
   # shellcheck disable=SC2086
   "$bin" --exit-dump-len 262144 ${SCHED_ARGS:-} >"$out/sched.log" 2>&1 &
   sched_pid=$!
-  local st="" i
-  for i in $(seq 1 60000); do
+  local st="" i=0 deadline=$((SECONDS + 300))
+  while [ $SECONDS -lt $deadline ]; do
+    i=$((i + 1))
     read -r st </sys/kernel/sched_ext/state 2>/dev/null
     [ "$st" = enabled ] && break
     kill -0 "$sched_pid" 2>/dev/null || break

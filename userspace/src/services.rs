@@ -249,13 +249,15 @@ impl RegistrationServer {
         }
         let listener =
             UnixListener::bind(path).with_context(|| format!("listening on {}", path.display()))?;
-        listener.set_nonblocking(true)?;
         // From here on, an error removes the file again (Drop).
         let bound = Listening {
             path: path.to_path_buf(),
             listener: Some(listener),
             served: false,
         };
+        if let Some(l) = &bound.listener {
+            l.set_nonblocking(true)?;
+        }
         // Group first, then the mode: the socket is never open wider than asked.
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
         if let Some(gid) = access.gid {

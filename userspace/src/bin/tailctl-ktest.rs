@@ -199,7 +199,8 @@ enum Cmd {
         /// Lie about its desire (an attack on the allotment controller):
         /// every millisecond, claim every worker busy, the most stealable
         /// work a region can show, and searches that always succeed and
-        /// always see that much.
+        /// always see that much (not the active-request count, which the
+        /// runtime's own shutdown and request tracking rely on).
         #[arg(long)]
         inflate_desire: bool,
     },
@@ -1197,7 +1198,6 @@ fn inflate(pool: &AssistedPool, stop: &AtomicBool) -> u64 {
     while !stop.load(Ordering::Relaxed) {
         u32_at(hdr + offset_of!(H, busy_workers)).store(workers as u32, Ordering::Relaxed);
         u32_at(hdr + offset_of!(H, stealable)).store(u32::MAX, Ordering::Relaxed);
-        u32_at(hdr + offset_of!(H, active)).store(u32::MAX / 2, Ordering::Relaxed);
         for w in 0..workers {
             let slot = base + offset_of!(R, workers) + w * std::mem::size_of::<W>();
             u64_at(slot + offset_of!(W, found_work)).fetch_add(1000, Ordering::Relaxed);
