@@ -234,7 +234,16 @@ test_load() {
   if ! start_sched; then fail load "restart over a stale pin failed: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; return; fi
   grep -q "removing stale pin" "$out/sched.log" || { fail load "stale pin not reported"; stop_sched; return; }
   stop_sched || { fail load "second run did not exit 0"; return; }
-  pass load "attach, ops name, pins+BTF, refusal, detach, --partial, stale pins"
+  # A start that fails after pinning (here: its socket cannot be bound, between the pins and the
+  # attach) says why and leaves no pin, no socket and no scheduler behind.
+  local ferr frc; ferr=$("$bin" --socket /proc/tailctl-none/tailctl.sock 2>&1); frc=$?
+  [ $frc != 0 ] && grep -q "tailctl-none" <<<"$ferr" || { fail load "a start with an unbindable socket: rc=$frc, '$(tail -n 2 <<<"$ferr" | tr '\n"' ' ')'"; return; }
+  [ ! -e /sys/fs/bpf/tailctl/stats ] || { fail load "a failed start left its pins behind"; return; }
+  [ "$(state)" = disabled ] || { fail load "a failed start left the state $(state)"; return; }
+  # Bad intervals are refused by the parser, not a panic.
+  local ierr; ierr=$("$bin" --monitor nan 2>&1) && { fail load "--monitor nan accepted"; return; }
+  grep -q "between 0.01 and 3600" <<<"$ierr" || { fail load "--monitor nan: '$(tail -n 2 <<<"$ierr" | tr '\n"' ' ')'"; return; }
+  pass load "attach, ops name, pins+BTF, refusal, detach, --partial, stale pins, a failed start cleaned up, bad intervals refused"
 }
 
 test_stress() {

@@ -210,11 +210,18 @@ struct RoundTrace {
 
 impl RoundTrace {
     fn new(file: Option<std::fs::File>) -> Self {
+        // The file outlives a restart of the scheduler (opened once, in
+        // main): the header goes only at its start.
+        let fresh = file
+            .as_ref()
+            .is_some_and(|f| f.metadata().map(|m| m.len() == 0).unwrap_or(true));
         let mut t = Self {
             out: file.map(|f| std::io::BufWriter::with_capacity(1 << 16, f)),
             flushed: Instant::now(),
         };
-        t.write(|w| writeln!(w, "{TRACE_HEADER}"));
+        if fresh {
+            t.write(|w| writeln!(w, "{TRACE_HEADER}"));
+        }
         t
     }
 

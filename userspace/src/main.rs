@@ -230,12 +230,12 @@ struct Opts {
     nice: i32,
 
     /// Print scheduler statistics every SECS seconds while running.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = parse_interval)]
     stats: Option<f64>,
 
     /// Only monitor the statistics of a running scx_tailctl every SECS seconds;
     /// do not load a scheduler.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = parse_interval)]
     monitor: Option<f64>,
 
     /// Print the stats once as JSON and exit (with --monitor).
@@ -328,11 +328,26 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         "s" => v,
         _ => return Err(format!("{s:?}: unit must be us, ms or s")),
     };
-    let d = Duration::from_secs_f64(secs);
+    // try_: a NaN, an infinity or a huge number is an error, not a panic.
+    let d = Duration::try_from_secs_f64(secs)
+        .map_err(|_| format!("{s:?}: the quantum must be between 1ms and 10s"))?;
     if d < Duration::from_millis(1) || d > Duration::from_secs(10) {
         return Err(format!("{s:?}: the quantum must be between 1ms and 10s"));
     }
     Ok(d)
+}
+
+/// A --stats/--monitor interval in seconds: finite, from 0.01 s to an hour.
+fn parse_interval(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(0.01..=3600.0).contains(&v) {
+        return Err(format!(
+            "{s:?}: the interval must be between 0.01 and 3600 seconds"
+        ));
+    }
+    Ok(v)
 }
 
 /// "PATH=LEVEL" with LEVEL in 0..=7.
@@ -428,8 +443,19 @@ struct Scheduler<'a> {
 }
 
 impl<'a> Scheduler<'a> {
-    fn init(opts: &'a Opts, open_object: &'a mut MaybeUninit<OpenObject>) -> Result<Self> {
+    /// `allot_trace`: the --allot-trace file, opened once for every restart.
+    fn init(
+        opts: &'a Opts,
+        open_object: &'a mut MaybeUninit<OpenObject>,
+        allot_trace: Option<&std::fs::File>,
+    ) -> Result<Self> {
         scx_utils::try_set_rlimit_infinity();
+        // What can be refused without the kernel is refused before anything is
+        // loaded or pinned.
+        let socket_access = services::SocketAccess {
+            mode: opts.socket_mode,
+            gid: socket_group(opts.socket_group.as_deref())?,
+        };
 
         let mut skel_builder = BpfSkelBuilder::default();
         skel_builder.obj_builder.debug(opts.verbose);
@@ -556,10 +582,6 @@ impl<'a> Scheduler<'a> {
         // The socket exists before the scheduler shows as enabled: a service
         // started on that signal finds it (connections wait for the accept
         // loop, started once attached).
-        let socket_access = services::SocketAccess {
-            mode: opts.socket_mode,
-            gid: socket_group(opts.socket_group.as_deref())?,
-        };
         let listening = services::RegistrationServer::listen(&opts.socket, &socket_access)?;
         let struct_ops = Some(scx_ops_attach!(skel, tailctl_ops)?);
         let (events_tx, events_rx) = std::sync::mpsc::channel();
@@ -580,11 +602,12 @@ impl<'a> Scheduler<'a> {
                     apply_allot: std::os::fd::AsFd::as_fd(&skel.progs.apply_allot)
                         .try_clone_to_owned()
                         .context("duplicating the apply_allot program fd")?,
-                    trace: match &opts.allot_trace {
+                    trace: match allot_trace {
                         None => None,
-                        Some(p) => Some(std::fs::File::create(p).with_context(|| {
-                            format!("--allot-trace: cannot create {}", p.display())
-                        })?),
+                        Some(f) => Some(
+                            f.try_clone()
+                                .context("--allot-trace: duplicating the file handle")?,
+                        ),
                     },
                 },
                 events_rx,
@@ -764,9 +787,18 @@ fn main() -> Result<()> {
         });
     }
 
+    // Once, before anything is loaded: a bad path is refused first, and a
+    // restart the kernel asks for appends to the same trace.
+    let allot_trace = match &opts.allot_trace {
+        None => None,
+        Some(p) => Some(
+            std::fs::File::create(p)
+                .with_context(|| format!("--allot-trace: cannot create {}", p.display()))?,
+        ),
+    };
     let mut open_object = MaybeUninit::uninit();
     loop {
-        let mut sched = Scheduler::init(&opts, &mut open_object)?;
+        let mut sched = Scheduler::init(&opts, &mut open_object, allot_trace.as_ref())?;
         let uei = sched.run(shutdown.clone())?;
         if uei.should_restart() && !shutdown.load(Ordering::Relaxed) {
             info!("the kernel asked for a restart; loading {SCHEDULER_NAME} again");
@@ -775,4 +807,26 @@ fn main() -> Result<()> {
         break;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_out_of_range_or_not_finite_are_refused() {
+        assert_eq!(parse_interval("1"), Ok(1.0));
+        assert_eq!(parse_interval("0.5"), Ok(0.5));
+        for bad in ["nan", "inf", "-1", "0", "1e9", "x", ""] {
+            assert!(parse_interval(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn quanta_that_overflow_a_duration_are_errors_not_panics() {
+        assert_eq!(parse_duration("10ms"), Ok(Duration::from_millis(10)));
+        for bad in ["99999999999999999999999s", "nans", "infms", "-5ms", "0.1us"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
 }

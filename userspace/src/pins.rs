@@ -95,7 +95,8 @@ impl Pins {
         Ok(pins)
     }
 
-    /// Remove our pins and, if it is then empty, the directory.
+    /// Remove our pins and, if it is then empty, the directory (again on
+    /// drop: a start that fails after pinning leaves none behind).
     pub fn remove(&mut self) {
         for path in self.paths.drain(..) {
             if let Err(e) = std::fs::remove_file(&path) {
@@ -103,5 +104,13 @@ impl Pins {
             }
         }
         let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+impl Drop for Pins {
+    fn drop(&mut self) {
+        if !self.paths.is_empty() {
+            self.remove();
+        }
     }
 }
