@@ -34,9 +34,9 @@ use crate::maps::{Snapshot, DEFAULT_PIN_DIR};
 
 #[derive(clap::Parser)]
 pub struct Args {
-    /// Seconds between refreshes.
-    #[arg(long, short = 'd', default_value_t = 1.0)]
-    interval: f64,
+    /// Seconds between refreshes (0.1 to 60; values outside are clamped).
+    #[arg(long, short = 'd', default_value = "1", value_parser = parse_interval)]
+    interval: Duration,
     /// Directory the scheduler pinned its maps in (scx_tailctl --pin-dir).
     #[arg(long, default_value = DEFAULT_PIN_DIR)]
     pin_dir: PathBuf,
@@ -432,6 +432,21 @@ impl App {
     }
 }
 
+/// `--interval`: seconds, clamped to 0.1..=60; NaN, infinities and values
+/// ≤ 0 are errors (a clamped NaN stays NaN, which no `Duration` can hold).
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let x: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !(x.is_finite() && x > 0.0) {
+        return Err(format!(
+            "`{s}`: the interval must be a finite number of seconds > 0"
+        ));
+    }
+    Duration::try_from_secs_f64(x.clamp(0.1, 60.0)).map_err(|e| format!("`{s}`: {e}"))
+}
+
 pub fn run(args: Args) -> Result<()> {
     // The first reading happens before the screen is taken over, so "not
     // loaded", "no pins" and "not root" are printed as plain errors.
@@ -462,7 +477,7 @@ pub fn run(args: Args) -> Result<()> {
         serialized_only: false,
         filter: String::new(),
         editing_filter: false,
-        interval: Duration::from_secs_f64(args.interval.clamp(0.1, 60.0)),
+        interval: args.interval,
     };
     // ratatui::try_init installs a panic hook that restores the terminal;
     // restore() below covers every other way out.
@@ -487,4 +502,20 @@ pub fn run(args: Args) -> Result<()> {
     })();
     ratatui::restore();
     res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_is_clamped_and_must_be_a_finite_positive_number() {
+        assert_eq!(parse_interval("1").unwrap(), Duration::from_secs(1));
+        let min = parse_interval("0.01").unwrap().as_secs_f64();
+        assert!((min - 0.1).abs() < 1e-9, "{min}");
+        assert_eq!(parse_interval("1e9").unwrap(), Duration::from_secs(60));
+        for bad in ["nan", "inf", "-inf", "0", "-1", "x"] {
+            assert!(parse_interval(bad).is_err(), "{bad}");
+        }
+    }
 }

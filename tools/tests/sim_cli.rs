@@ -184,6 +184,10 @@ fn trace_file_and_plot() {
     let (ok, _, err) = tailctl(&["sim", "compare", "--trace", trace.to_str().unwrap()]);
     assert!(!ok);
     assert!(err.contains("line 3") && err.contains("work"), "{err}");
+    std::fs::write(&trace, "# tailctl-trace v1\n# nothing\n").unwrap();
+    let (ok, _, err) = tailctl(&["sim", "compare", "--trace", trace.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("trace has no requests"), "{err}");
     std::fs::write(&trace, "0 0 bs 100 0\n").unwrap();
     let (ok, _, err) = tailctl(&["sim", "compare", "--trace", trace.to_str().unwrap()]);
     assert!(!ok);
@@ -262,7 +266,7 @@ fn meanfield_matches_table3_at_moderate_n() {
 
 #[test]
 fn malformed_input_names_the_problem() {
-    let cases: [(&[&str], &str); 14] = [
+    let cases: [(&[&str], &str); 22] = [
         (
             &["sim", "compare", "--policies", "sf,fifo"],
             "unknown policy `fifo`",
@@ -286,6 +290,37 @@ fn malformed_input_names_the_problem() {
             "needs --joins blocking",
         ),
         (&["sim", "compare", "--work-scale", "0"], "work-scale"),
+        // Non-finite numbers: a bogus capacity, or a run that never ends.
+        (
+            &["sim", "capacity", "--target", "30ms", "--resolution", "nan"],
+            "--resolution must be a finite number",
+        ),
+        (
+            &["sim", "capacity", "--target", "30ms", "--rps-max", "inf"],
+            "--rps-max must be a finite number",
+        ),
+        (&["sim", "meanfield", "--horizon", "inf"], "horizon finite"),
+        (
+            &["sim", "multiprog", "--quantum-us", "18446744073709551615"],
+            "--quantum-us",
+        ),
+        // Output paths fail before the run, not after it.
+        (
+            &["sim", "compare", "--plot", "/nonexistent/dir/p.svg"],
+            "/nonexistent/dir/p.svg",
+        ),
+        (
+            &["sim", "multiprog", "--trace", "/nonexistent/dir/t.csv"],
+            "/nonexistent/dir/t.csv",
+        ),
+        (
+            &["sim", "multiprog", "--plot", "/nonexistent/dir/p.svg"],
+            "/nonexistent/dir/p.svg",
+        ),
+        (
+            &["sim", "compare", "--work", "file:/nonexistent/w.csv"],
+            "no such file",
+        ),
     ];
     for (args, needle) in cases {
         let (ok, _, err) = tailctl(args);

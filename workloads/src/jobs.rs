@@ -75,8 +75,42 @@ impl JobKind {
         }
     }
 
+    /// Checks that [`run`](Self::run) can take `size`: `sort` needs at least
+    /// one element and `heat` a 3×3 grid (one interior point); `fib` at most
+    /// 90 (its recursion depth, and fib(90) still fits a `u64`).
+    ///
+    /// ```
+    /// use tailctl_workloads::jobs::JobKind;
+    /// assert!(JobKind::Sort.check_size(0).is_err());
+    /// assert!(JobKind::Heat.check_size(0).is_err());
+    /// assert!(JobKind::Fib.check_size(5_000_000_000).is_err());
+    /// for k in JobKind::ALL {
+    ///     assert!(k.check_size(k.base_size()).is_ok());
+    /// }
+    /// ```
+    pub fn check_size(self, size: usize) -> Result<(), String> {
+        let (min, max) = match self {
+            JobKind::Fib => (0, 90),
+            JobKind::Matmul => (1, usize::MAX),
+            JobKind::Sort => (1, usize::MAX),
+            JobKind::Heat => (3, usize::MAX),
+        };
+        if size < min || size > max {
+            let range = if max == usize::MAX {
+                format!("at least {min}")
+            } else {
+                format!("in {min}..={max}")
+            };
+            return Err(format!(
+                "--size {size}: a {self} job's size must be {range}"
+            ));
+        }
+        Ok(())
+    }
+
     /// Runs the kernel on the calling pool's workers (call it inside a
     /// request) and returns a checksum, so nothing is optimised away.
+    /// `size` must pass [`check_size`](Self::check_size).
     ///
     /// ```
     /// use tailctl_workloads::jobs::JobKind;

@@ -456,6 +456,37 @@ pub struct LoadOptions {
     pub warmup: usize,
 }
 
+impl LoadOptions {
+    /// Rejects options [`load`] cannot run with (they would panic deep in
+    /// the sampler): a SET fraction outside [0, 1] or NaN, no keys, a bad rate.
+    ///
+    /// ```
+    /// use tailctl_workloads::kv::LoadOptions;
+    /// let ok = LoadOptions { rps: 500.0, requests: 10, set_fraction: 0.1, keys: 10, seed: 1, warmup: 0 };
+    /// assert!(ok.validate().is_ok());
+    /// for bad in [LoadOptions { set_fraction: 2.0, ..ok.clone() },
+    ///             LoadOptions { set_fraction: f64::NAN, ..ok.clone() },
+    ///             LoadOptions { keys: 0, ..ok.clone() },
+    ///             LoadOptions { rps: f64::INFINITY, ..ok.clone() }] {
+    ///     assert!(bad.validate().is_err());
+    /// }
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        if !(0.0..=1.0).contains(&self.set_fraction) {
+            anyhow::bail!(
+                "--set-fraction must be in [0, 1], got {}",
+                self.set_fraction
+            );
+        }
+        if self.keys == 0 {
+            anyhow::bail!("--keys must be at least 1");
+        }
+        crate::arrival::ArrivalProcess::Poisson { rps: self.rps }
+            .validate()
+            .map_err(anyhow::Error::msg)
+    }
+}
+
 /// One request as the load generator saw it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Record {
@@ -556,6 +587,7 @@ pub struct LoadReport {
 /// println!("p99 {} ms", report.all.p99_ms);
 /// ```
 pub fn load(addr: &str, opts: &LoadOptions) -> Result<(LoadReport, Vec<Record>)> {
+    opts.validate()?;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(opts.seed);
     let arrivals = crate::arrival::ArrivalProcess::Poisson { rps: opts.rps }
         .schedule(opts.requests, &mut rng)

@@ -120,6 +120,15 @@ impl RunResult {
     /// `id,intended_ns,sent_ns,latency_ns,queue_ns,run_ns,status` (empty
     /// fields where there is no value; status `ok`, `failed` or `lost`).
     pub fn write_csv(&self, path: &Path) -> Result<()> {
+        let f = std::fs::File::create(path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        self.write_csv_to(f)
+            .with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// [`write_csv`](Self::write_csv) to an open file (opened before the
+    /// run, so that a bad path fails before any request is sent).
+    pub fn write_csv_to(&self, mut w: impl Write) -> Result<()> {
         let mut s = String::from("id,intended_ns,sent_ns,latency_ns,queue_ns,run_ns,status\n");
         let opt = |d: Option<Duration>| d.map(|d| d.as_nanos().to_string()).unwrap_or_default();
         for r in &self.records {
@@ -139,7 +148,8 @@ impl RunResult {
                 status
             ));
         }
-        std::fs::write(path, s).with_context(|| format!("cannot write {}", path.display()))
+        w.write_all(s.as_bytes())?;
+        Ok(w.flush()?)
     }
 }
 

@@ -263,29 +263,83 @@ pub fn host_cpus() -> usize {
         .unwrap_or(0)
 }
 
-/// A bench directory's `report.json` and its rows, for `replot`.
+/// A bench directory's `report.json` and its rows, for `replot`; errors
+/// name the file, and a report without rows is one (replot would replace
+/// the table and plot with empty ones).
 pub fn read_report<S: DeserializeOwned, R: DeserializeOwned>(
     out: &Path,
 ) -> Result<(serde_json::Value, Vec<Row<S, R>>)> {
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json"))?)?;
-    let rows = serde_json::from_value(v["rows"].clone())?;
+    let path = out.join("report.json");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not valid JSON", path.display()))?;
+    let rows: Vec<Row<S, R>> = serde_json::from_value(v["rows"].clone())
+        .with_context(|| format!("{}: bad or missing `rows`", path.display()))?;
+    if rows.is_empty() {
+        bail!("{}: `rows` is empty, nothing to replot", path.display());
+    }
     Ok((v, rows))
 }
 
-/// Writes per-request records as CSV to `p`: `id,<label>,latency_ns,queue_ns,run_ns`,
-/// `lost` for a request without a response; each record comes with its
-/// label's value (the operation or the job kind).
+/// Creates the per-request records file `p` before a load run, so that a bad
+/// path fails before the run rather than after it.
+pub fn create_records(p: &Path) -> Result<std::fs::File> {
+    std::fs::File::create(p).with_context(|| format!("cannot create records file {}", p.display()))
+}
+
+/// Writes per-request records as CSV to `f` (from [`create_records`]):
+/// `id,<label>,latency_ns,queue_ns,run_ns`, `lost` for a request without a
+/// response; each record comes with its label's value (the operation or the
+/// job kind).
 pub fn write_records<'a>(
-    p: &Path,
+    f: std::fs::File,
     label: &str,
     recs: impl IntoIterator<Item = (&'a str, &'a Record)>,
 ) -> Result<()> {
-    let mut f = std::io::BufWriter::new(std::fs::File::create(p)?);
+    let mut f = std::io::BufWriter::new(f);
     writeln!(f, "id,{label},latency_ns,queue_ns,run_ns")?;
     for (k, r) in recs {
         let lat = r.latency_ns.map_or(String::from("lost"), |l| l.to_string());
         writeln!(f, "{},{k},{lat},{},{}", r.id, r.queue_ns, r.run_ns)?;
     }
-    Ok(())
+    Ok(f.flush()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type R = Row<u32, Vec<f64>>;
+
+    /// The number of rows read (`Row` has no `Debug`).
+    fn read(name: &str, json: &str) -> Result<usize> {
+        let dir = std::env::temp_dir().join(format!("priobench-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("report.json"), json).unwrap();
+        let r = read_report::<u32, Vec<f64>>(&dir).map(|(_, rows): (_, Vec<R>)| rows.len());
+        std::fs::remove_dir_all(&dir).ok();
+        r
+    }
+
+    #[test]
+    fn replot_input_errors_name_the_file() {
+        let one = r#"{"rows":[{"config":"a","server":1,"report":[1.0]}]}"#;
+        assert_eq!(read("ok", one).unwrap(), 1);
+        for (name, bad, needle) in [
+            ("empty", r#"{"rows":[]}"#, "empty"),
+            ("norows", r#"{"load":{}}"#, "rows"),
+            ("notjson", "{", "not valid JSON"),
+        ] {
+            let e = format!("{:#}", read(name, bad).unwrap_err());
+            assert!(e.contains("report.json") && e.contains(needle), "{e}");
+        }
+        let e = format!(
+            "{:#}",
+            read_report::<u32, Vec<f64>>(Path::new("/nonexistent"))
+                .map(|(_, rows)| rows.len())
+                .unwrap_err()
+        );
+        assert!(e.contains("/nonexistent/report.json"), "{e}");
+    }
 }

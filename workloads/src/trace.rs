@@ -154,9 +154,11 @@ impl Trace {
         s
     }
 
-    /// Parses the file format; errors name the line.
+    /// Parses the file format; errors name the line. A trace without
+    /// requests is an error: every reader (the load generator, the
+    /// simulator) would otherwise report statistics of nothing.
     pub fn parse(text: &str) -> Result<Self> {
-        let mut lines = text.lines().enumerate();
+        let mut lines = crate::distributions::strip_bom(text).lines().enumerate();
         match lines.next() {
             Some((_, "# tailctl-trace v1")) => {}
             _ => bail!("not a tailctl trace: the first line must be `# tailctl-trace v1`"),
@@ -197,15 +199,25 @@ impl Trace {
                 request: req,
             });
         }
+        if entries.is_empty() {
+            bail!("trace has no requests");
+        }
         Ok(Trace {
             description,
             entries,
         })
     }
 
-    /// Writes the trace to a file.
+    /// Writes the trace to a file, through a temporary file renamed over it,
+    /// so a failed write never leaves a truncated trace behind.
     pub fn save(&self, path: &Path) -> Result<()> {
-        std::fs::write(path, self.to_text())
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let tmp = path.with_file_name(format!(".{name}.tmp"));
+        std::fs::write(&tmp, self.to_text())
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .inspect_err(|_| {
+                let _ = std::fs::remove_file(&tmp);
+            })
             .with_context(|| format!("cannot write trace {}", path.display()))
     }
 

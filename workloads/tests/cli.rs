@@ -262,6 +262,65 @@ fn the_paper_preset_is_the_papers_configuration() {
 }
 
 #[test]
+fn a_rejected_configuration_leaves_the_output_directory_alone() {
+    let out = tmp("rejected");
+    std::fs::create_dir_all(out.join("raw")).unwrap();
+    std::fs::write(out.join("raw/trace.txt"), "earlier").unwrap();
+    let (code, err) = stderr_of(
+        Command::new(bin("tailctl-experiment"))
+            .args(["--dry-run", "--rps", "100000", "--requests", "7", "--out"])
+            .arg(&out),
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot keep up"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(out.join("raw/trace.txt")).unwrap(),
+        "earlier"
+    );
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
+fn output_paths_and_empty_traces_fail_before_the_run() {
+    let dir = tmp("early");
+    // No server listens: a bad --records path must fail before connecting.
+    let (code, err) = stderr_of(Command::new(bin("tailctl-loadgen")).args([
+        "--requests",
+        "5",
+        "--arrival",
+        "poisson:100",
+        "--no-progress",
+        "--addr",
+        "127.0.0.1:1",
+        "--records",
+        "/nonexistent/dir/rec.csv",
+    ]));
+    assert_eq!(code, 1);
+    assert!(err.contains("/nonexistent/dir/rec.csv"), "{err}");
+    let trace = dir.join("empty.txt");
+    std::fs::write(&trace, "# tailctl-trace v1\n# header only\n").unwrap();
+    let (code, err) = stderr_of(
+        Command::new(bin("tailctl-loadgen"))
+            .arg("--trace")
+            .arg(&trace)
+            .args(["--addr", "127.0.0.1:1"]),
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("trace has no requests"), "{err}");
+    // An infinite calibration unit is not a calibration.
+    let (code, err) = stderr_of(Command::new(bin("tailctl-server")).args([
+        "--bs-unit-ns",
+        "inf",
+        "--spin-unit-ns",
+        "1000",
+        "--calibrate",
+    ]));
+    assert_eq!(code, 1);
+    assert!(err.contains("finite"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn bad_arguments_and_missing_servers_are_clear_errors() {
     let (code, err) = stderr_of(Command::new(bin("tailctl-loadgen")).args([
         "--requests",
@@ -392,4 +451,12 @@ fn the_job_driver_rejects_bad_arguments_clearly() {
         err.contains("--baseline equi is not one of the policies run"),
         "{err}"
     );
+    // Sizes a kernel cannot run are refused, not a panic or a stack overflow.
+    for (kind, size) in [("sort", "0"), ("heat", "0"), ("fib", "5000000000")] {
+        let (rc, err) = stderr_of(
+            Command::new(bin("tailctl-jobs")).args(["job", "--kind", kind, "--size", size]),
+        );
+        assert_eq!(rc, 1, "{kind} {size}: {err}");
+        assert!(err.contains("size must be"), "{kind} {size}: {err}");
+    }
 }

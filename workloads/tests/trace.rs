@@ -107,3 +107,29 @@ fn bad_trace_files_are_clear_errors() {
     );
     assert!(e.contains("unknown kernel"), "{e}");
 }
+
+#[test]
+fn empty_traces_are_rejected_and_a_bom_is_ignored() {
+    // A header-only trace would give a summary of nothing (p99 0).
+    let e = Trace::parse("# tailctl-trace v1\n# seed=1\n").unwrap_err();
+    assert!(e.to_string().contains("trace has no requests"), "{e}");
+    // Editors that write a UTF-8 byte-order mark must not make it "not a trace".
+    let t = Trace::parse("\u{feff}# tailctl-trace v1\n0 100 bs 10 0\n").unwrap();
+    assert_eq!(t.entries.len(), 1);
+}
+
+#[test]
+fn save_replaces_the_file_whole() {
+    let dir = std::env::temp_dir().join(format!("tailctl-wl-trace-save-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("t.txt");
+    std::fs::write(&p, "old").unwrap();
+    let t = Trace::parse("# tailctl-trace v1\n0 100 bs 10 0\n").unwrap();
+    t.save(&p).unwrap();
+    assert_eq!(Trace::load(&p).unwrap(), t);
+    // No temporary file is left beside it.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    let e = format!("{:#}", t.save(&dir.join("nodir/t.txt")).unwrap_err());
+    assert!(e.contains("nodir/t.txt"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -199,10 +199,10 @@ pub fn open(pin_dir: &Path, what: &str) -> Result<Opened> {
             }
             return Err(access_error(&path, &e));
         }
-        let h = MapHandle::from_pinned_path(&path).map_err(|e| match io_err(&e).kind() {
-            std::io::ErrorKind::Other => anyhow!("opening {}: {e}", path.display()),
-            _ => access_error(&path, &io_err(&e)),
-        })?;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let is_root = unsafe { libc::geteuid() } == 0;
+        let h = MapHandle::from_pinned_path(&path)
+            .map_err(|e| pinned_open_error(&path, &e, is_root))?;
         (h, Some(path))
     };
     let info = handle
@@ -210,6 +210,22 @@ pub fn open(pin_dir: &Path, what: &str) -> Result<Opened> {
         .with_context(|| format!("reading map info of {what}"))?
         .info;
     Ok(Opened { handle, pin, info })
+}
+
+/// The sentence for a pin path that exists but would not open as a map. The
+/// kernel refuses a file that is not a BPF pin with EACCES even for root, so
+/// for root "permission denied … run it as root" would be wrong: it is not
+/// a pin.
+fn pinned_open_error(path: &Path, e: &libbpf_rs::Error, is_root: bool) -> anyhow::Error {
+    match io_err(e).kind() {
+        std::io::ErrorKind::Other => anyhow!("opening {}: {e}", path.display()),
+        std::io::ErrorKind::PermissionDenied if is_root => anyhow!(
+            "{} is not a BPF map pin (it exists, but the kernel will not open it as a \
+             pinned map; pins live on a BPF filesystem such as {DEFAULT_PIN_DIR})",
+            path.display()
+        ),
+        _ => access_error(path, &io_err(e)),
+    }
 }
 
 fn pin_names(dir: &Path) -> Result<Vec<String>> {
@@ -573,5 +589,16 @@ mod tests {
         assert_eq!(type_name(MapType::PercpuArray), "percpu_array");
         assert_eq!(type_name(MapType::ArrayOfMaps), "array_of_maps");
         assert_eq!(type_name(MapType::Hash), "hash");
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_pin_is_called_that_for_root() {
+        let p = Path::new("/tmp/x.txt");
+        let eacces = || libbpf_rs::Error::from_raw_os_error(libc::EACCES);
+        let e = pinned_open_error(p, &eacces(), true).to_string();
+        assert!(e.contains("/tmp/x.txt is not a BPF map pin"), "{e}");
+        // Others may lack the privilege: they still get the root sentence.
+        let e = pinned_open_error(p, &eacces(), false).to_string();
+        assert!(e.contains("permission denied"), "{e}");
     }
 }

@@ -32,6 +32,14 @@ pub(crate) fn at_least_one(n: u64, flag: &str) -> Result<()> {
     Ok(())
 }
 
+/// `flag`'s value must be a finite number > 0.
+pub(crate) fn positive_finite(x: f64, flag: &str) -> Result<()> {
+    if !(x.is_finite() && x > 0.0) {
+        bail!("{flag} must be a finite number > 0, got {x}");
+    }
+    Ok(())
+}
+
 /// The warm-up must leave something to measure: `--warmup` below the `total`
 /// given by `total_flag` (which must be at least one).
 pub(crate) fn warmup_below(warmup: usize, total: usize, total_flag: &str) -> Result<()> {
@@ -40,4 +48,18 @@ pub(crate) fn warmup_below(warmup: usize, total: usize, total_flag: &str) -> Res
         bail!("--warmup must be below {total_flag}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positive_finite_rejects_nan_infinity_and_non_positive() {
+        assert!(positive_finite(5.0, "--resolution").is_ok());
+        for bad in [f64::NAN, f64::INFINITY, 0.0, -1.0] {
+            let e = positive_finite(bad, "--resolution").unwrap_err();
+            assert!(e.to_string().contains("--resolution"), "{e}");
+        }
+    }
 }

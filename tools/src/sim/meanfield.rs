@@ -102,11 +102,12 @@ impl MfConfig {
             return Err("children probabilities must be ≥ 0".into());
         }
         let s: f64 = self.probs.iter().sum();
-        if (s - 1.0).abs() > 1e-9 {
+        if !s.is_finite() || (s - 1.0).abs() > 1e-9 {
             return Err(format!("children probabilities sum to {s}, not 1"));
         }
-        if !(self.horizon > self.warmup && self.warmup >= 0.0) {
-            return Err("need 0 ≤ warmup < horizon".into());
+        // A finite horizon: the simulation runs until it.
+        if !(self.horizon > self.warmup && self.warmup >= 0.0 && self.horizon.is_finite()) {
+            return Err("need 0 ≤ warmup < horizon, horizon finite".into());
         }
         Ok(())
     }
@@ -463,6 +464,11 @@ mod tests {
             },
             MfConfig {
                 warmup: 400.0,
+                ..cfg(Strategy::Child, 0.5, 1.0)
+            },
+            // An infinite horizon would never end.
+            MfConfig {
+                horizon: f64::INFINITY,
                 ..cfg(Strategy::Child, 0.5, 1.0)
             },
         ];

@@ -29,7 +29,7 @@ pub mod rng;
 mod view;
 pub mod workload;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -256,6 +256,19 @@ fn parse_dur(s: &str) -> Result<Duration, String> {
     parse_duration(s)
 }
 
+/// Creates an output file before a run, so that a bad path fails at once
+/// instead of after the whole simulation.
+pub(crate) fn create_output(path: &Path) -> Result<std::fs::File> {
+    std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))
+}
+
+/// Writes `text` to an output file [`create_output`] opened.
+pub(crate) fn write_output(mut f: std::fs::File, path: &Path, text: &str) -> Result<()> {
+    use std::io::Write as _;
+    f.write_all(text.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
 fn parse_chunking(s: &str) -> Result<Chunking, String> {
     if let Some(k) = s.strip_prefix("auto:") {
         return match k.parse::<u32>() {
@@ -377,7 +390,10 @@ fn setup(common: Common) -> Result<Setup> {
     };
     let arrivals: ArrivalSpec = common.arrivals.parse()?;
     let fixed_table = match &common.table {
-        Some(p) => Some(ThresholdTable::load(p).map_err(|e| anyhow::anyhow!("{e}"))?),
+        Some(p) => Some(
+            tailctl_workloads::distributions::load_thresholds(p)
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        ),
         None => None,
     };
     Ok(Setup {
@@ -501,6 +517,10 @@ fn compare(a: CompareArgs) -> Result<()> {
         }
     }
     let s = setup(a.common)?;
+    let plot = match &a.plot {
+        Some(p) => Some((p, create_output(p)?)),
+        None => None,
+    };
     let trace = s.trace(a.rps)?;
     let rps = if s.common.trace.is_some() {
         trace.rps()
@@ -660,8 +680,8 @@ fn compare(a: CompareArgs) -> Result<()> {
         targets,
         rows,
     };
-    if let Some(p) = &a.plot {
-        std::fs::write(p, cmp.svg()).with_context(|| format!("writing {}", p.display()))?;
+    if let Some((p, f)) = plot {
+        write_output(f, p, &cmp.svg())?;
     }
     if c.run.json {
         emit(&format!("{}\n", serde_json::to_string_pretty(&cmp.json())?))?;
@@ -677,6 +697,13 @@ fn capacity(a: CapacityArgs) -> Result<()> {
     }
     if a.target.is_zero() {
         bail!("--target must be > 0");
+    }
+    // Finite bounds and resolution: with infinity the bisection never ends,
+    // with NaN it never starts (and reports --rps-min as the capacity).
+    check::positive_finite(a.rps_min, "--rps-min")?;
+    check::positive_finite(a.resolution, "--resolution")?;
+    if let Some(x) = a.rps_max {
+        check::positive_finite(x, "--rps-max")?;
     }
     let s = setup(a.common)?;
     if s.common.trace.is_some() {
@@ -717,6 +744,9 @@ fn capacity(a: CapacityArgs) -> Result<()> {
             let mut best = v0;
             while hi - lo > a.resolution {
                 let mid = (lo + hi) / 2.0;
+                if mid <= lo || mid >= hi {
+                    break; // a resolution finer than f64 can split
+                }
                 let (good, v) = ok(p, mid)?;
                 if good {
                     lo = mid;

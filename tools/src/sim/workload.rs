@@ -51,7 +51,8 @@ impl FromStr for WorkSpec {
     type Err = anyhow::Error;
 
     /// `bing`, `finance`, `lognormal:MEAN_MS,SD_MS` or a histogram file path
-    /// (optionally `file:PATH`).
+    /// (optionally `file:PATH`), read by the workloads crate's loader (a BOM
+    /// is skipped, weights summing to infinity are an error).
     fn from_str(s: &str) -> Result<Self> {
         match s {
             "bing" => {
@@ -88,13 +89,19 @@ impl FromStr for WorkSpec {
                 sd: num(parts[1], "sd")?,
             });
         }
+        let explicit = s.starts_with("file:");
         let path = Path::new(s.strip_prefix("file:").unwrap_or(s));
         if !path.exists() {
+            // `file:PATH` can only mean a file: say it is missing.
+            if explicit {
+                bail!("`{}`: no such file", path.display());
+            }
             bail!(
                 "`{s}`: not a distribution; use bing, finance, lognormal:MEAN_MS,SD_MS or the path of a histogram file (WORK,PROBABILITY per line)"
             );
         }
-        let dist = WorkDistribution::load(path).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let dist = tailctl_workloads::distributions::load_distribution(path)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(Self::Histogram {
             path: path.to_owned(),
             dist,
@@ -222,10 +229,8 @@ impl Trace {
     /// `tailctl-experiment`) with the workloads crate's parser, the one every
     /// tool uses, and converts it to seconds.
     pub fn load(path: &Path) -> Result<Self> {
+        // The parser rejects a trace without requests.
         let file = tailctl_workloads::trace::Trace::load(path)?;
-        if file.entries.is_empty() {
-            bail!("{}: trace has no requests", path.display());
-        }
         Ok(Self::from_file(&file))
     }
 
@@ -285,6 +290,29 @@ mod tests {
         );
         assert!("lognormal:0".parse::<ArrivalSpec>().is_err());
         assert!("uniform".parse::<ArrivalSpec>().is_err());
+        // A missing file is called missing, a typo is "not a distribution".
+        let e = format!("{:#}", "file:/nonexistent".parse::<WorkSpec>().unwrap_err());
+        assert!(e.contains("no such file"), "{e}");
+        let e = format!("{:#}", "bingg".parse::<WorkSpec>().unwrap_err());
+        assert!(e.contains("not a distribution"), "{e}");
+    }
+
+    #[test]
+    fn histogram_files_skip_a_bom_and_reject_infinite_weights() {
+        let dir = std::env::temp_dir().join(format!("sim-work-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = dir.join("ok.csv");
+        std::fs::write(&ok, "\u{feff}5ms,0.5\n10ms,0.5\n").unwrap();
+        let w: WorkSpec = format!("file:{}", ok.display()).parse().unwrap();
+        assert!((w.binned().unwrap().mean_secs() - 0.0075).abs() < 1e-12);
+        let inf = dir.join("inf.csv");
+        std::fs::write(&inf, "work,count\n5ms,1e308\n10ms,1e308\n").unwrap();
+        let e = format!(
+            "{:#}",
+            inf.to_str().unwrap().parse::<WorkSpec>().unwrap_err()
+        );
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(e.contains("inf.csv") && e.contains("infinity"), "{e}");
     }
 
     #[test]
@@ -313,8 +341,11 @@ mod tests {
         let bad = std::env::temp_dir().join(format!("sim-trace-bad-{}.txt", std::process::id()));
         std::fs::write(&bad, "# tailctl-trace v1\n0 0 bs 100 0\n1 5 bs 0 0\n").unwrap();
         let err = format!("{:#}", Trace::load(&bad).unwrap_err());
-        std::fs::remove_file(&bad).ok();
         assert!(err.contains("line 3") && err.contains("work_us"), "{err}");
+        std::fs::write(&bad, "# tailctl-trace v1\n# header only\n").unwrap();
+        let err = format!("{:#}", Trace::load(&bad).unwrap_err());
+        std::fs::remove_file(&bad).ok();
+        assert!(err.contains("trace has no requests"), "{err}");
     }
 
     #[test]

@@ -370,23 +370,34 @@ fn run_one(
         .context("cannot run tailctl-loadgen")?;
     let neighbour_cores = neighbour.map(Neighbour::finish);
     drop(server);
+    // A failed run is reported as such before its output is read as a summary.
+    let finished = output.status.success() || output.status.code() == Some(2);
     match neighbour_cores {
-        Some(cores) => {
+        Some(cores) if finished => {
             let mut v: serde_json::Value =
-                serde_json::from_slice(&output.stdout).unwrap_or_else(|_| serde_json::json!({}));
-            if let Some(o) = v.as_object_mut() {
-                o.insert("neighbour_cores".into(), serde_json::json!(cores));
-            }
+                serde_json::from_slice(&output.stdout).with_context(|| {
+                    format!(
+                        "{name}: tailctl-loadgen's summary (for {}) is not JSON",
+                        summary.display()
+                    )
+                })?;
+            let Some(o) = v.as_object_mut() else {
+                bail!(
+                    "{name}: tailctl-loadgen's summary (for {}) is not a JSON object",
+                    summary.display()
+                );
+            };
+            o.insert("neighbour_cores".into(), serde_json::json!(cores));
             eprintln!("   neighbour got {cores:.2} cores");
             std::fs::write(&summary, serde_json::to_vec_pretty(&v)?)?;
         }
-        None => std::fs::write(&summary, &output.stdout)?,
+        _ => std::fs::write(&summary, &output.stdout)?,
     }
     if output.status.code() == Some(2) {
         // The run finished but some requests failed or got no response: they
         // count as misses at every target, so the run still measures something.
         eprintln!("   warning: {name}: some requests failed or were lost (counted as misses)");
-    } else if !output.status.success() {
+    } else if !finished {
         bail!(
             "{name}: tailctl-loadgen failed ({}); see the messages above",
             output.status
@@ -408,7 +419,7 @@ fn policy_name(p: &str) -> Result<&'static str> {
 
 /// Fails unless the run's server was registered with scx_tailctl the whole run.
 fn check_registered(out: &Path, name: &str) -> Result<()> {
-    let v = read_summary(out, name);
+    let v = read_summary(out, name)?;
     let stats = &v["server_stats"];
     if stats["kernel_assisted"].as_bool() != Some(true) {
         bail!(
@@ -462,13 +473,6 @@ fn run(a: Args) -> Result<()> {
     if a.kernel_assisted && !a.dry_run {
         check_can_load(&scx_bin, "--kernel-assisted")?;
     }
-    std::fs::create_dir_all(&a.out)
-        .with_context(|| format!("cannot create {}", a.out.display()))?;
-    // Raw records (trace, per-request CSVs, per-run summaries, scheduler
-    // logs) go to `raw/`, which git ignores; the summaries stay beside it.
-    let raw = a.out.join(RAW_DIR);
-    std::fs::create_dir_all(&raw).with_context(|| format!("cannot create {}", raw.display()))?;
-
     let load_before = loadavg();
     let dist = cfg.dist.build().map_err(anyhow::Error::msg)?;
     // Calibrate once, with as many threads as the pool has workers (the cost
@@ -514,8 +518,6 @@ fn run(a: Args) -> Result<()> {
         &dist,
         &cfg.dist.to_string(),
     )?;
-    let trace_path = raw.join("trace.txt");
-    trace.save(&trace_path)?;
     let utilisation = trace.offered_load() / cfg.workers as f64;
     let describe = format!(
         "{} work, {} arrivals, {} workers, {} requests, utilisation {:.0}%, kernel {}{}",
@@ -539,6 +541,16 @@ fn run(a: Args) -> Result<()> {
             cfg.workers
         );
     }
+    // Only a configuration that passed the checks above touches --out: a
+    // rejected one must not replace the trace of an earlier experiment.
+    std::fs::create_dir_all(&a.out)
+        .with_context(|| format!("cannot create {}", a.out.display()))?;
+    // Raw records (trace, per-request CSVs, per-run summaries, scheduler
+    // logs) go to `raw/`, which git ignores; the summaries stay beside it.
+    let raw = a.out.join(RAW_DIR);
+    std::fs::create_dir_all(&raw).with_context(|| format!("cannot create {}", raw.display()))?;
+    let trace_path = raw.join("trace.txt");
+    trace.save(&trace_path)?;
     if a.dry_run {
         println!("{describe}");
         eprintln!("dry run: wrote {}; no server started", trace_path.display());
@@ -568,7 +580,7 @@ fn run(a: Args) -> Result<()> {
         "steal-first",
         PolicyRow::from_latencies("steal-first", &sf, &targets).miss,
     );
-    runs.insert("steal-first".into(), read_summary(&raw, "steal-first"));
+    runs.insert("steal-first".into(), read_summary(&raw, "steal-first")?);
     note_capacity(&mut runs, "steal-first", cores_before);
 
     if a.noise_check {
@@ -579,7 +591,7 @@ fn run(a: Args) -> Result<()> {
             name,
             PolicyRow::from_latencies(name, &lat, &targets).miss,
         );
-        runs.insert(name.into(), read_summary(&raw, "steal-first-rerun"));
+        runs.insert(name.into(), read_summary(&raw, "steal-first-rerun")?);
     }
     let tc_args = |mut v: Vec<String>, t: Duration| {
         v.extend([
@@ -644,7 +656,7 @@ fn run(a: Args) -> Result<()> {
             p,
             PolicyRow::from_latencies(p, &lat, &targets).miss,
         );
-        runs.insert(format!("{p}{}", key(round)), read_summary(&raw, &name));
+        runs.insert(format!("{p}{}", key(round)), read_summary(&raw, &name)?);
         note_capacity(runs, &format!("{p}{}", key(round)), cores);
         Ok(())
     };
@@ -668,7 +680,7 @@ fn run(a: Args) -> Result<()> {
             &label,
             PolicyRow::from_latencies(&label, &lat, &targets).miss,
         );
-        runs.insert(format!("{label}{}", key(round)), read_summary(&raw, &name));
+        runs.insert(format!("{label}{}", key(round)), read_summary(&raw, &name)?);
         note_capacity(runs, &format!("{label}{}", key(round)), cores);
         // Registered: kernel-measured work, kernel serialization and caps.
         let kernel_args = |t: Duration| {
@@ -836,7 +848,7 @@ fn run_tail_control(
                 miss.push(PolicyRow::from_latencies(label, &lat, &[t]).miss[0]);
                 runs.insert(
                     format!("{label} t{i}{round_key}"),
-                    read_summary(ctx.out, &name),
+                    read_summary(ctx.out, &name)?,
                 );
             }
             miss
@@ -847,7 +859,7 @@ fn run_tail_control(
             check(file_prefix)?;
             runs.insert(
                 format!("{label}{round_key}"),
-                read_summary(ctx.out, file_prefix),
+                read_summary(ctx.out, file_prefix)?,
             );
             PolicyRow::from_latencies(label, &lat, ctx.targets).miss
         }
@@ -901,11 +913,14 @@ fn loadavg() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-fn read_summary(out: &Path, name: &str) -> serde_json::Value {
-    std::fs::read_to_string(out.join(format!("{name}.json")))
-        .ok()
-        .and_then(|s| serde_json::from_str(&s).ok())
-        .unwrap_or(serde_json::Value::Null)
+/// A run's load-generator summary; a missing or unreadable one is an error
+/// naming the file (as `Null` it would read as "not registered" and the like).
+fn read_summary(out: &Path, name: &str) -> Result<serde_json::Value> {
+    let path = out.join(format!("{name}.json"));
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read the run summary {}", path.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("the run summary {} is not valid JSON", path.display()))
 }
 
 fn main() -> std::process::ExitCode {
@@ -915,5 +930,30 @@ fn main() -> std::process::ExitCode {
             eprintln!("error: {e:#}");
             std::process::ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unreadable_summaries_are_errors_naming_the_file() {
+        let dir = std::env::temp_dir().join(format!("exp-summary-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("ok.json"), r#"{"server_stats":{}}"#).unwrap();
+        std::fs::write(dir.join("bad.json"), "tailctl-loadgen: oops").unwrap();
+        assert!(read_summary(&dir, "ok").unwrap()["server_stats"].is_object());
+        let bad = format!("{:#}", read_summary(&dir, "bad").unwrap_err());
+        let missing = format!("{:#}", read_summary(&dir, "missing").unwrap_err());
+        // Not "was not registered": the summary itself is the problem.
+        let unregistered = format!("{:#}", check_registered(&dir, "bad").unwrap_err());
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(
+            bad.contains("bad.json") && bad.contains("not valid JSON"),
+            "{bad}"
+        );
+        assert!(missing.contains("missing.json"), "{missing}");
+        assert!(unregistered.contains("bad.json"), "{unregistered}");
     }
 }

@@ -150,6 +150,7 @@ fn nproc() -> usize {
 }
 
 fn job(kind: JobKind, size: usize, workers: Option<usize>, socket: Option<PathBuf>) -> Result<()> {
+    kind.check_size(size).map_err(anyhow::Error::msg)?;
     let t0 = Instant::now();
     let workers = workers.unwrap_or_else(nproc).max(1);
     // Search CPU is measured under every policy alike (two thread-clock reads per search).
@@ -295,6 +296,14 @@ fn run(a: RunArgs) -> Result<()> {
     }
     if !(a.load > 0.0 && a.load.is_finite() && a.scale > 0.0 && a.scale.is_finite()) {
         bail!("--load and --scale must be positive numbers");
+    }
+    // Jobs run at --scale and twice it: every size must be one a job can run.
+    for &kind in &a.kinds {
+        for scale in [a.scale, 2.0 * a.scale] {
+            if let Err(e) = kind.check_size(kind.size_at(scale)) {
+                bail!("--scale {} is out of range: {e}", a.scale);
+            }
+        }
     }
     let me = std::env::current_exe().context("cannot find this binary")?;
     let scx_bin = a

@@ -165,9 +165,14 @@ fn main() -> Result<()> {
             records,
             json,
         } => {
+            // The records file is created before the run: a bad path fails now.
+            let records = records
+                .as_deref()
+                .map(priobench::create_records)
+                .transpose()?;
             let (report, recs) = jobs::load(&addr, &load_opts(&l, &app))?;
-            if let Some(p) = records {
-                priobench::write_records(&p, "kind", recs.iter().map(|(k, r)| (k.as_str(), r)))?;
+            if let Some(f) = records {
+                priobench::write_records(f, "kind", recs.iter().map(|(k, r)| (k.as_str(), r)))?;
             }
             if json {
                 println!("{}", serde_json::to_string(&report)?);

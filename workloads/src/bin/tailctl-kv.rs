@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use tailctl_workloads::kv::{self, LoadOptions, LoadReport, ServerOptions};
 use tailctl_workloads::{plot, priobench};
@@ -164,10 +164,16 @@ fn main() -> Result<()> {
             json,
         } => {
             let opts = load_opts(&l, keys);
+            // Checked, and the records file created, before the run.
+            opts.validate()?;
+            let records = records
+                .as_deref()
+                .map(priobench::create_records)
+                .transpose()?;
             let (report, recs) = kv::load(&addr, &opts)?;
-            if let Some(p) = records {
+            if let Some(f) = records {
                 let ops = recs.iter().map(|r| (if r.set { "SET" } else { "GET" }, r));
-                priobench::write_records(&p, "op", ops)?;
+                priobench::write_records(f, "op", ops)?;
             }
             if json {
                 println!("{}", serde_json::to_string(&report)?);
@@ -186,13 +192,8 @@ fn main() -> Result<()> {
         }
         Cmd::Replot { out } => {
             let (v, rows): (_, Vec<Row>) = priobench::read_report(&out)?;
-            let l = LoadArgs {
-                rps: v["load"]["rps"].as_f64().unwrap_or(0.0),
-                requests: v["load"]["requests"].as_u64().unwrap_or(0) as usize,
-                set_fraction: v["load"]["set_fraction"].as_f64().unwrap_or(0.0),
-                warmup: v["load"]["warmup"].as_u64().unwrap_or(0) as usize,
-                seed: v["load"]["seed"].as_u64().unwrap_or(0),
-            };
+            let l = load_of_report(&v["load"])
+                .with_context(|| format!("{}", out.join("report.json").display()))?;
             std::fs::write(out.join("table.md"), render_table(&rows, &l))?;
             plot(&rows, &out.join("plot.svg"))
         }
@@ -205,6 +206,28 @@ fn main() -> Result<()> {
             json,
         } => bench(&out, &configs, rounds, &s, &l, json),
     }
+}
+
+/// The `load` object of a bench's report.json; a missing field is an error
+/// (the table would otherwise say 0 rps, 0 requests).
+fn load_of_report(load: &serde_json::Value) -> Result<LoadArgs> {
+    let num = |k: &str| {
+        load[k]
+            .as_f64()
+            .with_context(|| format!("`load.{k}` is missing"))
+    };
+    let int = |k: &str| {
+        load[k]
+            .as_u64()
+            .with_context(|| format!("`load.{k}` is missing"))
+    };
+    Ok(LoadArgs {
+        rps: num("rps")?,
+        requests: int("requests")? as usize,
+        set_fraction: num("set_fraction")?,
+        warmup: int("warmup")? as usize,
+        seed: int("seed")?,
+    })
 }
 
 fn load_opts(l: &LoadArgs, keys: u64) -> LoadOptions {
@@ -371,4 +394,23 @@ fn plot(rows: &[Row], path: &Path) -> Result<()> {
         .label("p99")
         .legend(|(x, y)| Rectangle::new([(x, y - 4), (x + 16, y + 4)], RED.filled()));
     plot::finish(&mut chart, &root)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replot_needs_every_load_field() {
+        let full = serde_json::json!({
+            "rps": 2000.0, "requests": 100, "set_fraction": 0.1, "warmup": 10, "seed": 7
+        });
+        let l = load_of_report(&full).unwrap();
+        assert_eq!((l.rps, l.requests, l.seed), (2000.0, 100, 7));
+        let mut partial = full.clone();
+        partial.as_object_mut().unwrap().remove("rps");
+        let e = load_of_report(&partial).unwrap_err().to_string();
+        assert!(e.contains("load.rps"), "{e}");
+        assert!(load_of_report(&serde_json::Value::Null).is_err());
+    }
 }

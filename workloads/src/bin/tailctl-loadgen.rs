@@ -111,6 +111,15 @@ fn run(args: Args) -> Result<ExitCode> {
     if args.dry_run {
         return Ok(ExitCode::SUCCESS);
     }
+    // Opened before the run: a bad path must not cost the whole run's results.
+    let records = match &args.records {
+        Some(p) => Some((
+            p,
+            std::fs::File::create(p)
+                .with_context(|| format!("cannot create records file {}", p.display()))?,
+        )),
+        None => None,
+    };
     eprintln!(
         "tailctl-loadgen: {} requests to {}, offered load {:.2} cores ({})",
         trace.entries.len(),
@@ -123,8 +132,10 @@ fn run(args: Args) -> Result<ExitCode> {
         progress: !args.no_progress,
     };
     let result = loadgen::run(&args.addr, &trace, &opts)?;
-    if let Some(p) = &args.records {
-        result.write_csv(p)?;
+    if let Some((p, f)) = records {
+        result
+            .write_csv_to(f)
+            .with_context(|| format!("cannot write {}", p.display()))?;
     }
     let summary = Summary::from_latencies(&result.latencies(), result.errors(), &args.targets);
     if args.json {

@@ -19,7 +19,7 @@ use clap::Parser;
 use tailctl_rt::distribution::parse_duration;
 use tailctl_rt::threshold::{ThresholdParams, ThresholdTable};
 use tailctl_rt::Policy;
-use tailctl_workloads::distributions::DistributionSpec;
+use tailctl_workloads::distributions::{load_thresholds, DistributionSpec};
 use tailctl_workloads::kernel::Calibration;
 use tailctl_workloads::registration::registration_of;
 use tailctl_workloads::server::{rt::RtExecutor, Server};
@@ -85,7 +85,7 @@ fn threshold_table(a: &Args) -> Result<Option<ThresholdTable>> {
     }
     if let Some(p) = &a.threshold_table {
         return Ok(Some(
-            ThresholdTable::load(p).map_err(|e| anyhow::anyhow!("{e}"))?,
+            load_thresholds(p).map_err(|e| anyhow::anyhow!("{e}"))?,
         ));
     }
     let (Some(target), Some(dist), Some(rps)) = (a.target, &a.distribution, a.rps) else {
@@ -113,12 +113,14 @@ fn threshold_table(a: &Args) -> Result<Option<ThresholdTable>> {
 }
 
 fn run(a: Args) -> Result<()> {
+    // Finite too: an infinite unit cost would shrink every request to one unit.
+    let usable = |ns: f64| ns.is_finite() && ns >= 1.0;
     let cal = match (a.bs_unit_ns, a.spin_unit_ns) {
-        (Some(bs), Some(spin)) if bs >= 1.0 && spin >= 1.0 => Calibration {
+        (Some(bs), Some(spin)) if usable(bs) && usable(spin) => Calibration {
             bs_unit_ns: bs,
             spin_unit_ns: spin,
         },
-        (Some(_), Some(_)) => bail!("calibration values must be at least 1 ns"),
+        (Some(_), Some(_)) => bail!("calibration values must be finite and at least 1 ns"),
         _ => Calibration::measure_on(a.workers),
     };
     if a.calibrate {

@@ -43,8 +43,9 @@ pub struct Args {
     /// Offered load(s), comma-separated: arrival rate × mean job work / cores.
     #[arg(long, default_value = "0.6", value_delimiter = ',')]
     load: Vec<f64>,
-    /// The controller's quantum L, µs (SAWS and the daemon: 10 ms).
-    #[arg(long, default_value_t = 10_000)]
+    /// The controller's quantum L, µs (SAWS and the daemon: 10 ms); at most an hour, so
+    /// that nanosecond times cannot overflow.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=MAX_QUANTUM_US))]
     quantum_us: u64,
     /// Benchmarks jobs are drawn from, uniformly (fib, matmul, heat, sort, loop:N[:MS]).
     #[arg(long, default_value = "fib,matmul,heat,sort", value_delimiter = ',')]
@@ -94,6 +95,9 @@ pub struct Args {
     #[command(flatten)]
     run: super::Running,
 }
+
+/// The longest `--quantum-us`: an hour.
+const MAX_QUANTUM_US: u64 = 3_600_000_000;
 
 fn parse_dur0(s: &str) -> Result<Duration, String> {
     if s.trim() == "0" {
@@ -167,6 +171,16 @@ pub fn run(a: Args) -> Result<()> {
     let tracing = a.trace.is_some() || a.show_allot;
     let measure = Measure::parse(&a.measure).context("--measure")?;
     let u_estimator = UEstimator::parse(&a.u_estimator).context("--u-estimator")?;
+    // The output files are created before the runs: a bad path fails now, not
+    // after the whole simulation.
+    let trace_file = match &a.trace {
+        Some(path) => Some(super::create_output(path)?),
+        None => None,
+    };
+    let plot_file = match &a.plot {
+        Some(path) => Some((path, super::create_output(path)?)),
+        None => None,
+    };
 
     // Every (load, seed, policy), policies innermost; workloads shared within a (load, seed).
     let mut work = Vec::new();
@@ -202,10 +216,8 @@ pub fn run(a: Args) -> Result<()> {
 
     let mut runs = Vec::new();
     let mut allot_trace = Vec::new();
-    let mut trace_out = match &a.trace {
-        Some(path) => {
-            let f = std::fs::File::create(path)
-                .with_context(|| format!("creating {}", path.display()))?;
+    let mut trace_out = match trace_file {
+        Some(f) => {
             let mut w = std::io::BufWriter::new(f);
             writeln!(
                 w,
@@ -322,8 +334,8 @@ pub fn run(a: Args) -> Result<()> {
     ];
     let names: Vec<String> = policies.iter().map(|p| p.name().to_string()).collect();
     let report = Report::new(settings, benches, runs, &names, &a.load, allot_trace);
-    if let Some(p) = &a.plot {
-        std::fs::write(p, report.svg()).with_context(|| format!("writing {}", p.display()))?;
+    if let Some((p, f)) = plot_file {
+        super::write_output(f, p, &report.svg())?;
     }
     if a.run.json {
         super::emit(&format!(
