@@ -190,7 +190,9 @@ pub(crate) fn load_with<T>(
         path: path.to_owned(),
         source,
     })?;
-    parse(&text).map_err(|error| LoadError::Parse {
+    // A UTF-8 byte-order mark (some editors write one) is not part of the first line.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    parse(text).map_err(|error| LoadError::Parse {
         path: path.to_owned(),
         error,
     })
@@ -304,8 +306,9 @@ impl WorkDistribution {
             }
             sum += p;
         }
+        // Finite: weights that overflow the sum would normalise to all zeros.
         let ok = if normalise {
-            sum > 0.0
+            sum > 0.0 && sum.is_finite()
         } else {
             (sum - 1.0).abs() <= PROBABILITY_TOLERANCE
         };
@@ -709,6 +712,26 @@ mod tests {
         assert!((erfc(0.0) - 1.0).abs() < 1e-7);
         assert!((erfc(1.0) - 0.157_299_207).abs() < 1e-7);
         assert!((erfc(-1.0) - 1.842_700_793).abs() < 1e-7);
+    }
+
+    #[test]
+    fn weights_that_overflow_their_sum_are_refused() {
+        let e = WorkDistribution::from_weights(vec![(1e308, ms(5)), (1e308, ms(10))]);
+        assert!(
+            matches!(e, Err(DistributionError::SumNotOne { .. })),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_skipped() {
+        let dir = std::env::temp_dir().join(format!("tailctl-bom-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("work.txt");
+        std::fs::write(&path, "\u{feff}work,count\n5ms,1\n10ms,3\n").unwrap();
+        let d = WorkDistribution::load(&path);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(d.is_ok(), "{d:?}");
     }
 
     #[test]
