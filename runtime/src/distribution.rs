@@ -106,6 +106,10 @@ impl fmt::Display for DistributionError {
                 "bin {}: probability {value} is not a finite number ≥ 0",
                 index + 1
             ),
+            Self::SumNotOne { sum } if !sum.is_finite() => write!(
+                f,
+                "bin weights sum to infinity; scale them down"
+            ),
             Self::SumNotOne { sum } => write!(
                 f,
                 "bin probabilities sum to {sum}, not 1 (tolerance {PROBABILITY_TOLERANCE})"
@@ -190,12 +194,23 @@ pub(crate) fn load_with<T>(
         path: path.to_owned(),
         source,
     })?;
-    // A UTF-8 byte-order mark (some editors write one) is not part of the first line.
-    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    parse(text).map_err(|error| LoadError::Parse {
+    parse(&text).map_err(|error| LoadError::Parse {
         path: path.to_owned(),
         error,
     })
+}
+
+/// `text` without a leading UTF-8 byte-order mark: some editors write one, and
+/// a parser would read it as part of the first field. Every parser of a file
+/// format here calls it first.
+///
+/// ```
+/// use tailctl_rt::distribution::strip_bom;
+/// assert_eq!(strip_bom("\u{feff}5ms,1"), "5ms,1");
+/// assert_eq!(strip_bom("5ms,1"), "5ms,1");
+/// ```
+pub fn strip_bom(text: &str) -> &str {
+    text.strip_prefix('\u{feff}').unwrap_or(text)
 }
 
 /// Parses a duration with a unit: `250us`, `20.6ms`, `1.5s`, `800ns`.
@@ -420,6 +435,7 @@ impl WorkDistribution {
     /// assert_eq!(err.line, 2);
     /// ```
     pub fn parse(text: &str) -> Result<Self, ParseError> {
+        let text = strip_bom(text);
         let mut bins = Vec::new();
         let mut lines = Vec::new(); // line number of each bin, to attribute errors
         let mut weights = false;

@@ -386,7 +386,7 @@ impl ThresholdTable {
     /// ```
     pub fn parse(text: &str) -> Result<Self, ParseError> {
         let mut thresholds = Vec::new();
-        for (i, raw) in text.lines().enumerate() {
+        for (i, raw) in crate::distribution::strip_bom(text).lines().enumerate() {
             let line = raw.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
                 continue;

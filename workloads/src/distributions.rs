@@ -27,71 +27,14 @@
 //! * **Log-normal** ([`lognormal`]): the runtime's binned log-normal, mean
 //!   10 ms and sd 13 ms by default (1 ms bins to 200 ms).
 //! * Any histogram file in the runtime's format ([`DistributionSpec::File`]),
-//!   read by [`load_distribution`]; threshold-table files by
-//!   [`load_thresholds`]. Both add to the runtime's parsers what the tools
-//!   need of input files: a UTF-8 byte-order mark is skipped, and weights
-//!   whose sum overflows are an error.
+//!   read by [`WorkDistribution::load`].
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use tailctl_rt::distribution::{parse_duration, LoadError, ParseError, WorkDistribution};
-use tailctl_rt::threshold::ThresholdTable;
-
-/// `text` without a leading UTF-8 byte-order mark: some editors write one,
-/// and the parsers would read it as part of the first field.
-///
-/// ```
-/// use tailctl_workloads::distributions::strip_bom;
-/// assert_eq!(strip_bom("\u{feff}5ms,1"), "5ms,1");
-/// assert_eq!(strip_bom("5ms,1"), "5ms,1");
-/// ```
-pub fn strip_bom(text: &str) -> &str {
-    text.strip_prefix('\u{feff}').unwrap_or(text)
-}
-
-/// Parses a distribution file's text as [`WorkDistribution::parse`] does,
-/// after [`strip_bom`]; `work,count` weights whose sum overflows to infinity
-/// are an error (the runtime divides by that sum, which would make every
-/// probability 0: mean work 0 and no thresholds at all).
-pub fn parse_distribution(text: &str) -> Result<WorkDistribution, ParseError> {
-    let d = WorkDistribution::parse(strip_bom(text))?;
-    let total: f64 = d.bins().iter().map(|b| b.p).sum();
-    if !total.is_finite() || (total - 1.0).abs() > 1e-6 {
-        return Err(ParseError {
-            line: 0,
-            message: "the weights sum to infinity; scale them down".into(),
-        });
-    }
-    Ok(d)
-}
-
-/// Reads a distribution file with [`parse_distribution`]; errors name the file.
-pub fn load_distribution(path: &Path) -> Result<WorkDistribution, LoadError> {
-    read_with(path, parse_distribution)
-}
-
-/// Reads a threshold-table file as [`ThresholdTable::load`] does, after
-/// [`strip_bom`]; errors name the file.
-pub fn load_thresholds(path: &Path) -> Result<ThresholdTable, LoadError> {
-    read_with(path, |text| ThresholdTable::parse(strip_bom(text)))
-}
-
-fn read_with<T>(
-    path: &Path,
-    parse: impl FnOnce(&str) -> Result<T, ParseError>,
-) -> Result<T, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
-    parse(&text).map_err(|error| LoadError::Parse {
-        path: path.to_owned(),
-        error,
-    })
-}
+use tailctl_rt::distribution::{parse_duration, WorkDistribution};
 
 fn ms(x: f64) -> Duration {
     Duration::from_secs_f64(x / 1e3)
@@ -251,7 +194,7 @@ impl DistributionSpec {
             DistributionSpec::Bing => Ok(bing()),
             DistributionSpec::Finance => Ok(finance()),
             DistributionSpec::LogNormal { mean, sd } => lognormal(*mean, *sd),
-            DistributionSpec::File(p) => load_distribution(p).map_err(|e| e.to_string()),
+            DistributionSpec::File(p) => WorkDistribution::load(p).map_err(|e| e.to_string()),
         }
     }
 }

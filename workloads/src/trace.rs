@@ -158,7 +158,9 @@ impl Trace {
     /// requests is an error: every reader (the load generator, the
     /// simulator) would otherwise report statistics of nothing.
     pub fn parse(text: &str) -> Result<Self> {
-        let mut lines = crate::distributions::strip_bom(text).lines().enumerate();
+        let mut lines = tailctl_rt::distribution::strip_bom(text)
+            .lines()
+            .enumerate();
         match lines.next() {
             Some((_, "# tailctl-trace v1")) => {}
             _ => bail!("not a tailctl trace: the first line must be `# tailctl-trace v1`"),

@@ -110,24 +110,23 @@ fn the_same_type_feeds_the_threshold_table() {
 
 #[test]
 fn distribution_and_table_files_reject_overflow_and_skip_a_bom() {
-    use tailctl_workloads::distributions::{
-        load_distribution, load_thresholds, parse_distribution,
-    };
+    use tailctl_rt::distribution::WorkDistribution;
+    use tailctl_rt::threshold::ThresholdTable;
     // Weights summing to infinity would normalise to probability 0 everywhere.
-    let e = parse_distribution("work,count\n5ms,1e308\n10ms,1e308\n").unwrap_err();
+    let e = WorkDistribution::parse("work,count\n5ms,1e308\n10ms,1e308\n").unwrap_err();
     assert!(e.message.contains("sum to infinity"), "{e}");
-    let d = parse_distribution("\u{feff}work,count\n5ms,3\n10ms,1\n").unwrap();
+    let d = WorkDistribution::parse("\u{feff}work,count\n5ms,3\n10ms,1\n").unwrap();
     assert_eq!(d.bins()[0].p, 0.75);
     let dir = std::env::temp_dir().join(format!("tailctl-wl-dist-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let f = dir.join("inf.csv");
     std::fs::write(&f, "work,count\n5ms,1e308\n10ms,1e308\n").unwrap();
-    let e = load_distribution(&f).unwrap_err().to_string();
+    let e = WorkDistribution::load(&f).unwrap_err().to_string();
     assert!(e.contains("inf.csv") && e.contains("infinity"), "{e}");
     let spec: DistributionSpec = format!("file:{}", f.display()).parse().unwrap();
     assert!(spec.build().unwrap_err().contains("inf.csv"));
     let t = dir.join("table.txt");
     std::fs::write(&t, "\u{feff}1 none\n2 10ms\n").unwrap();
-    assert_eq!(load_thresholds(&t).unwrap().thresholds().len(), 2);
+    assert_eq!(ThresholdTable::load(&t).unwrap().thresholds().len(), 2);
     std::fs::remove_dir_all(&dir).ok();
 }

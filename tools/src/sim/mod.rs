@@ -391,8 +391,7 @@ fn setup(common: Common) -> Result<Setup> {
     let arrivals: ArrivalSpec = common.arrivals.parse()?;
     let fixed_table = match &common.table {
         Some(p) => Some(
-            tailctl_workloads::distributions::load_thresholds(p)
-                .map_err(|e| anyhow::anyhow!("{e}"))?,
+            tailctl_rt::threshold::ThresholdTable::load(p).map_err(|e| anyhow::anyhow!("{e}"))?,
         ),
         None => None,
     };

@@ -100,7 +100,7 @@ impl FromStr for WorkSpec {
                 "`{s}`: not a distribution; use bing, finance, lognormal:MEAN_MS,SD_MS or the path of a histogram file (WORK,PROBABILITY per line)"
             );
         }
-        let dist = tailctl_workloads::distributions::load_distribution(path)
+        let dist = tailctl_rt::distribution::WorkDistribution::load(path)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(Self::Histogram {
             path: path.to_owned(),

@@ -19,7 +19,7 @@ use clap::Parser;
 use tailctl_rt::distribution::parse_duration;
 use tailctl_rt::threshold::{ThresholdParams, ThresholdTable};
 use tailctl_rt::Policy;
-use tailctl_workloads::distributions::{load_thresholds, DistributionSpec};
+use tailctl_workloads::distributions::DistributionSpec;
 use tailctl_workloads::kernel::Calibration;
 use tailctl_workloads::registration::registration_of;
 use tailctl_workloads::server::{rt::RtExecutor, Server};
@@ -85,7 +85,7 @@ fn threshold_table(a: &Args) -> Result<Option<ThresholdTable>> {
     }
     if let Some(p) = &a.threshold_table {
         return Ok(Some(
-            load_thresholds(p).map_err(|e| anyhow::anyhow!("{e}"))?,
+            ThresholdTable::load(p).map_err(|e| anyhow::anyhow!("{e}"))?,
         ));
     }
     let (Some(target), Some(dist), Some(rps)) = (a.target, &a.distribution, a.rps) else {
