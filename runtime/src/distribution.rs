@@ -737,17 +737,16 @@ mod tests {
             matches!(e, Err(DistributionError::SumNotOne { .. })),
             "{e:?}"
         );
+        let e = WorkDistribution::parse("work,count\n5ms,1e308\n10ms,1e308\n").unwrap_err();
+        assert!(e.message.contains("sum to infinity"), "{e}");
     }
 
     #[test]
     fn a_byte_order_mark_is_skipped() {
-        let dir = std::env::temp_dir().join(format!("tailctl-bom-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("work.txt");
-        std::fs::write(&path, "\u{feff}work,count\n5ms,1\n10ms,3\n").unwrap();
-        let d = WorkDistribution::load(&path);
-        let _ = std::fs::remove_dir_all(&dir);
-        assert!(d.is_ok(), "{d:?}");
+        let d = WorkDistribution::parse("\u{feff}work,count\n5ms,3\n10ms,1\n").unwrap();
+        assert_eq!(d.bins()[0].p, 0.75);
+        let t = crate::threshold::ThresholdTable::parse("\u{feff}1 none\n2 10ms\n").unwrap();
+        assert_eq!(t.thresholds().len(), 2);
     }
 
     #[test]
