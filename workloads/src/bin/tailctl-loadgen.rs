@@ -113,11 +113,7 @@ fn run(args: Args) -> Result<ExitCode> {
     }
     // Opened before the run: a bad path must not cost the whole run's results.
     let records = match &args.records {
-        Some(p) => Some((
-            p,
-            std::fs::File::create(p)
-                .with_context(|| format!("cannot create records file {}", p.display()))?,
-        )),
+        Some(p) => Some((p, tailctl_workloads::priobench::create_records(p)?)),
         None => None,
     };
     eprintln!(
