@@ -3,7 +3,7 @@
 //! Design: a thin front end over the runtime's `ThresholdTable::compute` (the
 //! paper's Figure 3), so the table printed here is bit-for-bit the one the
 //! runtime and the daemon compute. The distribution argument is shared with
-//! `tailctl sim` (`lognormal:MEAN_MS,SD_MS` or a histogram file). Text output
+//! `tailctl sim` (see its `--work`). Text output
 //! is the loadable file format itself with the inputs as `#` comments, so
 //! `tailctl thresholds … > table.txt` and `-o table.txt` produce loadable files.
 
@@ -22,7 +22,7 @@ use crate::sim::workload::WorkSpec;
 /// Arguments of `tailctl thresholds`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Work distribution: `bing`, `finance` (the workloads crate's histograms), `lognormal:MEAN_MS,SD_MS` (binned: mean/10 bins up to 20×mean) or a histogram file (`WORK,PROBABILITY` lines, e.g. `5ms,0.25`).
+    /// Work distribution: `bing`, `finance` (the workloads crate's histograms), `lognormal:MEAN:SD` (`lognormal:10ms:13ms`) or `lognormal:MEAN_MS,SD_MS` (binned: mean/10 bins up to 20×mean) or a histogram file (`WORK,PROBABILITY` lines, e.g. `5ms,0.25`).
     #[arg(long)]
     work: String,
     /// Target latency, with a unit (e.g. `20.6ms`).

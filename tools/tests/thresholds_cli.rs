@@ -194,7 +194,7 @@ fn malformed_input_names_the_problem() {
                 "--cores",
                 "4",
             ],
-            "not a distribution",
+            "no such file",
         ),
     ];
     for (args, needle) in cases {

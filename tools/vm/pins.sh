@@ -50,6 +50,11 @@ VIRTIOFSD_VERSION=1.14.0
 # unpack, each "name version sha256". 7.x splits the image into
 # binary/modules/base packages of the same version.
 KERNEL_SERIES=(6.18 7)
+# The oldest sched_ext kernel Debian packages (not in the default series: run
+# `tools/vm/provision.sh 6.16` and `KERNELS=6.16 tools/test.sh`).
+KERNEL_6_16=(
+  "linux-image-6.16.12+deb13-cloud-amd64 6.16.12-1~bpo13+1 b56d926c1dc9bbdf151794753df57bd427af2398a033999016dcbbd211e8e461"
+)
 KERNEL_6_18=(
   "linux-image-6.18.15+deb13-cloud-amd64 6.18.15-1~bpo13+1 5a507681ea8c978d02265a7fec2f02c9588fb48b54b7f71edc1059e86007f3ec"
 )

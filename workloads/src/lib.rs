@@ -36,6 +36,7 @@ pub mod jobserver;
 pub mod kernel;
 pub mod kv;
 pub mod loadgen;
+pub mod output;
 pub mod plot;
 pub mod priobench;
 pub mod priowire;

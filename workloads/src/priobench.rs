@@ -282,28 +282,22 @@ pub fn read_report<S: DeserializeOwned, R: DeserializeOwned>(
     Ok((v, rows))
 }
 
-/// Creates the per-request records file `p` before a load run, so that a bad
-/// path fails before the run rather than after it.
-pub fn create_records(p: &Path) -> Result<std::fs::File> {
-    std::fs::File::create(p).with_context(|| format!("cannot create records file {}", p.display()))
-}
-
-/// Writes per-request records as CSV to `f` (from [`create_records`]):
+/// Writes per-request records as CSV to `f` (created before the run, so that a
+/// bad path fails before it) and puts the file in place:
 /// `id,<label>,latency_ns,queue_ns,run_ns`, `lost` for a request without a
 /// response; each record comes with its label's value (the operation or the
 /// job kind).
 pub fn write_records<'a>(
-    f: std::fs::File,
+    mut f: crate::output::PendingFile,
     label: &str,
     recs: impl IntoIterator<Item = (&'a str, &'a Record)>,
 ) -> Result<()> {
-    let mut f = std::io::BufWriter::new(f);
     writeln!(f, "id,{label},latency_ns,queue_ns,run_ns")?;
     for (k, r) in recs {
         let lat = r.latency_ns.map_or(String::from("lost"), |l| l.to_string());
         writeln!(f, "{},{k},{lat},{},{}", r.id, r.queue_ns, r.run_ns)?;
     }
-    Ok(f.flush()?)
+    f.commit()
 }
 
 #[cfg(test)]

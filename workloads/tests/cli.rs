@@ -297,6 +297,19 @@ fn output_paths_and_empty_traces_fail_before_the_run() {
     ]));
     assert_eq!(code, 1);
     assert!(err.contains("/nonexistent/dir/rec.csv"), "{err}");
+    // A good path, a run that fails (nothing listens): the earlier file is kept, and no
+    // empty or temporary file is left beside it.
+    let rec = dir.join("rec.csv");
+    std::fs::write(&rec, "earlier").unwrap();
+    let (code, _) = stderr_of(
+        Command::new(bin("tailctl-loadgen"))
+            .args(["--requests", "5", "--arrival", "poisson:100", "--no-progress"])
+            .args(["--addr", "127.0.0.1:1", "--records"])
+            .arg(&rec),
+    );
+    assert_eq!(code, 1);
+    assert_eq!(std::fs::read_to_string(&rec).unwrap(), "earlier");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
     let trace = dir.join("empty.txt");
     std::fs::write(&trace, "# tailctl-trace v1\n# header only\n").unwrap();
     let (code, err) = stderr_of(

@@ -29,9 +29,10 @@ pub mod rng;
 mod view;
 pub mod workload;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use tailctl_workloads::output::PendingFile;
 
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
@@ -66,7 +67,7 @@ enum SimCommand {
 /// Options shared by `compare` and `capacity`.
 #[derive(clap::Args, Clone)]
 struct Common {
-    /// Work distribution: `bing`, `finance` (the workloads crate's histograms), `lognormal:MEAN_MS,SD_MS` or a histogram file (`WORK,PROBABILITY` lines).
+    /// Work distribution: `bing`, `finance` (the workloads crate's histograms), `lognormal:MEAN:SD` as the load generator spells it (`lognormal:10ms:13ms`) or `lognormal:MEAN_MS,SD_MS`, or a histogram file (`[file:]PATH`, `WORK,PROBABILITY` lines).
     #[arg(long, default_value = "lognormal:10,13")]
     work: String,
     /// Arrival process: `poisson` or `lognormal:SD_MS` (mean 1/rps).
@@ -256,17 +257,13 @@ fn parse_dur(s: &str) -> Result<Duration, String> {
     parse_duration(s)
 }
 
-/// Creates an output file before a run, so that a bad path fails at once
-/// instead of after the whole simulation.
-pub(crate) fn create_output(path: &Path) -> Result<std::fs::File> {
-    std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))
-}
-
-/// Writes `text` to an output file [`create_output`] opened.
-pub(crate) fn write_output(mut f: std::fs::File, path: &Path, text: &str) -> Result<()> {
+/// Writes `text` to an output file created before the run (so that a bad path
+/// failed at once instead of after the whole simulation) and puts it in place.
+pub(crate) fn write_output(mut f: PendingFile, text: &str) -> Result<()> {
     use std::io::Write as _;
     f.write_all(text.as_bytes())
-        .with_context(|| format!("writing {}", path.display()))
+        .with_context(|| format!("writing {}", f.path().display()))?;
+    f.commit()
 }
 
 fn parse_chunking(s: &str) -> Result<Chunking, String> {
@@ -517,7 +514,7 @@ fn compare(a: CompareArgs) -> Result<()> {
     }
     let s = setup(a.common)?;
     let plot = match &a.plot {
-        Some(p) => Some((p, create_output(p)?)),
+        Some(p) => Some(PendingFile::create(p)?),
         None => None,
     };
     let trace = s.trace(a.rps)?;
@@ -679,8 +676,8 @@ fn compare(a: CompareArgs) -> Result<()> {
         targets,
         rows,
     };
-    if let Some((p, f)) = plot {
-        write_output(f, p, &cmp.svg())?;
+    if let Some(f) = plot {
+        write_output(f, &cmp.svg())?;
     }
     if c.run.json {
         emit(&format!("{}\n", serde_json::to_string_pretty(&cmp.json())?))?;

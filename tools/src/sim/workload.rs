@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use tailctl_rt::distribution::{lognormal_params, WorkDistribution};
+use tailctl_workloads::distributions::DistributionSpec;
 
 use super::rng::Rng;
 
@@ -50,26 +51,13 @@ pub enum WorkSpec {
 impl FromStr for WorkSpec {
     type Err = anyhow::Error;
 
-    /// `bing`, `finance`, `lognormal:MEAN_MS,SD_MS` or a histogram file path
-    /// (optionally `file:PATH`), read by the workloads crate's loader (a BOM
-    /// is skipped, weights summing to infinity are an error).
+    /// The workloads' spelling (`bing`, `finance`, `lognormal:MEAN:SD` as in
+    /// `lognormal:10ms:13ms`, `file:PATH`: [`DistributionSpec`], the one parser the load
+    /// generator and the servers use), the simulator's older `lognormal:MEAN_MS,SD_MS`, or a
+    /// bare histogram file path. Files are read by the runtime's loader (a BOM is skipped,
+    /// weights summing to infinity are an error).
     fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "bing" => {
-                return Ok(Self::Named {
-                    name: "bing",
-                    dist: tailctl_workloads::distributions::bing(),
-                })
-            }
-            "finance" => {
-                return Ok(Self::Named {
-                    name: "finance",
-                    dist: tailctl_workloads::distributions::finance(),
-                })
-            }
-            _ => {}
-        }
-        if let Some(rest) = s.strip_prefix("lognormal:") {
+        if let Some(rest) = s.strip_prefix("lognormal:").filter(|r| r.contains(',')) {
             let parts: Vec<&str> = rest.split(',').collect();
             if parts.len() != 2 {
                 bail!("`{s}`: expected lognormal:MEAN_MS,SD_MS, e.g. lognormal:10,13");
@@ -84,32 +72,55 @@ impl FromStr for WorkSpec {
                 }
                 Ok(v / 1e3)
             };
-            return Ok(Self::LogNormal {
-                mean: num(parts[0], "mean")?,
-                sd: num(parts[1], "sd")?,
-            });
+            return Self::continuous(num(parts[0], "mean")?, num(parts[1], "sd")?);
         }
-        let explicit = s.starts_with("file:");
-        let path = Path::new(s.strip_prefix("file:").unwrap_or(s));
+        let path = match s.parse::<DistributionSpec>() {
+            Ok(DistributionSpec::Bing) => return Ok(Self::named("bing")),
+            Ok(DistributionSpec::Finance) => return Ok(Self::named("finance")),
+            Ok(DistributionSpec::LogNormal { mean, sd }) => {
+                return Self::continuous(mean.as_secs_f64(), sd.as_secs_f64())
+            }
+            Ok(DistributionSpec::File(p)) => p,
+            // `lognormal:...` is a log-normal however malformed: its own error.
+            Err(e) if s.starts_with("lognormal") => {
+                bail!("`{s}`: {e}; the simulator also takes lognormal:MEAN_MS,SD_MS (e.g. lognormal:10,13)")
+            }
+            Err(_) => PathBuf::from(s),
+        };
         if !path.exists() {
-            // `file:PATH` can only mean a file: say it is missing.
-            if explicit {
+            // `file:PATH`, or anything spelled like a path, can only mean a file.
+            if s.starts_with("file:") || s.contains(['/', '.']) {
                 bail!("`{}`: no such file", path.display());
             }
             bail!(
-                "`{s}`: not a distribution; use bing, finance, lognormal:MEAN_MS,SD_MS or the path of a histogram file (WORK,PROBABILITY per line)"
+                "`{s}`: not a distribution; use bing, finance, lognormal:MEAN:SD (e.g. lognormal:10ms:13ms), lognormal:MEAN_MS,SD_MS or the path of a histogram file (WORK,PROBABILITY per line)"
             );
         }
-        let dist = tailctl_rt::distribution::WorkDistribution::load(path)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        Ok(Self::Histogram {
-            path: path.to_owned(),
-            dist,
-        })
+        let dist = WorkDistribution::load(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(Self::Histogram { path, dist })
     }
 }
 
 impl WorkSpec {
+    /// A named histogram of the workloads crate.
+    fn named(name: &'static str) -> Self {
+        let dist = match name {
+            "bing" => tailctl_workloads::distributions::bing(),
+            _ => tailctl_workloads::distributions::finance(),
+        };
+        Self::Named { name, dist }
+    }
+
+    /// The continuous log-normal, mean and sd in seconds (both must be positive).
+    fn continuous(mean: f64, sd: f64) -> Result<Self> {
+        for (what, v) in [("mean", mean), ("sd", sd)] {
+            if !(v.is_finite() && v > 0.0) {
+                bail!("log-normal {what} must be > 0, got {v} s");
+            }
+        }
+        Ok(Self::LogNormal { mean, sd })
+    }
+
     /// The binned distribution the threshold calculation uses.
     pub fn binned(&self) -> Result<WorkDistribution> {
         match self {
@@ -290,9 +301,27 @@ mod tests {
         );
         assert!("lognormal:0".parse::<ArrivalSpec>().is_err());
         assert!("uniform".parse::<ArrivalSpec>().is_err());
-        // A missing file is called missing, a typo is "not a distribution".
-        let e = format!("{:#}", "file:/nonexistent".parse::<WorkSpec>().unwrap_err());
-        assert!(e.contains("no such file"), "{e}");
+        // The workloads' spelling means the same distribution.
+        match "lognormal:10ms:13ms".parse::<WorkSpec>().unwrap() {
+            WorkSpec::LogNormal { mean, sd } => {
+                assert!((mean - 0.010).abs() < 1e-12 && (sd - 0.013).abs() < 1e-12)
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            "finance".parse::<WorkSpec>().unwrap(),
+            WorkSpec::Named {
+                name: "finance",
+                ..
+            }
+        ));
+        assert!("lognormal:0ms:1ms".parse::<WorkSpec>().is_err());
+        // A missing file is called missing (with or without `file:`), a typo is "not a
+        // distribution".
+        for missing in ["file:/nonexistent", "/nonexistent", "dist.csv"] {
+            let e = format!("{:#}", missing.parse::<WorkSpec>().unwrap_err());
+            assert!(e.contains("no such file"), "{missing}: {e}");
+        }
         let e = format!("{:#}", "bingg".parse::<WorkSpec>().unwrap_err());
         assert!(e.contains("not a distribution"), "{e}");
     }

@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 use tailctl_workloads::jobserver::{
     self as jobs, LoadOptions, LoadReport, ServerOptions, Sizes, KINDS,
 };
+use tailctl_workloads::output::PendingFile;
 use tailctl_workloads::{plot, priobench};
 
 #[derive(Parser)]
@@ -166,10 +167,7 @@ fn main() -> Result<()> {
             json,
         } => {
             // The records file is created before the run: a bad path fails now.
-            let records = records
-                .as_deref()
-                .map(priobench::create_records)
-                .transpose()?;
+            let records = records.as_deref().map(PendingFile::create).transpose()?;
             let (report, recs) = jobs::load(&addr, &load_opts(&l, &app))?;
             if let Some(f) = records {
                 priobench::write_records(f, "kind", recs.iter().map(|(k, r)| (k.as_str(), r)))?;

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use tailctl_workloads::kv::{self, LoadOptions, LoadReport, ServerOptions};
+use tailctl_workloads::output::PendingFile;
 use tailctl_workloads::{plot, priobench};
 
 #[derive(Parser)]
@@ -166,10 +167,7 @@ fn main() -> Result<()> {
             let opts = load_opts(&l, keys);
             // Checked, and the records file created, before the run.
             opts.validate()?;
-            let records = records
-                .as_deref()
-                .map(priobench::create_records)
-                .transpose()?;
+            let records = records.as_deref().map(PendingFile::create).transpose()?;
             let (report, recs) = kv::load(&addr, &opts)?;
             if let Some(f) = records {
                 let ops = recs.iter().map(|r| (if r.set { "SET" } else { "GET" }, r));

@@ -113,7 +113,7 @@ fn run(args: Args) -> Result<ExitCode> {
     }
     // Opened before the run: a bad path must not cost the whole run's results.
     let records = match &args.records {
-        Some(p) => Some((p, tailctl_workloads::priobench::create_records(p)?)),
+        Some(p) => Some(tailctl_workloads::output::PendingFile::create(p)?),
         None => None,
     };
     eprintln!(
@@ -128,10 +128,11 @@ fn run(args: Args) -> Result<ExitCode> {
         progress: !args.no_progress,
     };
     let result = loadgen::run(&args.addr, &trace, &opts)?;
-    if let Some((p, f)) = records {
+    if let Some(mut f) = records {
         result
-            .write_csv_to(f)
-            .with_context(|| format!("cannot write {}", p.display()))?;
+            .write_csv_to(&mut f)
+            .with_context(|| format!("cannot write {}", f.path().display()))?;
+        f.commit()?;
     }
     let summary = Summary::from_latencies(&result.latencies(), result.errors(), &args.targets);
     if args.json {

@@ -14,6 +14,7 @@ pub mod report;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use tailctl_workloads::output::PendingFile;
 
 use anyhow::{bail, Context, Result};
 use tailctl_allot::PolicyKind;
@@ -174,11 +175,11 @@ pub fn run(a: Args) -> Result<()> {
     // The output files are created before the runs: a bad path fails now, not
     // after the whole simulation.
     let trace_file = match &a.trace {
-        Some(path) => Some(super::create_output(path)?),
+        Some(path) => Some(PendingFile::create(path)?),
         None => None,
     };
     let plot_file = match &a.plot {
-        Some(path) => Some((path, super::create_output(path)?)),
+        Some(path) => Some(PendingFile::create(path)?),
         None => None,
     };
 
@@ -217,8 +218,7 @@ pub fn run(a: Args) -> Result<()> {
     let mut runs = Vec::new();
     let mut allot_trace = Vec::new();
     let mut trace_out = match trace_file {
-        Some(f) => {
-            let mut w = std::io::BufWriter::new(f);
+        Some(mut w) => {
             writeln!(
                 w,
                 "load,seed,policy,t_ms,job,bench,allot,next_allot,work_ms,steal_ms,u,queued_avg,queued_now,u_sampled,q_sampled,u_exact,q_exact,attempts,max_attempts,u_sampled_uniform,q_sampled_uniform,alpha,u_sampled_uniform_mean,q_sampled_uniform_mean"
@@ -274,8 +274,8 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
     }
-    if let Some(mut w) = trace_out {
-        w.flush()?;
+    if let Some(w) = trace_out {
+        w.commit()?;
     }
     let benches = mix
         .iter()
@@ -334,8 +334,8 @@ pub fn run(a: Args) -> Result<()> {
     ];
     let names: Vec<String> = policies.iter().map(|p| p.name().to_string()).collect();
     let report = Report::new(settings, benches, runs, &names, &a.load, allot_trace);
-    if let Some((p, f)) = plot_file {
-        super::write_output(f, p, &report.svg())?;
+    if let Some(f) = plot_file {
+        super::write_output(f, &report.svg())?;
     }
     if a.run.json {
         super::emit(&format!(
