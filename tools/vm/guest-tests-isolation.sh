@@ -5,7 +5,8 @@
 #   bindleak: BIND t,t is refused and leaves no binding behind.
 #   regdos:   one unprivileged user takes what it can (17 registrations, 1000
 #             connections, a slow sender); another user's service still
-#             registers and is served; oversized / non-UTF-8 requests get ERR.
+#             registers and is served; oversized / non-UTF-8 requests get ERR;
+#             one user's 8 uids of a user namespace share that user's quota.
 #   regversion: a region whose header claims another layout version gets no
 #             workers bound.
 #   regabuse: past the first line: bad BINDs, a process that exits while a
@@ -128,15 +129,24 @@ test_regdos() {
   over=$(setpriv --reuid=65534 --regid=65534 --clear-groups timeout 60 "$ktest" -w 1 serve --secs 1 --require-kernel 2>&1 >/dev/null); overrc=$?
   local bad; bad=$(timeout 60 "$PY" "$client" badreq "$sock" 2>>"$out/flood.err")
   wait $fp
+  # One user, many uids: uid 65528 makes a user namespace mapping 8 uids (what /etc/subuid
+  # lets any user do through newuidmap), and a process as each of them registers. They are
+  # all 65528's: 4 slots, the rest refused naming 65528 (one quota per uid would give 8).
+  local nsu; nsu=$(timeout 120 "$PY" "$client" nsuids "$sock" 65528 300000 8 1 2>>"$out/flood.err")
   sched_alive || { fail regdos "scheduler died: $(sched_tail)"; return; }
   stop_sched || { fail regdos "scheduler exit non-zero"; return; }
   local f; f=$(cat "$out/flood.json")
   local verdict
-  verdict=$($PY - "$f" "$rc" "${legit:-null}" "$threads" "$fds" "${bad:-null}" "$overrc" "$over" <<'PY'
+  verdict=$($PY - "$f" "$rc" "${legit:-null}" "$threads" "$fds" "${bad:-null}" "$overrc" "$over" "${nsu:-null}" <<'PY'
 import json, sys
 f, rc, legit, threads, fds, bad = json.loads(sys.argv[1] or "{}"), int(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), json.loads(sys.argv[6])
 overrc, over = int(sys.argv[7]), sys.argv[8].strip().splitlines()[-1:] or [""]
+nsu = json.loads(sys.argv[9]) or {}
 why = []
+ns_refused = [r["reply"] for r in nsu.get("replies", []) if not (r["reply"] or "").startswith("OK")]
+if nsu.get("registered") != 4 or len(nsu.get("replies", [])) != 8 or not all("uid 65528 already has 4 services" in r for r in ns_refused):
+    why.append(f"8 uids of one user namespace (owner 65528): {nsu.get('registered')} registered, "
+               f"{len(nsu.get('replies', []))} answered, refusals {ns_refused[:2]} {nsu.get('error', '')} (expected 4, the rest refused naming uid 65528)")
 if overrc == 0 or "uid 65534" not in over[0]:
     why.append(f"the flood user's next service: exit {overrc}, {over[0]!r} (expected a refusal naming its uid)")
 if f.get("registered", 99) > 4:
@@ -153,7 +163,8 @@ for k in ("oversized", "non_utf8"):
 print("bad " + "; ".join(why) if why else
       f"ok flood user: {f['registered']} of 17 registered, {f['conns_refused']} of 1000 connections refused, slow sender: {f['slow_reply']!r}; "
       f"daemon {threads} threads {fds} fds; other user's service: {legit['requests']} requests; oversized/non-UTF-8: ERR; "
-      f"the flood user's next service: {over[0]!r}")
+      f"the flood user's next service: {over[0]!r}; 8 uids of uid 65528's user namespace: {nsu['registered']} registered, "
+      f"the others {ns_refused[0]!r}")
 PY
 )
   case "$verdict" in ok*) pass regdos "${verdict#ok }" "\"flood\": $f";; *) fail regdos "${verdict#bad }";; esac

@@ -24,6 +24,12 @@ runtime never would. Each subcommand prints one JSON object.
   churn SOCKET SECS       connect, REGISTER, close, as fast as it goes
   regionfd SOCKET         REGISTER region=1 with no fd, a pipe, a memfd, and
                           with 200 fds at once: ERR each?
+  nsuids SOCKET OWNER BASE N HOLD
+                          (root) a process of uid OWNER makes a user namespace
+                          whose uids 0..N-1 are BASE..BASE+N-1 (root writes the
+                          maps, as newuidmap does with /etc/subuid), and N
+                          processes in it, each as another uid, register once
+                          and hold HOLD seconds: how many got a slot?
 """
 import array
 import json
@@ -554,6 +560,69 @@ def churn(path, secs):
     print(json.dumps({"registered": n, "refused": refused, "too_fast": too_fast}))
 
 
+def nsuids(path, owner, base, n, hold):
+    import ctypes
+    CLONE_NEWUSER = 0x10000000
+    up_r, up_w = os.pipe()        # child -> parent: the namespace exists
+    maps_r, maps_w = os.pipe()    # parent -> child: the maps are written
+    res_r, res_w = os.pipe()      # members -> parent: one JSON line each
+    rel_r, rel_w = os.pipe()      # parent -> members: EOF = let go
+    child = os.fork()
+    if child == 0:
+        try:
+            for fd in (up_r, maps_w, res_r, rel_w):
+                os.close(fd)
+            drop_to(owner)
+            if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWUSER) != 0:
+                os.write(up_w, b"E")
+                os._exit(1)
+            os.write(up_w, b"u")
+            os.read(maps_r, 1)
+            members = []
+            for i in range(n):
+                pid = os.fork()
+                if pid == 0:
+                    try:
+                        os.setgid(i)
+                        os.setuid(i)
+                        s = connect(path, timeout=10)
+                        reply = request(s, REGISTER)[0]
+                    except OSError as e:
+                        reply = f"error: {e}"
+                    os.write(res_w, (json.dumps({"uid": i, "reply": reply}) + "\n").encode())
+                    os.read(rel_r, 1)
+                    os._exit(0)
+                members.append(pid)
+            for pid in members:
+                os.waitpid(pid, 0)
+        finally:
+            os._exit(0)
+    for fd in (up_w, maps_r, res_w, rel_r):
+        os.close(fd)
+    out = {"owner": owner, "members": n}
+    if os.read(up_r, 1) != b"u":
+        out["error"] = "unshare(CLONE_NEWUSER) failed"
+    else:
+        for f in ("uid_map", "gid_map"):
+            with open(f"/proc/{child}/{f}", "w") as m:
+                m.write(f"0 {base} {n}\n")
+        os.write(maps_w, b"m")
+        got, buf, end = [], b"", time.monotonic() + 60
+        while len(got) < n and time.monotonic() < end:
+            chunk = os.read(res_r, 4096)
+            if not chunk:
+                break
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            got += [json.loads(l) for l in lines if l.strip()]
+        out["replies"] = got
+        out["registered"] = sum(1 for g in got if (g["reply"] or "").startswith("OK"))
+        time.sleep(hold)
+    os.close(rel_w)
+    os.waitpid(child, 0)
+    print(json.dumps(out))
+
+
 if __name__ == "__main__":
     cmd, path = sys.argv[1], sys.argv[2]
     tl = os.environ.get("TAILCTL", "tailctl")
@@ -577,5 +646,7 @@ if __name__ == "__main__":
         regionfd(path)
     elif cmd == "churn":
         churn(path, float(sys.argv[3]))
+    elif cmd == "nsuids":
+        nsuids(path, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]))
     else:
         raise SystemExit(__doc__)

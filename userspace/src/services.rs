@@ -47,7 +47,7 @@ mod limits;
 use binding::TidMap;
 use identity::{Peer, Thread};
 use limits::Book;
-pub use limits::Limits;
+pub use limits::{Key, Limits};
 
 /// Where the daemon listens unless `--socket` says otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/tailctl/tailctl.sock";
@@ -147,11 +147,11 @@ impl RateLimit {
 }
 
 impl Registry {
-    /// Claim a slot for `uid` and publish the new count, under the lock:
+    /// Claim a slot for `account` and publish the new count, under the lock:
     /// `registered` must never show a count another thread already replaced.
-    fn claim(&self, uid: u32) -> Result<u32, String> {
+    fn claim(&self, account: Key) -> Result<u32, String> {
         let mut book = self.book.lock().unwrap();
-        let slot = book.claim(uid, &self.limits)?;
+        let slot = book.claim(account, &self.limits)?;
         self.publish_count(&book);
         Ok(slot)
     }
@@ -381,25 +381,25 @@ fn accept_loop(listener: UnixListener, reg: Arc<Registry>) {
     }
 }
 
-/// Identify a new connection and give it a thread, unless its uid (or
+/// Identify a new connection and give it a thread, unless its user (or
 /// everyone) is over the connection cap or its user opens connections too
-/// fast: then it costs no thread at all, and no more than SO_PEERCRED (the
-/// uid is all the caps need; the pidfd and /proc reads of a full
-/// identification come after).
+/// fast: then it costs no thread at all, only the identification (SO_PEERCRED,
+/// SO_PEERPIDFD and a few /proc reads: which user it is, counting the uids of its
+/// user namespaces as their owner's, is what the caps need).
 fn admit(stream: UnixStream, reg: &Arc<Registry>) {
-    let cred =
-        match nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials) {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = quick_refusal(&stream, &format!("cannot identify the peer: {e}"));
-                return;
-            }
-        };
-    let (uid, pid) = (cred.uid(), cred.pid());
-    if let Err(why) = reg.book.lock().unwrap().admit(uid, &reg.limits) {
+    let peer = match Peer::identify(&stream) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = quick_refusal(&stream, &format!("cannot identify the peer: {e}"));
+            return;
+        }
+    };
+    let (uid, pid, account) = (peer.uid, peer.pid, peer.account);
+    if let Err(why) = reg.book.lock().unwrap().admit(account, &reg.limits) {
         reg.refusals.note(|n| {
             warn!(
-                "refused a connection from pid {pid} (uid {uid}): {why}{}",
+                "refused a connection from pid {pid} (uid {uid}{}): {why}{}",
+                on_behalf(uid, account),
                 if n > 0 {
                     format!(" ({n} more refused in the last second)")
                 } else {
@@ -410,19 +410,6 @@ fn admit(stream: UnixStream, reg: &Arc<Registry>) {
         let _ = quick_refusal(&stream, &why);
         return;
     }
-    let peer = match Peer::identify(&stream) {
-        Ok(p) if p.uid == uid => p,
-        Ok(_) => {
-            reg.book.lock().unwrap().leave(uid);
-            let _ = quick_refusal(&stream, "cannot identify the peer: its uid changed");
-            return;
-        }
-        Err(e) => {
-            reg.book.lock().unwrap().leave(uid);
-            let _ = quick_refusal(&stream, &format!("cannot identify the peer: {e}"));
-            return;
-        }
-    };
     let r = reg.clone();
     let spawned = std::thread::Builder::new()
         .name("tailctl-service".into())
@@ -430,11 +417,21 @@ fn admit(stream: UnixStream, reg: &Arc<Registry>) {
             if let Err(e) = serve(stream, &r, &peer) {
                 warn!("registration: {e:#}");
             }
-            r.book.lock().unwrap().leave(peer.uid);
+            r.book.lock().unwrap().leave(peer.account);
         });
     if let Err(e) = spawned {
         warn!("registration: no thread for a connection: {e}");
-        reg.book.lock().unwrap().leave(uid);
+        reg.book.lock().unwrap().leave(account);
+    }
+}
+
+/// ", counted as ACCOUNT" when a peer's limits are not its own uid's (it runs in a user
+/// namespace), for the log.
+fn on_behalf(uid: u32, account: Key) -> String {
+    if account == Key::Uid(uid) {
+        String::new()
+    } else {
+        format!(", counted as {account}")
     }
 }
 
@@ -571,7 +568,10 @@ fn serve(stream: UnixStream, reg: &Registry, peer: &Peer) -> Result<()> {
     let (pid, uid) = (peer.pid, peer.uid);
     let maps = &reg.maps;
     let refuse = |why: String| -> Result<()> {
-        warn!("refused registration from pid {pid} (uid {uid}): {why}");
+        warn!(
+            "refused registration from pid {pid} (uid {uid}{}): {why}",
+            on_behalf(uid, peer.account)
+        );
         let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
         send_reply(&stream, &Reply::Err(why), None)
     };
@@ -615,7 +615,7 @@ fn serve(stream: UnixStream, reg: &Registry, peer: &Peer) -> Result<()> {
         (false, _) => new_region_map()?,
     };
 
-    let slot = match reg.claim(uid) {
+    let slot = match reg.claim(peer.account) {
         Ok(s) => s,
         Err(why) => return refuse(why),
     };
@@ -632,7 +632,8 @@ fn serve(stream: UnixStream, reg: &Registry, peer: &Peer) -> Result<()> {
     )
     .map(|()| {
         info!(
-            "registered service {slot}: pid {pid} uid {uid}, priority {}, {} workers, {} thresholds{}",
+            "registered service {slot}: pid {pid} uid {uid}{}, priority {}, {} workers, {} thresholds{}",
+            on_behalf(uid, peer.account),
             req.priority.unwrap_or(PRIORITY_NORMAL),
             req.workers.len(),
             req.thresholds_ns.len(),

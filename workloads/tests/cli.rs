@@ -303,7 +303,13 @@ fn output_paths_and_empty_traces_fail_before_the_run() {
     std::fs::write(&rec, "earlier").unwrap();
     let (code, _) = stderr_of(
         Command::new(bin("tailctl-loadgen"))
-            .args(["--requests", "5", "--arrival", "poisson:100", "--no-progress"])
+            .args([
+                "--requests",
+                "5",
+                "--arrival",
+                "poisson:100",
+                "--no-progress",
+            ])
             .args(["--addr", "127.0.0.1:1", "--records"])
             .arg(&rec),
     );

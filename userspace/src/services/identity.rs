@@ -26,6 +26,8 @@ use std::os::unix::net::UnixStream;
 
 use anyhow::{bail, Context, Result};
 
+use super::limits::Key;
+
 /// The inode of the initial pid namespace (include/linux/proc_ns.h).
 const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
 /// SO_PEERPIDFD (asm-generic/socket.h), spelled out for older libc crates.
@@ -141,6 +143,8 @@ pub struct Thread {
 pub struct Peer {
     pub pid: u32,
     pub uid: u32,
+    /// Whom the registration limits count it against ([`account`]).
+    pub account: Key,
     pidfd: OwnedFd,
     /// The peer lives in another pid namespace: its tids must be translated.
     foreign_ns: bool,
@@ -190,9 +194,11 @@ impl Peer {
             (Ok(a), Ok(b)) => a != b,
             (Err(e), _) | (_, Err(e)) => return Err(e),
         };
+        let account = account(pid, uid, pidfd.as_fd())?;
         Ok(Self {
             pid,
             uid,
+            account,
             pidfd,
             foreign_ns,
         })
@@ -277,6 +283,65 @@ impl Peer {
     }
 }
 
+/// ioctl_ns(2): the parent of a user namespace, and a user namespace's owner (in the
+/// caller's user namespace). `_IO(NSIO, 2)` and `_IO(NSIO, 4)`, NSIO 0xb7 (linux/nsfs.h).
+const NS_GET_PARENT: libc::c_ulong = 0xb702;
+const NS_GET_OWNER_UID: libc::c_ulong = 0xb704;
+/// How deep user namespaces nest at most (kernel/user_namespace.c).
+const MAX_USERNS_DEPTH: usize = 32;
+
+/// Whom the registration limits count process `pid` (uid `uid`, still running while
+/// `pidfd` says so) against: its uid, if it runs in the daemon's user namespace; else the
+/// owner of the outermost of its user namespaces (the one created in the daemon's), or
+/// that namespace itself when root created it ([`Key`]).
+pub fn account(pid: u32, uid: u32, pidfd: BorrowedFd<'_>) -> io::Result<Key> {
+    let own = std::fs::metadata("/proc/self/ns/user")?.ino();
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/user"))?;
+    // The file is the peer's only if the peer still runs now (its pid was not reused).
+    if pidfd_exited(pidfd) {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "the connecting process exited",
+        ));
+    }
+    if ns.metadata()?.ino() == own {
+        return Ok(Key::Uid(uid));
+    }
+    let mut ns = OwnedFd::from(ns);
+    for _ in 0..MAX_USERNS_DEPTH {
+        // SAFETY: NS_GET_PARENT takes no argument and returns a new descriptor or -1.
+        let parent = unsafe { libc::ioctl(ns.as_raw_fd(), NS_GET_PARENT as _) };
+        if parent < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel just gave us this descriptor.
+        let parent = unsafe { OwnedFd::from_raw_fd(parent) };
+        if std::fs::File::from(parent.try_clone()?).metadata()?.ino() == own {
+            let mut owner: libc::uid_t = 0;
+            // SAFETY: NS_GET_OWNER_UID writes one uid_t through the pointer.
+            let rc = unsafe {
+                libc::ioctl(
+                    ns.as_raw_fd(),
+                    NS_GET_OWNER_UID as _,
+                    &mut owner as *mut libc::uid_t,
+                )
+            };
+            if rc < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            return Ok(if owner == 0 {
+                Key::Namespace(std::fs::File::from(ns).metadata()?.ino())
+            } else {
+                Key::Uid(owner)
+            });
+        }
+        ns = parent;
+    }
+    Err(io::Error::other(
+        "the peer's user namespaces do not lead to the daemon's",
+    ))
+}
+
 /// SO_PEERPIDFD: a pidfd for the process that connected (Linux 6.5).
 fn peer_pidfd(stream: &UnixStream) -> io::Result<OwnedFd> {
     let mut fd: libc::c_int = -1;
@@ -321,6 +386,55 @@ mod tests {
     }
 
     #[test]
+    fn accounts_follow_user_namespaces_to_their_owner() {
+        let me = std::process::id();
+        let fd = pidfd_open(me, 0).unwrap();
+        assert_eq!(account(me, 1234, fd.as_fd()).unwrap(), Key::Uid(1234));
+        // A user namespace made by whoever runs the tests: counted as that uid, or (root's)
+        // as the namespace. Skipped where user namespaces are off.
+        let Ok(mut child) = std::process::Command::new("unshare")
+            .args(["--user", "sleep", "5"])
+            .spawn()
+        else {
+            return;
+        };
+        let pid = child.id();
+        let fd = pidfd_open(pid, 0).unwrap();
+        // Until unshare has exec'd into its namespace.
+        let t0 = std::time::Instant::now();
+        let own = std::fs::metadata("/proc/self/ns/user").unwrap().ino();
+        while std::fs::metadata(format!("/proc/{pid}/ns/user"))
+            .map(|m| m.ino())
+            .ok()
+            == Some(own)
+            && t0.elapsed() < std::time::Duration::from_secs(2)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        if std::fs::metadata(format!("/proc/{pid}/ns/user"))
+            .map(|m| m.ino())
+            .ok()
+            == Some(own)
+        {
+            // No namespace came (user namespaces off, or unshare failed).
+            let _ = child.kill();
+            let _ = child.wait();
+            return;
+        }
+        let got = account(pid, 65534, fd.as_fd());
+        eprintln!("account of a process in a new user namespace: {got:?}");
+        let _ = child.kill();
+        let _ = child.wait();
+        let euid = nix::unistd::geteuid().as_raw();
+        match got.unwrap() {
+            Key::Namespace(_) => assert_eq!(euid, 0),
+            Key::Uid(u) => assert_eq!(u, euid),
+        }
+        // An exited process has no account (its pid may be another's by now).
+        assert!(account(pid, 65534, fd.as_fd()).is_err());
+    }
+
+    #[test]
     fn nspid_lists_outermost_first() {
         let s = "Name:\tx\nTgid:\t900\nNSpid:\t900\t7\nPPid:\t1\n";
         assert_eq!(parse_nspid(s), Some(vec![900, 7]));
@@ -333,6 +447,7 @@ mod tests {
         let peer = Peer {
             pid: me,
             uid: 0,
+            account: Key::Uid(0),
             pidfd: pidfd_open(me, 0).unwrap(),
             foreign_ns: false,
         };

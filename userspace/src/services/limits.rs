@@ -16,9 +16,42 @@
 //! of `2 x connect_rate` connections, refilled at `connect_rate` a second.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::time::{Duration, Instant};
 
 use super::MAX_SERVICES;
+
+/// Whom the limits count a connection against: a user, however many uids it runs
+/// processes as.
+///
+/// A process in the daemon's user namespace counts as its uid. A process in another user
+/// namespace (a container, `unshare --user`) counts as the uid that created the outermost
+/// of its namespaces: with subordinate uids (`/etc/subuid`, usually 65536 per user) one
+/// user can run processes as thousands of uids, and each uid with its own quota would let
+/// it take every slot. A namespace root created is counted on its own
+/// ([`Key::Namespace`]): its owner (root) is not limited, its processes are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Key {
+    /// A uid of the daemon's user namespace (0: root, not limited).
+    Uid(u32),
+    /// A user namespace root created (its nsfs inode), with everything nested in it.
+    Namespace(u64),
+}
+
+impl Key {
+    fn limited(self) -> bool {
+        self != Key::Uid(0)
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Key::Uid(u) => write!(f, "uid {u}"),
+            Key::Namespace(ino) => write!(f, "user namespace {ino}"),
+        }
+    }
+}
 
 /// The limits, from the command line.
 #[derive(Clone, Debug)]
@@ -54,31 +87,31 @@ impl Default for Limits {
 /// Slot and connection bookkeeping, behind the registry's one mutex.
 #[derive(Default, Debug)]
 pub struct Book {
-    /// The uid holding each slot.
-    owners: [Option<u32>; MAX_SERVICES],
-    conns: HashMap<u32, u32>,
+    /// The account holding each slot.
+    owners: [Option<Key>; MAX_SERVICES],
+    conns: HashMap<Key, u32>,
     unprivileged_conns: u32,
-    /// Per non-root uid: connections it may still open now, and when that was counted.
-    buckets: HashMap<u32, (f64, Instant)>,
+    /// Per limited account: connections it may still open now, and when that was counted.
+    buckets: HashMap<Key, (f64, Instant)>,
 }
 
-/// Uids whose buckets are kept before the full ones are dropped (a full
+/// Accounts whose buckets are kept before the full ones are dropped (a full
 /// bucket is the same as none), so that many uids cannot grow the map.
 const MAX_BUCKETS: usize = 1024;
 
 impl Book {
-    /// A new connection from `uid`: admitted, or why not.
-    pub fn admit(&mut self, uid: u32, lim: &Limits) -> Result<(), String> {
+    /// A new connection of account `uid`: admitted, or why not.
+    pub fn admit(&mut self, uid: Key, lim: &Limits) -> Result<(), String> {
         self.admit_at(uid, lim, Instant::now())
     }
 
     /// [`Book::admit`] at `now`.
-    pub fn admit_at(&mut self, uid: u32, lim: &Limits, now: Instant) -> Result<(), String> {
-        if uid != 0 {
+    pub fn admit_at(&mut self, uid: Key, lim: &Limits, now: Instant) -> Result<(), String> {
+        if uid.limited() {
             let mine = self.conns.get(&uid).copied().unwrap_or(0);
             if mine >= lim.connections_per_uid {
                 return Err(format!(
-                    "uid {uid} already has {mine} connections (at most {})",
+                    "{uid} already has {mine} connections (at most {})",
                     lim.connections_per_uid
                 ));
             }
@@ -99,7 +132,7 @@ impl Book {
     /// Take one connection from `uid`'s bucket, or say how fast it may go.
     /// A refused connection takes nothing, so a user that keeps trying is
     /// let in again as soon as the bucket has refilled by one.
-    fn meter(&mut self, uid: u32, lim: &Limits, now: Instant) -> Result<(), String> {
+    fn meter(&mut self, uid: Key, lim: &Limits, now: Instant) -> Result<(), String> {
         if lim.connect_rate == 0 {
             return Ok(());
         }
@@ -126,7 +159,7 @@ impl Book {
         *at = now;
         if *left < 1.0 {
             return Err(format!(
-                "uid {uid} {} (at most {} a second, in bursts of {})",
+                "{uid} {} (at most {} a second, in bursts of {})",
                 tailctl_rt::kernel::protocol::TOO_FAST,
                 lim.connect_rate,
                 2 * u64::from(lim.connect_rate)
@@ -137,24 +170,24 @@ impl Book {
     }
 
     /// A connection admitted by [`Book::admit`] closed.
-    pub fn leave(&mut self, uid: u32) {
+    pub fn leave(&mut self, uid: Key) {
         if let Some(n) = self.conns.get_mut(&uid) {
             *n -= 1;
             if *n == 0 {
                 self.conns.remove(&uid);
             }
-            if uid != 0 {
+            if uid.limited() {
                 self.unprivileged_conns -= 1;
             }
         }
     }
 
-    /// A free slot for a service of `uid`, or why there is none for it.
-    pub fn claim(&mut self, uid: u32, lim: &Limits) -> Result<u32, String> {
+    /// A free slot for a service of account `uid`, or why there is none for it.
+    pub fn claim(&mut self, uid: Key, lim: &Limits) -> Result<u32, String> {
         let mine = self.owners.iter().filter(|o| **o == Some(uid)).count() as u32;
-        if uid != 0 && lim.services_per_uid > 0 && mine >= lim.services_per_uid {
+        if uid.limited() && lim.services_per_uid > 0 && mine >= lim.services_per_uid {
             return Err(format!(
-                "uid {uid} already has {mine} services registered (at most {})",
+                "{uid} already has {mine} services registered (at most {})",
                 lim.services_per_uid
             ));
         }
@@ -172,7 +205,7 @@ impl Book {
     /// [`Book::count`] and no uid's quota. None when every slot is in use.
     pub fn claim_top(&mut self) -> Option<u32> {
         let i = self.owners.iter().rposition(Option::is_none)?;
-        self.owners[i] = Some(0);
+        self.owners[i] = Some(Key::Uid(0));
         Some(i as u32)
     }
 
@@ -190,23 +223,45 @@ impl Book {
 mod tests {
     use super::*;
 
+    fn u(uid: u32) -> Key {
+        Key::Uid(uid)
+    }
+
+    #[test]
+    fn a_namespace_root_created_is_limited_on_its_own() {
+        let lim = Limits::default();
+        let mut b = Book::default();
+        let ns = Key::Namespace(4026532000);
+        for _ in 0..4 {
+            b.claim(ns, &lim).unwrap();
+        }
+        let e = b.claim(ns, &lim).unwrap_err();
+        assert!(e.contains("user namespace 4026532000 already has 4"), "{e}");
+        // Another namespace, and root itself, are not charged for it.
+        b.claim(Key::Namespace(4026532001), &lim).unwrap();
+        b.claim(u(0), &lim).unwrap();
+    }
+
     #[test]
     fn one_user_cannot_take_every_slot() {
         let lim = Limits::default();
         let mut b = Book::default();
         for _ in 0..4 {
-            b.claim(1000, &lim).unwrap();
+            b.claim(u(1000), &lim).unwrap();
         }
-        assert!(b.claim(1000, &lim).unwrap_err().contains("at most 4"));
+        assert!(b.claim(u(1000), &lim).unwrap_err().contains("at most 4"));
         // Others still register, root without a quota.
-        b.claim(1001, &lim).unwrap();
+        b.claim(u(1001), &lim).unwrap();
         for _ in 0..(MAX_SERVICES - 5) {
-            b.claim(0, &lim).unwrap();
+            b.claim(u(0), &lim).unwrap();
         }
         assert_eq!(b.count(), MAX_SERVICES as u32);
-        assert!(b.claim(0, &lim).unwrap_err().contains("slots are in use"));
+        assert!(b
+            .claim(u(0), &lim)
+            .unwrap_err()
+            .contains("slots are in use"));
         b.release(0);
-        assert_eq!(b.claim(1000, &lim).unwrap(), 0);
+        assert_eq!(b.claim(u(1000), &lim).unwrap(), 0);
     }
 
     #[test]
@@ -216,9 +271,12 @@ mod tests {
         assert_eq!(b.claim_top(), Some(MAX_SERVICES as u32 - 1));
         assert_eq!(b.count(), 1);
         for _ in 0..(MAX_SERVICES - 1) {
-            assert_ne!(b.claim(0, &lim).unwrap(), MAX_SERVICES as u32 - 1);
+            assert_ne!(b.claim(u(0), &lim).unwrap(), MAX_SERVICES as u32 - 1);
         }
-        assert!(b.claim(0, &lim).unwrap_err().contains("slots are in use"));
+        assert!(b
+            .claim(u(0), &lim)
+            .unwrap_err()
+            .contains("slots are in use"));
         assert_eq!(b.claim_top(), None);
         // A job that ends frees its slot for the next one.
         b.release(MAX_SERVICES as u32 - 1);
@@ -233,7 +291,7 @@ mod tests {
         };
         let mut b = Book::default();
         for _ in 0..MAX_SERVICES {
-            b.claim(1000, &lim).unwrap();
+            b.claim(u(1000), &lim).unwrap();
         }
     }
 
@@ -249,35 +307,35 @@ mod tests {
         let t0 = Instant::now();
         // A burst of twice the rate, then refused; others and root unaffected.
         for _ in 0..10 {
-            b.admit_at(7, &lim, t0).unwrap();
+            b.admit_at(u(7), &lim, t0).unwrap();
         }
-        assert!(b.admit_at(7, &lim, t0).unwrap_err().contains("too fast"));
-        b.admit_at(8, &lim, t0).unwrap();
+        assert!(b.admit_at(u(7), &lim, t0).unwrap_err().contains("too fast"));
+        b.admit_at(u(8), &lim, t0).unwrap();
         for _ in 0..100 {
-            b.admit_at(0, &lim, t0).unwrap();
+            b.admit_at(u(0), &lim, t0).unwrap();
         }
         // A refusal costs nothing: one more after a fifth of a second.
         assert!(b
-            .admit_at(7, &lim, t0 + Duration::from_millis(100))
+            .admit_at(u(7), &lim, t0 + Duration::from_millis(100))
             .is_err());
-        b.admit_at(7, &lim, t0 + Duration::from_millis(201))
+        b.admit_at(u(7), &lim, t0 + Duration::from_millis(201))
             .unwrap();
         assert!(b
-            .admit_at(7, &lim, t0 + Duration::from_millis(202))
+            .admit_at(u(7), &lim, t0 + Duration::from_millis(202))
             .is_err());
         // Refilled, never above the burst.
         let later = t0 + Duration::from_secs(60);
         for _ in 0..10 {
-            b.admit_at(7, &lim, later).unwrap();
+            b.admit_at(u(7), &lim, later).unwrap();
         }
-        assert!(b.admit_at(7, &lim, later).is_err());
+        assert!(b.admit_at(u(7), &lim, later).is_err());
         // Off at 0.
         let off = Limits {
             connect_rate: 0,
             ..lim
         };
         for _ in 0..100 {
-            b.admit_at(9, &off, t0).unwrap();
+            b.admit_at(u(9), &off, t0).unwrap();
         }
     }
 
@@ -290,13 +348,13 @@ mod tests {
         let mut b = Book::default();
         let t0 = Instant::now();
         for uid in 1..=(MAX_BUCKETS as u32 + 10) {
-            b.admit_at(uid, &lim, t0).unwrap();
-            b.leave(uid);
+            b.admit_at(u(uid), &lim, t0).unwrap();
+            b.leave(u(uid));
         }
         assert_eq!(b.buckets.len(), MAX_BUCKETS);
         // Those refilled by then are dropped to make room.
         let later = t0 + Duration::from_secs(10);
-        b.admit_at(1_000_000, &lim, later).unwrap();
+        b.admit_at(u(1_000_000), &lim, later).unwrap();
         assert!(b.buckets.len() <= 11, "{} buckets", b.buckets.len());
     }
 
@@ -308,23 +366,23 @@ mod tests {
             ..Default::default()
         };
         let mut b = Book::default();
-        b.admit(1, &lim).unwrap();
-        b.admit(1, &lim).unwrap();
-        assert!(b.admit(1, &lim).unwrap_err().contains("uid 1"));
-        b.admit(2, &lim).unwrap();
+        b.admit(u(1), &lim).unwrap();
+        b.admit(u(1), &lim).unwrap();
+        assert!(b.admit(u(1), &lim).unwrap_err().contains("uid 1"));
+        b.admit(u(2), &lim).unwrap();
         assert!(b
-            .admit(3, &lim)
+            .admit(u(3), &lim)
             .unwrap_err()
             .contains("connections are open"));
         // Root is never turned away.
         for _ in 0..10 {
-            b.admit(0, &lim).unwrap();
+            b.admit(u(0), &lim).unwrap();
         }
-        b.leave(1);
-        b.admit(3, &lim).unwrap();
+        b.leave(u(1));
+        b.admit(u(3), &lim).unwrap();
         for _ in 0..10 {
-            b.leave(0);
+            b.leave(u(0));
         }
-        assert_eq!(b.conns.get(&0), None);
+        assert_eq!(b.conns.get(&u(0)), None);
     }
 }
