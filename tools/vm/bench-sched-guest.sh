@@ -118,7 +118,8 @@ PY
 
 # rqwait PID SECS: PID's threads' runqueue wait per run (us) over SECS seconds
 # (schedstat's run_delay and pcount, read 0.5 s from now and SECS later;
-# nothing if the process was gone by then).
+# nothing if the process was gone by then), then the guest's idle CPU time over
+# the same window, in percent ("-" if none was counted).
 rqwait() {
   "$PY" - "$1" "$2" <<'PY'
 import os, sys, time
@@ -136,12 +137,17 @@ def read(pid):
         except (OSError, ValueError):
             pass
     return wait, runs
+def cpu_idle():
+    # /proc/stat's first line: user nice system idle iowait ...: (idle + iowait, all).
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return f[3] + f[4], sum(f)
 time.sleep(0.5)
-a = read(sys.argv[1])
+a, ia = read(sys.argv[1]), cpu_idle()
 time.sleep(float(sys.argv[2]))
-b = read(sys.argv[1])
+b, ib = read(sys.argv[1]), cpu_idle()
+idle = f"{100 * (ib[0] - ia[0]) / (ib[1] - ia[1]):.1f}" if ib[1] > ia[1] else "-"
 if a and b and b[1] > a[1]:
-    print(f"{(b[0] - a[0]) / 1e3 / (b[1] - a[1]):.1f}")
+    print(f"{(b[0] - a[0]) / 1e3 / (b[1] - a[1]):.1f} {idle}")
 PY
 }
 
@@ -174,7 +180,10 @@ block() { # ROUND SCHED
   ct=$(cat "$raw/ct.out")
   kill "$hog" 2>/dev/null; wait "$hog" 2>/dev/null
   echo "$ct" >>"$raw/cyclictest.log"
-  rec "$r" "$s" cyclictest rq_wait_us "$(num "$rw")"
+  rec "$r" "$s" cyclictest rq_wait_us "$(num "${rw%% *}")"
+  # How much of the guest's CPU time was idle beside the hogs (a halted vCPU takes a
+  # timer interrupt at once under TCG; a busy one only in its turn).
+  rec "$r" "$s" cyclictest idle_pct "$(num "${rw##* }")"
   rec "$r" "$s" cyclictest avg_us "$(num "$(awk '/^T:/ && match($0, /Avg: *[0-9]+/) {v=substr($0, RSTART+4, RLENGTH-4); s+=v; n++} END {if (n) printf "%.1f", s/n}' <<<"$ct")")"
   rec "$r" "$s" cyclictest max_us "$(num "$(awk '/^T:/ && match($0, /Max: *[0-9]+/) {v=substr($0, RSTART+4, RLENGTH-4)+0; if (v>m) m=v; n++} END {if (n) print m}' <<<"$ct")")"
   fi

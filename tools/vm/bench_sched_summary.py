@@ -34,6 +34,7 @@ METRICS = [
     ("cyclictest", "avg_us", True, "cyclictest mean latency beside CPU hogs"),
     ("cyclictest", "max_us", True, "cyclictest max latency beside CPU hogs"),
     ("cyclictest", "rq_wait_us", True, "cyclictest threads' runqueue wait per run, us (schedstat)"),
+    ("cyclictest", "idle_pct", False, "guest CPU idle beside the hogs during cyclictest, % (/proc/stat)"),
     ("redis", "rps", False, "redis-benchmark SET+GET throughput"),
     ("redis", "p99_ms", True, "redis-benchmark p99 latency"),
     ("redis", "server_cpu_us_per_req", True, "redis-server CPU per request, us"),

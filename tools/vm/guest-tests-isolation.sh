@@ -6,7 +6,8 @@
 #   regdos:   one unprivileged user takes what it can (17 registrations, 1000
 #             connections, a slow sender); another user's service still
 #             registers and is served; oversized / non-UTF-8 requests get ERR;
-#             one user's 8 uids of a user namespace share that user's quota.
+#             one user's 8 subordinate uids (in its namespace or outside it) and
+#             its sandboxes (namespaces root made) share that user's quota.
 #   regversion: a region whose header claims another layout version gets no
 #             workers bound.
 #   regabuse: past the first line: bad BINDs, a process that exits while a
@@ -111,7 +112,9 @@ test_regdos() {
   # Open to every user, as an operator who wants unprivileged services would.
   # Connections unmetered (--max-connect-rate 0): the caps are what is
   # tested here; the meter is regabuse's.
-  start_sched --socket-mode 666 --max-connect-rate 0 || { fail regdos "scheduler did not load"; return; }
+  # uid 65528's subordinate uids, as usermod --add-subuids would list them.
+  printf '65528:300000:8\n' >/tmp/tailctl-subuid
+  start_sched --socket-mode 666 --max-connect-rate 0 --subuid-file /tmp/tailctl-subuid || { fail regdos "scheduler did not load"; return; }
   local mark=/tmp/tailctl-flood.ready; rm -f "$mark"
   (ulimit -n 4096; exec setpriv --reuid=65534 --regid=65534 --clear-groups \
      timeout 200 "$PY" "$client" flood "$sock" 30 "$mark") >"$out/flood.json" 2>"$out/flood.err" &
@@ -129,24 +132,46 @@ test_regdos() {
   over=$(setpriv --reuid=65534 --regid=65534 --clear-groups timeout 60 "$ktest" -w 1 serve --secs 1 --require-kernel 2>&1 >/dev/null); overrc=$?
   local bad; bad=$(timeout 60 "$PY" "$client" badreq "$sock" 2>>"$out/flood.err")
   wait $fp
-  # One user, many uids: uid 65528 makes a user namespace mapping 8 uids (what /etc/subuid
-  # lets any user do through newuidmap), and a process as each of them registers. They are
-  # all 65528's: 4 slots, the rest refused naming 65528 (one quota per uid would give 8).
-  local nsu; nsu=$(timeout 120 "$PY" "$client" nsuids "$sock" 65528 300000 8 1 2>>"$out/flood.err")
+  # One user, many uids. (1) uid 65528 makes a user namespace mapping its 8 subordinate
+  # uids (what newuidmap lets it do), and a process as each of them registers: all 65528's,
+  # 4 slots, the rest refused naming 65528 (one quota per uid gave 8). (2) Meanwhile one of
+  # those uids runs in the initial namespace (a file the user made setuid to it from inside
+  # its namespace): still 65528's. (3) uid 65527 in 5 namespaces root made for it (a setuid
+  # sandbox helper's, one per sandbox): 4 slots, not 4 per sandbox.
+  local nsmark=/tmp/tailctl-nsuids.ready np nsu sub subrc rns; rm -f "$nsmark"
+  timeout 150 "$PY" "$client" nsuids "$sock" 65528 300000 8 15 "$nsmark" >"$out/nsuids.json" 2>>"$out/flood.err" &
+  np=$!
+  for _ in $(seq 1 300); do [ -e "$nsmark" ] && break; kill -0 $np 2>/dev/null || break; sleep 0.2; done
+  sub=$(setpriv --reuid=300005 --regid=300005 --clear-groups timeout 60 "$ktest" -w 1 serve --secs 1 --require-kernel 2>&1 >/dev/null); subrc=$?
+  wait $np; nsu=$(cat "$out/nsuids.json")
+  rns=$(timeout 120 "$PY" "$client" rootns "$sock" 65527 5 1 2>>"$out/flood.err")
   sched_alive || { fail regdos "scheduler died: $(sched_tail)"; return; }
   stop_sched || { fail regdos "scheduler exit non-zero"; return; }
   local f; f=$(cat "$out/flood.json")
   local verdict
-  verdict=$($PY - "$f" "$rc" "${legit:-null}" "$threads" "$fds" "${bad:-null}" "$overrc" "$over" "${nsu:-null}" <<'PY'
+  verdict=$($PY - "$f" "$rc" "${legit:-null}" "$threads" "$fds" "${bad:-null}" "$overrc" "$over" "${nsu:-null}" "$subrc" "$sub" "${rns:-null}" <<'PY'
 import json, sys
 f, rc, legit, threads, fds, bad = json.loads(sys.argv[1] or "{}"), int(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), json.loads(sys.argv[6])
 overrc, over = int(sys.argv[7]), sys.argv[8].strip().splitlines()[-1:] or [""]
 nsu = json.loads(sys.argv[9]) or {}
+subrc, sub = int(sys.argv[10]), (sys.argv[11].strip().splitlines() or [""])[-1]
+rns = json.loads(sys.argv[12]) or {}
 why = []
-ns_refused = [r["reply"] for r in nsu.get("replies", []) if not (r["reply"] or "").startswith("OK")]
+def refusals(r):
+    return [x["reply"] for x in r.get("replies", []) if not (x["reply"] or "").startswith("OK")]
+ns_refused, rns_refused = refusals(nsu), refusals(rns)
+kuids = sorted(x.get("kuid") or 0 for x in nsu.get("replies", []))
 if nsu.get("registered") != 4 or len(nsu.get("replies", [])) != 8 or not all("uid 65528 already has 4 services" in r for r in ns_refused):
     why.append(f"8 uids of one user namespace (owner 65528): {nsu.get('registered')} registered, "
                f"{len(nsu.get('replies', []))} answered, refusals {ns_refused[:2]} {nsu.get('error', '')} (expected 4, the rest refused naming uid 65528)")
+if kuids != list(range(300000, 300008)):
+    why.append(f"the namespace's members did not run as 8 kernel uids 300000-300007: {kuids}")
+if subrc == 0 or "uid 65528 already has 4 services" not in sub:
+    why.append(f"subordinate uid 300005 in the initial namespace: exit {subrc}, {sub!r} (expected a refusal naming uid 65528)")
+if rns.get("registered") != 4 or len(rns.get("replies", [])) != 5 or not all("uid 65527 already has 4 services" in r for r in rns_refused) \
+        or any(x.get("kuid") != 65527 for x in rns.get("replies", [])):
+    why.append(f"uid 65527 in 5 namespaces root made: {rns.get('registered')} registered, {len(rns.get('replies', []))} answered, "
+               f"refusals {rns_refused[:2]}, kernel uids {[x.get('kuid') for x in rns.get('replies', [])]} (expected 4, the fifth refused naming uid 65527)")
 if overrc == 0 or "uid 65534" not in over[0]:
     why.append(f"the flood user's next service: exit {overrc}, {over[0]!r} (expected a refusal naming its uid)")
 if f.get("registered", 99) > 4:
@@ -164,7 +189,8 @@ print("bad " + "; ".join(why) if why else
       f"ok flood user: {f['registered']} of 17 registered, {f['conns_refused']} of 1000 connections refused, slow sender: {f['slow_reply']!r}; "
       f"daemon {threads} threads {fds} fds; other user's service: {legit['requests']} requests; oversized/non-UTF-8: ERR; "
       f"the flood user's next service: {over[0]!r}; 8 uids of uid 65528's user namespace: {nsu['registered']} registered, "
-      f"the others {ns_refused[0]!r}")
+      f"the others {ns_refused[0]!r}; its subordinate uid 300005 outside: {sub!r}; "
+      f"uid 65527 in 5 namespaces root made: {rns['registered']} registered, the fifth {rns_refused[0]!r}")
 PY
 )
   case "$verdict" in ok*) pass regdos "${verdict#ok }" "\"flood\": $f";; *) fail regdos "${verdict#bad }";; esac
@@ -192,8 +218,26 @@ PY
 #     scheduler stays, the service is served kernel-assisted, the hog keeps
 #     at least half a CPU, and the user's registrations are metered (at most
 #     10 a second and a burst of 20; unmetered they were 373 in 12 s and kept
-#     1.37 CPUs busy in the daemon, 7.3). The daemon's CPU is reported, beside
+#     1.37 CPUs busy in the daemon, 7.3). The daemon's CPU is reported by thread, beside
 #     its CPU over 4 quiet seconds before.
+# daemon_threads_cpu PID: the CPU ticks (utime + stime) of each live thread of PID, summed
+# by thread name, and the process total (live and exited threads), as JSON.
+daemon_threads_cpu() {
+  "$PY" - "$1" <<'PY'
+import glob, json, sys
+pid, by = sys.argv[1], {}
+ticks = lambda stat: sum(int(x) for x in stat.rsplit(")", 1)[1].split()[11:13])
+for t in glob.glob(f"/proc/{pid}/task/*"):
+    try:
+        name = open(f"{t}/comm").read().strip()
+        by[name] = by.get(name, 0) + ticks(open(f"{t}/stat").read())
+    except OSError:
+        pass
+total = ticks(open(f"/proc/{pid}/stat").read())
+print(json.dumps({"threads": by, "total": total}))
+PY
+}
+
 test_regabuse() {
   start_sched --socket-mode 666 --allot equi || { fail regabuse "scheduler did not load"; return; }
   local why=() ba orph pr
@@ -217,6 +261,7 @@ print(json.dumps(any(e["key"] == tid for e in json.load(sys.stdin))))' "${ba:-nu
   # allotment controller's rounds), for comparison.
   q0=$(awk '{print $14 + $15}' /proc/"$sched_pid"/stat); sleep 4; q1=$(awk '{print $14 + $15}' /proc/"$sched_pid"/stat)
   d0=$(awk '{print $14 + $15}' /proc/"$sched_pid"/stat); t0=$(date +%s.%N)
+  local th0 th1; th0=$(daemon_threads_cpu "$sched_pid" 2>/dev/null)
   for i in 1 2 3 4; do
     setpriv --reuid=65529 --regid=65529 --clear-groups timeout 60 "$PY" "$client" churn "$sock" 12 >"$out/churn-$i.json" 2>>"$out/regabuse.err" &
     churn+=($!)
@@ -227,6 +272,7 @@ print(json.dumps(any(e["key"] == tid for e in json.load(sys.stdin))))' "${ba:-nu
   wait "$serve"; local src=$?
   wait "${churn[@]}"
   d1=$(awk '{print $14 + $15}' /proc/"$sched_pid"/stat 2>/dev/null || echo "$d0"); t1=$(date +%s.%N)
+  th1=$(daemon_threads_cpu "$sched_pid" 2>/dev/null)
   local alive=yes; sched_alive || alive=no
   stop_sched; local stop_rc=$?
   [ $alive = yes ] || { fail regabuse "scheduler ejected: $(sched_why)"; return; }
@@ -234,9 +280,17 @@ print(json.dumps(any(e["key"] == tid for e in json.load(sys.stdin))))' "${ba:-nu
   local verdict
   verdict=$("$PY" - "${ba:-null}" "${orph:-null}" "${pr:-null}" "$(cat "$out"/churn-*.json 2>/dev/null | tr '\n' ' ')" \
       "$src" "$(cat "$out/regabuse-serve.json" 2>/dev/null)" "${hog:-null}" "$d0" "$d1" "$t0" "$t1" "$(getconf CLK_TCK)" \
-      "${rf:-null}" "$fd0" "$fd1" "${left:-null}" "$q0" "$q1" <<'PY'
+      "${rf:-null}" "$fd0" "$fd1" "${left:-null}" "$q0" "$q1" "${th0:-null}" "${th1:-null}" <<'PY'
 import json, sys
 a = sys.argv
+# The daemon's CPU over the churn by thread name (live threads); a connection's thread
+# ("tailctl-service") that exited meanwhile shows only in the process total.
+th0, th1 = json.loads(a[19]) or {}, json.loads(a[20]) or {}
+span = max(float(a[11]) - float(a[10]), 1e-3) * float(a[12])
+by = {n: (v - th0.get("threads", {}).get(n, 0)) / span for n, v in th1.get("threads", {}).items()}
+if th1:
+    by["exited threads"] = (th1["total"] - th0.get("total", 0)) / span - sum(by.values())
+breakdown = ", ".join(f"{n} {c:.2f}" for n, c in sorted(by.items(), key=lambda kv: -kv[1]) if c >= 0.005)
 rf, fd0, fd1, left = json.loads(a[13]), int(a[14]), int(a[15]), json.loads(a[16])
 quiet_cpus = (float(a[18]) - float(a[17])) / float(a[12]) / 4
 ba, orph, pr = (json.loads(x) for x in a[1:4])
@@ -290,7 +344,7 @@ msg = (f"region=1 with no fd, a pipe, a memfd, 200 fds: ERR, daemon fds {fd0} ->
        f"orphaned service freed after {orph and orph.get('freed_after_s')} s, quota whole; "
        f"pid {pr and pr.get('pid')} reused by another user: register {pr and pr.get('register')!r}; "
        f"churn: {regs} registrations in 12 s by 4 processes ({refused} refused, {too_fast} as too fast), service {serve and serve.get('requests')} requests, "
-       f"hog {share:.2f} CPUs, daemon {daemon_cpus:.2f} CPUs (without registrations {quiet_cpus:.2f})")
+       f"hog {share:.2f} CPUs, daemon {daemon_cpus:.2f} CPUs ({breakdown or 'no thread reading'}; without registrations {quiet_cpus:.2f})")
 print(("bad " + "; ".join(why) + ": " + msg) if why else ("ok " + msg))
 PY
 )

@@ -24,12 +24,16 @@ runtime never would. Each subcommand prints one JSON object.
   churn SOCKET SECS       connect, REGISTER, close, as fast as it goes
   regionfd SOCKET         REGISTER region=1 with no fd, a pipe, a memfd, and
                           with 200 fds at once: ERR each?
-  nsuids SOCKET OWNER BASE N HOLD
+  nsuids SOCKET OWNER BASE N HOLD MARK
                           (root) a process of uid OWNER makes a user namespace
                           whose uids 0..N-1 are BASE..BASE+N-1 (root writes the
                           maps, as newuidmap does with /etc/subuid), and N
-                          processes in it, each as another uid, register once
-                          and hold HOLD seconds: how many got a slot?
+                          processes in it, each as another uid, register once,
+                          touch MARK and hold HOLD seconds: how many got a slot?
+  rootns SOCKET UID N HOLD
+                          (root) N processes of UID, each in a user namespace
+                          root made for it (a setuid sandbox helper's), register
+                          once and hold HOLD seconds: how many got a slot?
 """
 import array
 import json
@@ -560,9 +564,58 @@ def churn(path, secs):
     print(json.dumps({"registered": n, "refused": refused, "too_fast": too_fast}))
 
 
-def nsuids(path, owner, base, n, hold):
+def ns_member(path, uid, res_w, rel_r):
+    """In a user namespace whose maps are written: become UID there, register once, report
+    {"uid", "pid", "reply"} on RES_W, hold the connection until REL_R closes."""
+    reply = None
+    try:
+        os.setgid(uid)
+        os.setuid(uid)
+        s = connect(path, timeout=10)
+        reply = request(s, REGISTER)[0]
+    except BaseException as e:  # anything: the parent must hear from every member
+        reply = f"error: {e!r}"
+    os.write(res_w, (json.dumps({"uid": uid, "pid": os.getpid(), "reply": reply}) + "\n").encode())
+    os.read(rel_r, 1)
+    os._exit(0)
+
+
+def kernel_uid(pid):
+    """PID's real uid as the initial user namespace sees it (/proc/PID/status)."""
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+
+
+def collect(res_r, n, secs=60):
+    import select
+    got, buf, end = [], b"", time.monotonic() + secs
+    while len(got) < n:
+        left = end - time.monotonic()
+        if left <= 0 or not select.select([res_r], [], [], left)[0]:
+            break
+        chunk = os.read(res_r, 4096)
+        if not chunk:
+            break
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        got += [json.loads(l) for l in lines if l.strip()]
+    # Seen from here, while the members still run: their kernel uids.
+    for g in got:
+        g["kuid"] = kernel_uid(g["pid"])
+    return got
+
+
+def unshare_user():
     import ctypes
     CLONE_NEWUSER = 0x10000000
+    return ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWUSER) == 0
+
+
+def nsuids(path, owner, base, n, hold, mark):
     up_r, up_w = os.pipe()        # child -> parent: the namespace exists
     maps_r, maps_w = os.pipe()    # parent -> child: the maps are written
     res_r, res_w = os.pipe()      # members -> parent: one JSON line each
@@ -573,7 +626,7 @@ def nsuids(path, owner, base, n, hold):
             for fd in (up_r, maps_w, res_r, rel_w):
                 os.close(fd)
             drop_to(owner)
-            if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWUSER) != 0:
+            if not unshare_user():
                 os.write(up_w, b"E")
                 os._exit(1)
             os.write(up_w, b"u")
@@ -582,16 +635,7 @@ def nsuids(path, owner, base, n, hold):
             for i in range(n):
                 pid = os.fork()
                 if pid == 0:
-                    try:
-                        os.setgid(i)
-                        os.setuid(i)
-                        s = connect(path, timeout=10)
-                        reply = request(s, REGISTER)[0]
-                    except OSError as e:
-                        reply = f"error: {e}"
-                    os.write(res_w, (json.dumps({"uid": i, "reply": reply}) + "\n").encode())
-                    os.read(rel_r, 1)
-                    os._exit(0)
+                    ns_member(path, i, res_w, rel_r)
                 members.append(pid)
             for pid in members:
                 os.waitpid(pid, 0)
@@ -607,19 +651,58 @@ def nsuids(path, owner, base, n, hold):
             with open(f"/proc/{child}/{f}", "w") as m:
                 m.write(f"0 {base} {n}\n")
         os.write(maps_w, b"m")
-        got, buf, end = [], b"", time.monotonic() + 60
-        while len(got) < n and time.monotonic() < end:
-            chunk = os.read(res_r, 4096)
-            if not chunk:
-                break
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            got += [json.loads(l) for l in lines if l.strip()]
+        got = collect(res_r, n)
         out["replies"] = got
         out["registered"] = sum(1 for g in got if (g["reply"] or "").startswith("OK"))
+        open(mark, "w").close()
         time.sleep(hold)
     os.close(rel_w)
     os.waitpid(child, 0)
+    print(json.dumps(out))
+
+
+def rootns(path, uid, n, hold):
+    """(root) N processes, each in a user namespace of its own that root creates (as a
+    setuid sandbox helper does for its caller), mapping only UID to itself; each becomes
+    UID there and registers once, holding HOLD seconds."""
+    res_r, res_w = os.pipe()
+    rel_r, rel_w = os.pipe()
+    kids = []
+    for _ in range(n):
+        up_r, up_w = os.pipe()
+        maps_r, maps_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                for fd in (up_r, maps_w, res_r, rel_w):
+                    os.close(fd)
+                if not unshare_user():
+                    os.write(up_w, b"E")
+                    os._exit(1)
+                os.write(up_w, b"u")
+                os.read(maps_r, 1)
+                ns_member(path, uid, res_w, rel_r)
+            finally:
+                os._exit(0)
+        os.close(up_w)
+        os.close(maps_r)
+        if os.read(up_r, 1) == b"u":
+            for f in ("uid_map", "gid_map"):
+                with open(f"/proc/{pid}/{f}", "w") as m:
+                    m.write(f"{uid} {uid} 1\n")
+        os.write(maps_w, b"m")
+        os.close(up_r)
+        os.close(maps_w)
+        kids.append(pid)
+    os.close(res_w)
+    os.close(rel_r)
+    got = collect(res_r, n)
+    out = {"uid": uid, "members": n, "replies": got,
+           "registered": sum(1 for g in got if (g["reply"] or "").startswith("OK"))}
+    time.sleep(hold)
+    os.close(rel_w)
+    for pid in kids:
+        os.waitpid(pid, 0)
     print(json.dumps(out))
 
 
@@ -647,6 +730,8 @@ if __name__ == "__main__":
     elif cmd == "churn":
         churn(path, float(sys.argv[3]))
     elif cmd == "nsuids":
-        nsuids(path, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]))
+        nsuids(path, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]), sys.argv[7])
+    elif cmd == "rootns":
+        rootns(path, int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]))
     else:
         raise SystemExit(__doc__)

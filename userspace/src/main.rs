@@ -143,6 +143,12 @@ struct Opts {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100_000))]
     max_connect_rate: u32,
 
+    /// The subordinate uids file (subuid(5)): a process running as a user's subordinate
+    /// uid counts as that user under the limits above. Read again when it changes; a
+    /// missing file is empty.
+    #[arg(long, default_value = "/etc/subuid")]
+    subuid_file: std::path::PathBuf,
+
     /// Time a client has to send its whole request line, in milliseconds.
     #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
     request_timeout_ms: u64,
@@ -622,6 +628,7 @@ impl<'a> Scheduler<'a> {
                 request_timeout: Duration::from_millis(opts.request_timeout_ms),
                 max_user_priority: opts.max_user_priority,
                 connect_rate: opts.max_connect_rate,
+                subuid_file: opts.subuid_file.clone(),
             },
             services::ServerMaps {
                 regions: &skel.maps.regions,

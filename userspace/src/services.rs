@@ -43,11 +43,12 @@ mod binding;
 pub mod cgjobs;
 pub mod identity;
 mod limits;
+mod subuid;
 
 use binding::TidMap;
 use identity::{Peer, Thread};
 use limits::Book;
-pub use limits::{Key, Limits};
+pub use limits::{Account, Limits};
 
 /// Where the daemon listens unless `--socket` says otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/tailctl/tailctl.sock";
@@ -120,6 +121,7 @@ struct Registry {
     maps: RegistryMaps,
     book: Mutex<Book>,
     limits: Limits,
+    subuids: Mutex<subuid::SubUidFile>,
     shutdown: AtomicBool,
     refusals: RateLimit,
     /// Told of every registration and unregistration (the allotment controller's job events).
@@ -149,7 +151,7 @@ impl RateLimit {
 impl Registry {
     /// Claim a slot for `account` and publish the new count, under the lock:
     /// `registered` must never show a count another thread already replaced.
-    fn claim(&self, account: Key) -> Result<u32, String> {
+    fn claim(&self, account: &Account) -> Result<u32, String> {
         let mut book = self.book.lock().unwrap();
         let slot = book.claim(account, &self.limits)?;
         self.publish_count(&book);
@@ -296,6 +298,7 @@ impl Listening {
         let registry = Arc::new(Registry {
             maps,
             book: Mutex::new(Book::default()),
+            subuids: Mutex::new(subuid::SubUidFile::open(&limits.subuid_file)),
             limits,
             shutdown: AtomicBool::new(false),
             refusals: RateLimit::default(),
@@ -383,23 +386,15 @@ fn accept_loop(listener: UnixListener, reg: Arc<Registry>) {
 
 /// Identify a new connection and give it a thread, unless its user (or
 /// everyone) is over the connection cap or its user opens connections too
-/// fast: then it costs no thread at all, only the identification (SO_PEERCRED,
-/// SO_PEERPIDFD and a few /proc reads: which user it is, counting the uids of its
-/// user namespaces as their owner's, is what the caps need).
+/// fast: then it costs no thread at all. The global cap is checked on
+/// SO_PEERCRED's uid alone; the per-user caps need the identification first
+/// (SO_PEERPIDFD, the peer's user namespace and, for a peer in another one, a
+/// walk up its parents: see `identity::account`).
 fn admit(stream: UnixStream, reg: &Arc<Registry>) {
-    let peer = match Peer::identify(&stream) {
-        Ok(p) => p,
-        Err(e) => {
-            let _ = quick_refusal(&stream, &format!("cannot identify the peer: {e}"));
-            return;
-        }
-    };
-    let (uid, pid, account) = (peer.uid, peer.pid, peer.account);
-    if let Err(why) = reg.book.lock().unwrap().admit(account, &reg.limits) {
+    let refused = |pid: i32, who: &str, why: &str| {
         reg.refusals.note(|n| {
             warn!(
-                "refused a connection from pid {pid} (uid {uid}{}): {why}{}",
-                on_behalf(uid, account),
+                "refused a connection from pid {pid} ({who}): {why}{}",
                 if n > 0 {
                     format!(" ({n} more refused in the last second)")
                 } else {
@@ -407,9 +402,33 @@ fn admit(stream: UnixStream, reg: &Arc<Registry>) {
                 }
             )
         });
-        let _ = quick_refusal(&stream, &why);
-        return;
+        let _ = quick_refusal(&stream, why);
+    };
+    if let Ok(c) = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
+    {
+        if c.uid() != 0 {
+            if let Some(why) = reg.book.lock().unwrap().full(&reg.limits) {
+                return refused(c.pid(), &format!("uid {}", c.uid()), &why);
+            }
+        }
     }
+    let subuids = reg.subuids.lock().unwrap().table().clone();
+    let peer = match Peer::identify(&stream, &subuids) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = quick_refusal(&stream, &format!("cannot identify the peer: {e}"));
+            return;
+        }
+    };
+    let (uid, pid) = (peer.uid, peer.pid);
+    if let Err(why) = reg.book.lock().unwrap().admit(&peer.account, &reg.limits) {
+        return refused(
+            pid as i32,
+            &format!("uid {uid}{}", on_behalf(uid, &peer.account)),
+            &why,
+        );
+    }
+    let account = peer.account.clone();
     let r = reg.clone();
     let spawned = std::thread::Builder::new()
         .name("tailctl-service".into())
@@ -417,18 +436,18 @@ fn admit(stream: UnixStream, reg: &Arc<Registry>) {
             if let Err(e) = serve(stream, &r, &peer) {
                 warn!("registration: {e:#}");
             }
-            r.book.lock().unwrap().leave(peer.account);
+            r.book.lock().unwrap().leave(&peer.account);
         });
     if let Err(e) = spawned {
         warn!("registration: no thread for a connection: {e}");
-        reg.book.lock().unwrap().leave(account);
+        reg.book.lock().unwrap().leave(&account);
     }
 }
 
 /// ", counted as ACCOUNT" when a peer's limits are not its own uid's (it runs in a user
 /// namespace), for the log.
-fn on_behalf(uid: u32, account: Key) -> String {
-    if account == Key::Uid(uid) {
+fn on_behalf(uid: u32, account: &Account) -> String {
+    if *account == Account::uid(uid) {
         String::new()
     } else {
         format!(", counted as {account}")
@@ -570,7 +589,7 @@ fn serve(stream: UnixStream, reg: &Registry, peer: &Peer) -> Result<()> {
     let refuse = |why: String| -> Result<()> {
         warn!(
             "refused registration from pid {pid} (uid {uid}{}): {why}",
-            on_behalf(uid, peer.account)
+            on_behalf(uid, &peer.account)
         );
         let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
         send_reply(&stream, &Reply::Err(why), None)
@@ -593,7 +612,7 @@ fn serve(stream: UnixStream, reg: &Registry, peer: &Peer) -> Result<()> {
             req.thresholds_ns.len()
         ));
     }
-    if let Err(why) = check_priority(req.priority, uid, reg.limits.max_user_priority) {
+    if let Err(why) = check_priority(req.priority, &peer.account, reg.limits.max_user_priority) {
         return refuse(why);
     }
     if let Err(why) = binding::check_unique(&req.workers) {
@@ -615,7 +634,7 @@ fn serve(stream: UnixStream, reg: &Registry, peer: &Peer) -> Result<()> {
         (false, _) => new_region_map()?,
     };
 
-    let slot = match reg.claim(peer.account) {
+    let slot = match reg.claim(&peer.account) {
         Ok(s) => s,
         Err(why) => return refuse(why),
     };
@@ -633,7 +652,7 @@ fn serve(stream: UnixStream, reg: &Registry, peer: &Peer) -> Result<()> {
     .map(|()| {
         info!(
             "registered service {slot}: pid {pid} uid {uid}{}, priority {}, {} workers, {} thresholds{}",
-            on_behalf(uid, peer.account),
+            on_behalf(uid, &peer.account),
             req.priority.unwrap_or(PRIORITY_NORMAL),
             req.workers.len(),
             req.thresholds_ns.len(),
@@ -653,15 +672,16 @@ fn serve(stream: UnixStream, reg: &Registry, peer: &Peer) -> Result<()> {
     outcome
 }
 
-/// Whether `uid` may register at level `asked` (None: normal). A level above
+/// Whether `who` may register at level `asked` (None: normal). A level above
 /// normal takes CPU from every other task on the machine (the kernel serves
 /// it first), so non-root users may go only as high as the operator allows
 /// (`--max-user-priority`, default normal); any user may go lower.
-fn check_priority(asked: Option<u8>, uid: u32, max_user: u8) -> Result<(), String> {
+fn check_priority(asked: Option<u8>, who: &Account, max_user: u8) -> Result<(), String> {
     let level = asked.unwrap_or(PRIORITY_NORMAL);
-    if uid != 0 && level > max_user {
+    // Root of the daemon's user namespace only (root in a container is limited).
+    if !who.is_root() && level > max_user {
         return Err(format!(
-            "priority {level} refused: uid {uid} may register at most at level {max_user} \
+            "priority {level} refused: {who} may register at most at level {max_user} \
              (normal is {PRIORITY_NORMAL}; a higher level takes CPU from every other task, \
              the operator can raise the limit with --max-user-priority)"
         ));
@@ -865,6 +885,7 @@ fn uninstall(maps: &RegistryMaps, slot: u32, threads: &[Thread]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use limits::Key;
     use std::io::Write;
 
     #[test]
@@ -890,13 +911,23 @@ mod tests {
 
     #[test]
     fn priorities_above_the_user_limit_are_refused() {
-        assert!(check_priority(None, 1000, PRIORITY_NORMAL).is_ok());
-        assert!(check_priority(Some(0), 1000, PRIORITY_NORMAL).is_ok());
-        assert!(check_priority(Some(PRIORITY_NORMAL), 1000, PRIORITY_NORMAL).is_ok());
-        let e = check_priority(Some(PRIORITY_NORMAL + 1), 1000, PRIORITY_NORMAL).unwrap_err();
+        assert!(check_priority(None, &Account::uid(1000), PRIORITY_NORMAL).is_ok());
+        assert!(check_priority(Some(0), &Account::uid(1000), PRIORITY_NORMAL).is_ok());
+        assert!(
+            check_priority(Some(PRIORITY_NORMAL), &Account::uid(1000), PRIORITY_NORMAL).is_ok()
+        );
+        let e = check_priority(
+            Some(PRIORITY_NORMAL + 1),
+            &Account::uid(1000),
+            PRIORITY_NORMAL,
+        )
+        .unwrap_err();
         assert!(e.contains("--max-user-priority"), "{e}");
-        assert!(check_priority(Some(7), 0, PRIORITY_NORMAL).is_ok());
-        assert!(check_priority(Some(7), 1000, 7).is_ok());
+        assert!(check_priority(Some(7), &Account::uid(0), PRIORITY_NORMAL).is_ok());
+        assert!(check_priority(Some(7), &Account::uid(1000), 7).is_ok());
+        // Root in a namespace root made is not root here.
+        let contained = Account::of(vec![Key::Namespace(4026532000), Key::Uid(0)]);
+        assert!(check_priority(Some(7), &contained, PRIORITY_NORMAL).is_err());
     }
 
     #[test]

@@ -6,13 +6,16 @@
 //! [`PendingFile`] writes to a temporary file beside `PATH` (same directory, so the final
 //! rename is atomic and cannot cross file systems) and renames it over `PATH` only on
 //! [`PendingFile::commit`]. Dropped without a commit (an error, a panic), it removes the
-//! temporary file: a failed run leaves `PATH` as it was.
+//! temporary file: a failed run leaves `PATH` as it was (a killed one may leave
+//! `.NAME.partial-PID-N` beside it). A `PATH` that is not a regular file (`/dev/null`, a
+//! pipe, a symlink) is written in place, as is a file in a directory one may not write.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 /// An output file being written; see the module docs.
 ///
@@ -37,27 +40,72 @@ use anyhow::{Context, Result};
 /// ```
 pub struct PendingFile {
     path: PathBuf,
-    tmp: PathBuf,
-    /// `None` once committed.
-    out: Option<BufWriter<File>>,
+    /// The temporary file renamed over `path` at commit; `None`: `path` itself is written
+    /// (it is not a regular file: `/dev/null`, a pipe, a symlink).
+    tmp: Option<PathBuf>,
+    out: BufWriter<File>,
+    /// Put in place: nothing to remove on drop.
+    done: bool,
 }
 
+/// Temporary files created by this process, so two outputs with the same path never share one.
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
 impl PendingFile {
-    /// Creates the temporary file beside `path`; the error names `path`.
+    /// Creates the temporary file beside `path` (or opens `path` itself when it is not a
+    /// regular file); the error names `path`.
     pub fn create(path: &Path) -> Result<Self> {
+        let ctx = || format!("cannot create {}", path.display());
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.is_dir() => bail!("cannot create {}: it is a directory", path.display()),
+            // A device, a pipe or a symlink: written in place, as it always was (renaming
+            // over `/dev/null` would replace the device, over a symlink the link).
+            Ok(m) if !m.is_file() => {
+                if std::fs::metadata(path).is_ok_and(|t| t.is_dir()) {
+                    bail!("cannot create {}: it is a directory", path.display());
+                }
+                let f = File::create(path).with_context(ctx)?;
+                return Ok(Self::new(path, None, f));
+            }
+            _ => {}
+        }
         let name = path
             .file_name()
             .with_context(|| format!("cannot create {}: not a file name", path.display()))?;
-        let mut tmp_name = std::ffi::OsString::from(".");
-        tmp_name.push(name);
-        tmp_name.push(format!(".partial-{}", std::process::id()));
-        let tmp = path.with_file_name(tmp_name);
-        let f = File::create(&tmp).with_context(|| format!("cannot create {}", path.display()))?;
-        Ok(Self {
+        loop {
+            let mut tmp_name = std::ffi::OsString::from(".");
+            tmp_name.push(name);
+            tmp_name.push(format!(
+                ".partial-{}-{}",
+                std::process::id(),
+                SEQ.fetch_add(1, Ordering::Relaxed)
+            ));
+            let tmp = path.with_file_name(tmp_name);
+            match OpenOptions::new().write(true).create_new(true).open(&tmp) {
+                Ok(f) => return Ok(Self::new(path, Some(tmp), f)),
+                // Left by another process of the same pid (another pid namespace): next name.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                // A file one may write in a directory one may not: written in place.
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied && path.is_file() => {
+                    let f = OpenOptions::new()
+                        .write(true)
+                        .truncate(true)
+                        .open(path)
+                        .with_context(ctx)?;
+                    return Ok(Self::new(path, None, f));
+                }
+                Err(e) => return Err(e).with_context(ctx),
+            }
+        }
+    }
+
+    fn new(path: &Path, tmp: Option<PathBuf>, f: File) -> Self {
+        Self {
             path: path.to_owned(),
             tmp,
-            out: Some(BufWriter::new(f)),
-        })
+            out: BufWriter::new(f),
+            done: false,
+        }
     }
 
     /// The path the file will have once committed.
@@ -65,37 +113,33 @@ impl PendingFile {
         &self.path
     }
 
-    /// Flushes the file and renames it over the final path.
+    /// Flushes the file and renames it over the final path. On an error the temporary file
+    /// is removed (on drop) and the final path keeps what it had.
     pub fn commit(mut self) -> Result<()> {
-        let out = self.out.take().expect("committed once");
-        let f = out
-            .into_inner()
-            .map_err(|e| e.into_error())
-            .with_context(|| format!("cannot write {}", self.path.display()))?;
-        drop(f);
-        std::fs::rename(&self.tmp, &self.path)
-            .with_context(|| format!("cannot write {}", self.path.display()))
-    }
-
-    fn out(&mut self) -> &mut BufWriter<File> {
-        self.out.as_mut().expect("not yet committed")
+        let ctx = || format!("cannot write {}", self.path.display());
+        self.out.flush().with_context(ctx)?;
+        if let Some(tmp) = &self.tmp {
+            std::fs::rename(tmp, &self.path).with_context(ctx)?;
+        }
+        self.done = true;
+        Ok(())
     }
 }
 
 impl Write for PendingFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.out().write(buf)
+        self.out.write(buf)
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.out().flush()
+        self.out.flush()
     }
 }
 
 impl Drop for PendingFile {
     fn drop(&mut self) {
-        if self.out.take().is_some() {
-            let _ = std::fs::remove_file(&self.tmp);
+        if let (false, Some(tmp)) = (self.done, &self.tmp) {
+            let _ = std::fs::remove_file(tmp);
         }
     }
 }
@@ -115,6 +159,42 @@ mod tests {
         drop(f);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "old");
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn special_paths_are_written_in_place_and_names_never_collide() {
+        let dir = std::env::temp_dir().join(format!("pending-special-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // /dev/null stays a device.
+        let mut f = PendingFile::create(Path::new("/dev/null")).unwrap();
+        f.write_all(b"x").unwrap();
+        f.commit().unwrap();
+        assert!(!std::fs::metadata("/dev/null").unwrap().is_file());
+        // A symlink keeps pointing at its target, which gets the content.
+        let target = dir.join("target.csv");
+        let link = dir.join("link.csv");
+        std::fs::write(&target, "old").unwrap();
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let mut f = PendingFile::create(&link).unwrap();
+        f.write_all(b"new").unwrap();
+        f.commit().unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
+        // A directory is refused at once.
+        let e = format!("{:#}", PendingFile::create(&dir).err().unwrap());
+        assert!(e.contains("is a directory"), "{e}");
+        // Two outputs to one path: each its own temporary file, the last commit wins.
+        let p = dir.join("same.txt");
+        let (mut a, mut b) = (
+            PendingFile::create(&p).unwrap(),
+            PendingFile::create(&p).unwrap(),
+        );
+        a.write_all(b"a").unwrap();
+        b.write_all(b"b").unwrap();
+        a.commit().unwrap();
+        b.commit().unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "b");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

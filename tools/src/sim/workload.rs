@@ -82,7 +82,7 @@ impl FromStr for WorkSpec {
             }
             Ok(DistributionSpec::File(p)) => p,
             // `lognormal:...` is a log-normal however malformed: its own error.
-            Err(e) if s.starts_with("lognormal") => {
+            Err(e) if s.starts_with("lognormal:") => {
                 bail!("`{s}`: {e}; the simulator also takes lognormal:MEAN_MS,SD_MS (e.g. lognormal:10,13)")
             }
             Err(_) => PathBuf::from(s),
@@ -318,7 +318,12 @@ mod tests {
         assert!("lognormal:0ms:1ms".parse::<WorkSpec>().is_err());
         // A missing file is called missing (with or without `file:`), a typo is "not a
         // distribution".
-        for missing in ["file:/nonexistent", "/nonexistent", "dist.csv"] {
+        for missing in [
+            "file:/nonexistent",
+            "/nonexistent",
+            "dist.csv",
+            "lognormal_fit.csv",
+        ] {
             let e = format!("{:#}", missing.parse::<WorkSpec>().unwrap_err());
             assert!(e.contains("no such file"), "{missing}: {e}");
         }

@@ -26,7 +26,8 @@ use std::os::unix::net::UnixStream;
 
 use anyhow::{bail, Context, Result};
 
-use super::limits::Key;
+use super::limits::{Account, Key};
+use super::subuid::SubUids;
 
 /// The inode of the initial pid namespace (include/linux/proc_ns.h).
 const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
@@ -79,6 +80,19 @@ pub fn check_init_pid_ns() -> Result<()> {
 
 fn pid_ns_ino(pid: u32) -> io::Result<u64> {
     Ok(std::fs::metadata(format!("/proc/{pid}/ns/pid"))?.ino())
+}
+
+/// The inode of the daemon's own namespace of `kind` (`pid`, `user`), read once: it never
+/// changes while the daemon runs (it refuses to run outside the initial ones).
+fn own_ns_ino(kind: &'static str) -> io::Result<u64> {
+    static PID: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    static USER: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let cell = if kind == "pid" { &PID } else { &USER };
+    if let Some(&ino) = cell.get() {
+        return Ok(ino);
+    }
+    let ino = std::fs::metadata(format!("/proc/self/ns/{kind}"))?.ino();
+    Ok(*cell.get_or_init(|| ino))
 }
 
 /// `pidfd_open(2)`.
@@ -144,16 +158,14 @@ pub struct Peer {
     pub pid: u32,
     pub uid: u32,
     /// Whom the registration limits count it against ([`account`]).
-    pub account: Key,
+    pub account: Account,
     pidfd: OwnedFd,
-    /// The peer lives in another pid namespace: its tids must be translated.
-    foreign_ns: bool,
 }
 
 impl Peer {
     /// Pin down the peer of `stream`: SO_PEERCRED's pid and uid, and a pidfd
     /// for that very process (not for whoever holds its pid later).
-    pub fn identify(stream: &UnixStream) -> io::Result<Self> {
+    pub fn identify(stream: &UnixStream, subuids: &SubUids) -> io::Result<Self> {
         let accepted = boottime_ticks();
         let cred =
             nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)?;
@@ -190,17 +202,13 @@ impl Peer {
             }
             Err(e) => return Err(e),
         };
-        let foreign_ns = match (pid_ns_ino(pid), pid_ns_ino(std::process::id())) {
-            (Ok(a), Ok(b)) => a != b,
-            (Err(e), _) | (_, Err(e)) => return Err(e),
-        };
-        let account = account(pid, uid, pidfd.as_fd())?;
+        // All a refusal by the caps needs (the rest waits for `threads`).
+        let account = account(pid, uid, pidfd.as_fd(), subuids)?;
         Ok(Self {
             pid,
             uid,
             account,
             pidfd,
-            foreign_ns,
         })
     }
 
@@ -217,7 +225,14 @@ impl Peer {
     /// The threads named by `tids` (as the service sees them), each checked to
     /// be a live thread of the peer, with its start time. All or nothing.
     pub fn threads(&self, tids: &[u32]) -> Result<Vec<Thread>, String> {
-        let tids = if self.foreign_ns {
+        // In another pid namespace, the peer's tids must be translated.
+        let foreign_ns = match (pid_ns_ino(self.pid), own_ns_ino("pid")) {
+            (Ok(a), Ok(b)) => a != b,
+            (Err(e), _) | (_, Err(e)) => {
+                return Err(format!("cannot read the peer's pid namespace: {e}"))
+            }
+        };
+        let tids = if foreign_ns {
             let map = self.ns_tids();
             tids.iter()
                 .map(|t| {
@@ -287,15 +302,23 @@ impl Peer {
 /// caller's user namespace). `_IO(NSIO, 2)` and `_IO(NSIO, 4)`, NSIO 0xb7 (linux/nsfs.h).
 const NS_GET_PARENT: libc::c_ulong = 0xb702;
 const NS_GET_OWNER_UID: libc::c_ulong = 0xb704;
-/// How deep user namespaces nest at most (kernel/user_namespace.c).
-const MAX_USERNS_DEPTH: usize = 32;
+/// How deep user namespaces nest at most (kernel/user_namespace.c refuses a new one only
+/// when its parent's level is above 32: 33 levels below the initial one).
+const MAX_USERNS_DEPTH: usize = 33;
 
 /// Whom the registration limits count process `pid` (uid `uid`, still running while
-/// `pidfd` says so) against: its uid, if it runs in the daemon's user namespace; else the
-/// owner of the outermost of its user namespaces (the one created in the daemon's), or
-/// that namespace itself when root created it ([`Key`]).
-pub fn account(pid: u32, uid: u32, pidfd: BorrowedFd<'_>) -> io::Result<Key> {
-    let own = std::fs::metadata("/proc/self/ns/user")?.ino();
+/// `pidfd` says so) against ([`Account`]): its user, if it runs in the daemon's user
+/// namespace; else the user that created the outermost of its user namespaces (the one
+/// created in the daemon's); or, when root created that one, both that namespace and the
+/// process's own user. A user is a uid with subordinate uids taken back to their owner
+/// (`subuids`).
+pub fn account(
+    pid: u32,
+    uid: u32,
+    pidfd: BorrowedFd<'_>,
+    subuids: &SubUids,
+) -> io::Result<Account> {
+    let own = own_ns_ino("user")?;
     let ns = std::fs::File::open(format!("/proc/{pid}/ns/user"))?;
     // The file is the peer's only if the peer still runs now (its pid was not reused).
     if pidfd_exited(pidfd) {
@@ -305,7 +328,7 @@ pub fn account(pid: u32, uid: u32, pidfd: BorrowedFd<'_>) -> io::Result<Key> {
         ));
     }
     if ns.metadata()?.ino() == own {
-        return Ok(Key::Uid(uid));
+        return Ok(Account::uid(subuids.user_of(uid)));
     }
     let mut ns = OwnedFd::from(ns);
     for _ in 0..MAX_USERNS_DEPTH {
@@ -330,9 +353,12 @@ pub fn account(pid: u32, uid: u32, pidfd: BorrowedFd<'_>) -> io::Result<Key> {
                 return Err(io::Error::last_os_error());
             }
             return Ok(if owner == 0 {
-                Key::Namespace(std::fs::File::from(ns).metadata()?.ino())
+                // A container runtime's, or a setuid helper's made for a user (bubblewrap):
+                // the container is one user, and the user does not start over in each.
+                let ino = std::fs::File::from(ns).metadata()?.ino();
+                Account::of(vec![Key::Namespace(ino), Key::Uid(subuids.user_of(uid))])
             } else {
-                Key::Uid(owner)
+                Account::uid(subuids.user_of(owner))
             });
         }
         ns = parent;
@@ -389,7 +415,16 @@ mod tests {
     fn accounts_follow_user_namespaces_to_their_owner() {
         let me = std::process::id();
         let fd = pidfd_open(me, 0).unwrap();
-        assert_eq!(account(me, 1234, fd.as_fd()).unwrap(), Key::Uid(1234));
+        let none = SubUids::default();
+        assert_eq!(
+            account(me, 1234, fd.as_fd(), &none).unwrap(),
+            Account::uid(1234)
+        );
+        let (subs, _) = SubUids::parse("1000:1200:100\n", |_| None);
+        assert_eq!(
+            account(me, 1234, fd.as_fd(), &subs).unwrap(),
+            Account::uid(1000)
+        );
         // A user namespace made by whoever runs the tests: counted as that uid, or (root's)
         // as the namespace. Skipped where user namespaces are off.
         let Ok(mut child) = std::process::Command::new("unshare")
@@ -421,17 +456,21 @@ mod tests {
             let _ = child.wait();
             return;
         }
-        let got = account(pid, 65534, fd.as_fd());
+        let got = account(pid, 65534, fd.as_fd(), &none);
         eprintln!("account of a process in a new user namespace: {got:?}");
         let _ = child.kill();
         let _ = child.wait();
         let euid = nix::unistd::geteuid().as_raw();
-        match got.unwrap() {
-            Key::Namespace(_) => assert_eq!(euid, 0),
-            Key::Uid(u) => assert_eq!(u, euid),
+        let got = got.unwrap();
+        if euid == 0 {
+            // Root made it: the namespace, and the process's own uid.
+            assert!(got.to_string().starts_with("user namespace "), "{got}");
+            assert!(got.to_string().ends_with(" and uid 65534"), "{got}");
+        } else {
+            assert_eq!(got, Account::uid(euid));
         }
         // An exited process has no account (its pid may be another's by now).
-        assert!(account(pid, 65534, fd.as_fd()).is_err());
+        assert!(account(pid, 65534, fd.as_fd(), &none).is_err());
     }
 
     #[test]
@@ -447,9 +486,8 @@ mod tests {
         let peer = Peer {
             pid: me,
             uid: 0,
-            account: Key::Uid(0),
+            account: Account::uid(0),
             pidfd: pidfd_open(me, 0).unwrap(),
-            foreign_ns: false,
         };
         let tid = nix::unistd::gettid().as_raw() as u32;
         let th = peer.threads(&[tid]).unwrap();
