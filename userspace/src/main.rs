@@ -125,13 +125,14 @@ struct Opts {
     #[arg(long)]
     socket_group: Option<String>,
 
-    /// Services one non-root user may have registered at once (0: no limit).
-    #[arg(long, default_value_t = 4)]
-    max_services_per_uid: u32,
+    /// Services one non-root user may have registered at once (0: no limit). A user is a
+    /// uid with its subordinate uids and the user namespaces it made (see --subuid-file).
+    #[arg(long, alias = "max-services-per-uid", default_value_t = 4)]
+    max_services_per_user: u32,
 
     /// Connections one non-root user may hold (registered or not yet).
-    #[arg(long, default_value_t = 8)]
-    max_connections_per_uid: u32,
+    #[arg(long, alias = "max-connections-per-uid", default_value_t = 8)]
+    max_connections_per_user: u32,
 
     /// Connections of all non-root users together.
     #[arg(long, default_value_t = 64)]
@@ -622,8 +623,8 @@ impl<'a> Scheduler<'a> {
         let registration = Some(listening.serve(
             &socket_access,
             services::Limits {
-                services_per_uid: opts.max_services_per_uid,
-                connections_per_uid: opts.max_connections_per_uid,
+                services_per_user: opts.max_services_per_user,
+                connections_per_user: opts.max_connections_per_user,
                 connections: opts.max_connections,
                 request_timeout: Duration::from_millis(opts.request_timeout_ms),
                 max_user_priority: opts.max_user_priority,
@@ -819,6 +820,24 @@ fn main() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_user_limits_keep_their_old_names() {
+        let o = Opts::try_parse_from([
+            "scx_tailctl",
+            "--max-services-per-uid",
+            "3",
+            "--max-connections-per-uid",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!(
+            (o.max_services_per_user, o.max_connections_per_user),
+            (3, 5)
+        );
+        let o = Opts::try_parse_from(["scx_tailctl", "--max-services-per-user", "2"]).unwrap();
+        assert_eq!(o.max_services_per_user, 2);
+    }
 
     #[test]
     fn intervals_out_of_range_or_not_finite_are_refused() {

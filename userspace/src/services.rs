@@ -5,12 +5,12 @@
 //! daemon:
 //!  1. identifies the peer: pid and uid from SO_PEERCRED (never from the
 //!     message), and a pidfd for that process (see `identity`); connections
-//!     beyond the per-uid and global caps are refused before anything else;
+//!     beyond the per-user and global caps are refused before anything else;
 //!  2. reads the request under one deadline for the whole line;
 //!  3. checks that every tid is a live thread of that process, listed once,
 //!     and not bound to another service; tids of a peer in a child pid
 //!     namespace are translated to the scheduler's;
-//!  4. gives the service a slot (within its uid's quota): a fresh
+//!  4. gives the service a slot (within its user's quota): a fresh
 //!     BPF_F_MMAPABLE region map, or the one the runtime passes back after a
 //!     daemon restart (validated: type, sizes, flags, layout version),
 //!     installed in the `regions` array-of-maps;

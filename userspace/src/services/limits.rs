@@ -103,9 +103,9 @@ impl fmt::Display for Account {
 #[derive(Clone, Debug)]
 pub struct Limits {
     /// Services one non-root uid may have registered at once (0: no limit).
-    pub services_per_uid: u32,
+    pub services_per_user: u32,
     /// Connections (registered or not yet) one non-root uid may hold.
-    pub connections_per_uid: u32,
+    pub connections_per_user: u32,
     /// Connections of all non-root users together.
     pub connections: u32,
     /// Time a client has to send its whole REGISTER line, and any later line.
@@ -122,8 +122,8 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            services_per_uid: 4,
-            connections_per_uid: 8,
+            services_per_user: 4,
+            connections_per_user: 8,
             connections: 64,
             request_timeout: Duration::from_secs(3),
             max_user_priority: tailctl_rt::kernel::protocol::PRIORITY_NORMAL,
@@ -172,10 +172,10 @@ impl Book {
         if !acct.is_root() {
             for k in acct.limited() {
                 let mine = self.conns.get(&k).copied().unwrap_or(0);
-                if mine >= lim.connections_per_uid {
+                if mine >= lim.connections_per_user {
                     return Err(format!(
                         "{k} already has {mine} connections (at most {})",
-                        lim.connections_per_uid
+                        lim.connections_per_user
                     ));
                 }
             }
@@ -261,13 +261,13 @@ impl Book {
 
     /// A free slot for a service of `acct`, or why there is none for it.
     pub fn claim(&mut self, acct: &Account, lim: &Limits) -> Result<u32, String> {
-        if !acct.is_root() && lim.services_per_uid > 0 {
+        if !acct.is_root() && lim.services_per_user > 0 {
             for k in acct.limited() {
                 let mine = self.owners.iter().flatten().filter(|o| o.has(k)).count() as u32;
-                if mine >= lim.services_per_uid {
+                if mine >= lim.services_per_user {
                     return Err(format!(
                         "{k} already has {mine} services registered (at most {})",
-                        lim.services_per_uid
+                        lim.services_per_user
                     ));
                 }
             }
@@ -343,7 +343,7 @@ mod tests {
     fn two_keys_take_from_both_buckets_or_neither() {
         let lim = Limits {
             connect_rate: 1,
-            connections_per_uid: 1000,
+            connections_per_user: 1000,
             connections: 1000,
             ..Default::default()
         };
@@ -408,7 +408,7 @@ mod tests {
     #[test]
     fn no_quota_when_zero() {
         let lim = Limits {
-            services_per_uid: 0,
+            services_per_user: 0,
             ..Default::default()
         };
         let mut b = Book::default();
@@ -421,7 +421,7 @@ mod tests {
     fn connections_are_metered_per_user() {
         let lim = Limits {
             connect_rate: 5,
-            connections_per_uid: 1000,
+            connections_per_user: 1000,
             connections: 1000,
             ..Default::default()
         };
@@ -486,7 +486,7 @@ mod tests {
     #[test]
     fn connections_are_capped_per_user_and_in_total() {
         let lim = Limits {
-            connections_per_uid: 2,
+            connections_per_user: 2,
             connections: 3,
             ..Default::default()
         };
