@@ -3305,7 +3305,18 @@ static __always_inline bool release_move(struct bpf_iter_scx_dsq *it, struct tas
 		STAT_INC(overdue_fair);
 	if (ocpu >= 0) {
 		WRITE_ONCE(overdue_head_sent[(u32)ocpu & (MAX_CPUS - 1)], 1);
-		return scx_bpf_dsq_move(it, p, SCX_DSQ_LOCAL_ON | ocpu, SCX_ENQ_PREEMPT);
+		if (!scx_bpf_dsq_move(it, p, SCX_DSQ_LOCAL_ON | ocpu, SCX_ENQ_PREEMPT))
+			return false;
+		/*
+		 * And a preempting kick of that CPU: on 6.16 the move's
+		 * SCX_ENQ_PREEMPT alone left the CPU's task running out its
+		 * slice (guest test waitjob: an overdue waiter ran 1.1-1.2 s
+		 * after it began to wait, with 1 s slices; 6.18 and 7.3 were
+		 * within the bound). A CPU already rescheduling ignores it.
+		 */
+		if (ocpu != (s32)bpf_get_smp_processor_id())
+			scx_bpf_kick_cpu(ocpu, SCX_KICK_PREEMPT);
+		return true;
 	}
 	return scx_bpf_dsq_move_vtime(it, p, to, 0);
 }

@@ -690,7 +690,9 @@ def rootns(path, uid, n, hold):
             for f in ("uid_map", "gid_map"):
                 with open(f"/proc/{pid}/{f}", "w") as m:
                     m.write(f"{uid} {uid} 1\n")
-        os.write(maps_w, b"m")
+            os.write(maps_w, b"m")
+        else:
+            print("rootns: unshare(CLONE_NEWUSER) failed", file=sys.stderr)
         os.close(up_r)
         os.close(maps_w)
         kids.append(pid)

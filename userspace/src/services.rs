@@ -121,7 +121,7 @@ struct Registry {
     maps: RegistryMaps,
     book: Mutex<Book>,
     limits: Limits,
-    subuids: Mutex<subuid::SubUidFile>,
+    subuids: subuid::SubUidFile,
     shutdown: AtomicBool,
     refusals: RateLimit,
     /// Told of every registration and unregistration (the allotment controller's job events).
@@ -298,7 +298,7 @@ impl Listening {
         let registry = Arc::new(Registry {
             maps,
             book: Mutex::new(Book::default()),
-            subuids: Mutex::new(subuid::SubUidFile::open(&limits.subuid_file)),
+            subuids: subuid::SubUidFile::open(&limits.subuid_file),
             limits,
             shutdown: AtomicBool::new(false),
             refusals: RateLimit::default(),
@@ -412,7 +412,7 @@ fn admit(stream: UnixStream, reg: &Arc<Registry>) {
             }
         }
     }
-    let subuids = reg.subuids.lock().unwrap().table().clone();
+    let subuids = reg.subuids.table();
     let peer = match Peer::identify(&stream, &subuids) {
         Ok(p) => p,
         Err(e) => {
@@ -433,14 +433,28 @@ fn admit(stream: UnixStream, reg: &Arc<Registry>) {
     let spawned = std::thread::Builder::new()
         .name("tailctl-service".into())
         .spawn(move || {
+            // Given back however serve ends, a panic included.
+            let _leave = LeaveOnDrop(&r, &peer.account);
             if let Err(e) = serve(stream, &r, &peer) {
                 warn!("registration: {e:#}");
             }
-            r.book.lock().unwrap().leave(&peer.account);
         });
     if let Err(e) = spawned {
         warn!("registration: no thread for a connection: {e}");
         reg.book.lock().unwrap().leave(&account);
+    }
+}
+
+/// Gives a connection back to the book when dropped.
+struct LeaveOnDrop<'a>(&'a Registry, &'a Account);
+
+impl Drop for LeaveOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0
+            .book
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .leave(self.1);
     }
 }
 

@@ -7,8 +7,9 @@
 //! rename is atomic and cannot cross file systems) and renames it over `PATH` only on
 //! [`PendingFile::commit`]. Dropped without a commit (an error, a panic), it removes the
 //! temporary file: a failed run leaves `PATH` as it was (a killed one may leave
-//! `.NAME.partial-PID-N` beside it). A `PATH` that is not a regular file (`/dev/null`, a
-//! pipe, a symlink) is written in place, as is a file in a directory one may not write.
+//! `.tailctl-partial-PID-N` beside it). A symlink's target is replaced the same way, the
+//! link kept; a `PATH` that is not a regular file (`/dev/null`, a pipe) is written in
+//! place, as is a file in a directory one may not write.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -39,6 +40,9 @@ use anyhow::{bail, Context, Result};
 /// std::fs::remove_dir_all(&dir).unwrap();
 /// ```
 pub struct PendingFile {
+    /// Where the content goes (a symlink's target).
+    target: PathBuf,
+    /// The path as given, for messages.
     path: PathBuf,
     /// The temporary file renamed over `path` at commit; `None`: `path` itself is written
     /// (it is not a regular file: `/dev/null`, a pipe, a symlink).
@@ -52,45 +56,53 @@ pub struct PendingFile {
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 impl PendingFile {
-    /// Creates the temporary file beside `path` (or opens `path` itself when it is not a
-    /// regular file); the error names `path`.
+    /// Creates the temporary file beside `path` (beside the file a symlink names; or opens
+    /// `path` itself when it is not a regular file); the error names `path`.
     pub fn create(path: &Path) -> Result<Self> {
         let ctx = || format!("cannot create {}", path.display());
+        if path.as_os_str().as_encoded_bytes().ends_with(b"/") {
+            bail!("cannot create {}: it names a directory", path.display());
+        }
+        // Where the content goes: the file itself, or the regular file a symlink names.
+        let mut target = path.to_owned();
         match std::fs::symlink_metadata(path) {
             Ok(m) if m.is_dir() => bail!("cannot create {}: it is a directory", path.display()),
-            // A device, a pipe or a symlink: written in place, as it always was (renaming
-            // over `/dev/null` would replace the device, over a symlink the link).
-            Ok(m) if !m.is_file() => {
-                if std::fs::metadata(path).is_ok_and(|t| t.is_dir()) {
-                    bail!("cannot create {}: it is a directory", path.display());
+            Ok(m) if m.is_symlink() => match std::fs::canonicalize(path) {
+                Ok(t) if t.is_dir() => {
+                    bail!("cannot create {}: it is a directory", path.display())
                 }
-                let f = File::create(path).with_context(ctx)?;
-                return Ok(Self::new(path, None, f));
+                Ok(t) if t.is_file() => target = t,
+                // Dangling, or a device or pipe behind it: written in place.
+                _ => return Ok(Self::new(path, None, File::create(path).with_context(ctx)?)),
+            },
+            // A device or a pipe: written in place (renaming over `/dev/null` would replace
+            // the device).
+            Ok(m) if !m.is_file() => {
+                return Ok(Self::new(path, None, File::create(path).with_context(ctx)?))
             }
             _ => {}
         }
-        let name = path
-            .file_name()
-            .with_context(|| format!("cannot create {}: not a file name", path.display()))?;
         loop {
-            let mut tmp_name = std::ffi::OsString::from(".");
-            tmp_name.push(name);
-            tmp_name.push(format!(
-                ".partial-{}-{}",
+            // A short name of its own (not NAME plus a suffix: that may pass NAME_MAX).
+            let tmp = target.with_file_name(format!(
+                ".tailctl-partial-{}-{}",
                 std::process::id(),
                 SEQ.fetch_add(1, Ordering::Relaxed)
             ));
-            let tmp = path.with_file_name(tmp_name);
             match OpenOptions::new().write(true).create_new(true).open(&tmp) {
-                Ok(f) => return Ok(Self::new(path, Some(tmp), f)),
+                Ok(f) => {
+                    let mut out = Self::new(&target, Some(tmp), f);
+                    out.path = path.to_owned();
+                    return Ok(out);
+                }
                 // Left by another process of the same pid (another pid namespace): next name.
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 // A file one may write in a directory one may not: written in place.
-                Err(e) if e.kind() == io::ErrorKind::PermissionDenied && path.is_file() => {
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied && target.is_file() => {
                     let f = OpenOptions::new()
                         .write(true)
                         .truncate(true)
-                        .open(path)
+                        .open(&target)
                         .with_context(ctx)?;
                     return Ok(Self::new(path, None, f));
                 }
@@ -101,6 +113,7 @@ impl PendingFile {
 
     fn new(path: &Path, tmp: Option<PathBuf>, f: File) -> Self {
         Self {
+            target: path.to_owned(),
             path: path.to_owned(),
             tmp,
             out: BufWriter::new(f),
@@ -108,7 +121,7 @@ impl PendingFile {
         }
     }
 
-    /// The path the file will have once committed.
+    /// The path the file will have once committed (as given).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -119,7 +132,9 @@ impl PendingFile {
         let ctx = || format!("cannot write {}", self.path.display());
         self.out.flush().with_context(ctx)?;
         if let Some(tmp) = &self.tmp {
-            std::fs::rename(tmp, &self.path).with_context(ctx)?;
+            // On disk before it replaces the old file.
+            self.out.get_ref().sync_all().with_context(ctx)?;
+            std::fs::rename(tmp, &self.target).with_context(ctx)?;
         }
         self.done = true;
         Ok(())
@@ -181,9 +196,19 @@ mod tests {
         f.commit().unwrap();
         assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
-        // A directory is refused at once.
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            2,
+            "no temporary file left"
+        );
+        // A directory is refused at once, so is a path ending in a slash.
         let e = format!("{:#}", PendingFile::create(&dir).err().unwrap());
         assert!(e.contains("is a directory"), "{e}");
+        let e = format!(
+            "{:#}",
+            PendingFile::create(&dir.join("new/")).err().unwrap()
+        );
+        assert!(e.contains("names a directory"), "{e}");
         // Two outputs to one path: each its own temporary file, the last commit wins.
         let p = dir.join("same.txt");
         let (mut a, mut b) = (

@@ -310,7 +310,7 @@ const MAX_USERNS_DEPTH: usize = 33;
 /// `pidfd` says so) against ([`Account`]): its user, if it runs in the daemon's user
 /// namespace; else the user that created the outermost of its user namespaces (the one
 /// created in the daemon's); or, when root created that one, both that namespace and the
-/// process's own user. A user is a uid with subordinate uids taken back to their owner
+/// process's own uid. A user is a uid with subordinate uids taken back to their owner
 /// (`subuids`).
 pub fn account(
     pid: u32,
@@ -355,8 +355,12 @@ pub fn account(
             return Ok(if owner == 0 {
                 // A container runtime's, or a setuid helper's made for a user (bubblewrap):
                 // the container is one user, and the user does not start over in each.
+                // The process's uid as it is: such a namespace maps the caller's own uid
+                // (a sandbox) or uids root handed out (a container's range, which subuid(5)
+                // may list under a runtime's user such as Docker's `dockremap`: taken back
+                // to it, every container would share one quota).
                 let ino = std::fs::File::from(ns).metadata()?.ino();
-                Account::of(vec![Key::Namespace(ino), Key::Uid(subuids.user_of(uid))])
+                Account::of(vec![Key::Namespace(ino), Key::Uid(uid)])
             } else {
                 Account::uid(subuids.user_of(owner))
             });

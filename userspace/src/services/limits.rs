@@ -58,7 +58,9 @@ impl fmt::Display for Key {
 ///   its namespaces (taken back the same way);
 /// - when root created that namespace (a container runtime, or a setuid helper such as
 ///   bubblewrap creating one for any user), as both that namespace and the process's own
-///   uid: a container is one user however many uids it maps, and a user does not get a
+///   uid, taken as it is (a container runtime's range may be listed in subuid(5) under the
+///   runtime's user, Docker's `dockremap`: taken back to it, all containers would share one
+///   quota): a container is one user however many uids it maps, and a user does not get a
 ///   fresh quota from each sandbox it starts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Account(Vec<Key>);
@@ -188,10 +190,11 @@ impl Book {
                 self.meter(k, lim, now)?;
             }
             if lim.connect_rate > 0 {
+                // The second key's eviction may have dropped the first's (full) bucket:
+                // a full one again, charged all the same.
+                let burst = 2.0 * lim.connect_rate as f64;
                 for k in acct.limited() {
-                    if let Some((left, _)) = self.buckets.get_mut(&k) {
-                        *left -= 1.0;
-                    }
+                    self.buckets.entry(k).or_insert((burst, now)).0 -= 1.0;
                 }
             }
             self.unprivileged_conns += 1;

@@ -3,14 +3,17 @@
 //! it runs, is that user's, so the registration limits count it as that user
 //! ([`super::limits::Account`]).
 //!
-//! The file is read at start and again when its modification time changes (checked at most
-//! once a second), so a user added with `usermod --add-subuids` is counted right without a
-//! restart. A line that is not `NAME_OR_UID:START:COUNT`, or names an unknown user, is
-//! skipped with a warning: the file belongs to shadow-utils, and a mistake in it must not
+//! The file is read at start and then by a thread of its own, again whenever it changes
+//! (inode, size, modification or change time, checked once a second) and every 10 s while
+//! a user it names could not be looked up (the name service may come up after the daemon).
+//! The registration server only takes the current table: a slow name service never holds
+//! up a connection. A line that is not `NAME_OR_UID:START:COUNT`, or names an unknown user,
+//! is skipped with a warning: the file belongs to shadow-utils, and a mistake in it must not
 //! stop the scheduler.
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::path::Path;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use log::warn;
 
@@ -51,85 +54,129 @@ impl SubUids {
         (Self { ranges }, bad)
     }
 
-    /// The user `uid` is a subordinate uid of (the first range holding it), if any.
+    /// The user `uid` is a subordinate uid of, if any: of the ranges holding it, the first
+    /// one a user other than root owns, else root.
     pub fn owner(&self, uid: u32) -> Option<u32> {
-        self.ranges
+        let mut holding = self
+            .ranges
             .iter()
-            .find(|&&(s, c, _)| uid >= s && u64::from(uid) < u64::from(s) + u64::from(c))
-            .map(|&(_, _, o)| o)
+            .filter(|&&(s, c, _)| uid >= s && u64::from(uid) < u64::from(s) + u64::from(c))
+            .map(|&(_, _, o)| o);
+        let first = holding.next()?;
+        Some(if first != 0 {
+            first
+        } else {
+            holding.find(|&o| o != 0).unwrap_or(0)
+        })
     }
 
     /// `uid` as the limits count it: its owner if it is some user's subordinate uid, else
-    /// itself. A subordinate uid of root's (a container runtime's range) stays itself.
+    /// itself. A subordinate uid of root's (a container runtime's range) stays itself, and
+    /// root stays root whatever the file says.
     pub fn user_of(&self, uid: u32) -> u32 {
         match self.owner(uid) {
-            Some(o) if o != 0 => o,
+            Some(o) if o != 0 && uid != 0 => o,
             _ => uid,
         }
     }
 }
 
-/// [`SubUids`] from a file, read again when it changes.
+/// What tells a rewrite of the file apart (`cp -p` keeps the modification time, not the
+/// change time or the inode a rename brings).
+type Stamp = Option<(u64, u64, i64, i64, i64, i64)>;
+
+fn stamp(path: &Path) -> Stamp {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| {
+        (
+            m.ino(),
+            m.size(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec(),
+        )
+    })
+}
+
+/// How often a table with an unknown user name is read again anyway.
+const RETRY_UNKNOWN: Duration = Duration::from_secs(10);
+
+/// [`SubUids`] from a file, kept current by a thread of its own (module docs).
 pub struct SubUidFile {
-    path: PathBuf,
-    table: SubUids,
-    mtime: Option<SystemTime>,
-    checked: Instant,
+    current: Arc<Mutex<Arc<SubUids>>>,
 }
 
 impl SubUidFile {
-    /// Reads `path` now (a missing file is an empty table).
+    /// Reads `path` now (a missing file is an empty table) and starts the thread that
+    /// follows it; the thread ends with the last clone of the table's holder.
     pub fn open(path: &Path) -> Self {
-        let mut f = Self {
-            path: path.to_owned(),
-            table: SubUids::default(),
-            mtime: None,
-            checked: Instant::now(),
-        };
-        f.reload();
-        f
+        // The stamp before the read: a change during it is seen afterwards.
+        let seen = stamp(path);
+        let (table, unknown) = read(path);
+        let current = Arc::new(Mutex::new(Arc::new(table)));
+        let weak: Weak<Mutex<Arc<SubUids>>> = Arc::downgrade(&current);
+        let path = path.to_owned();
+        let spawned = std::thread::Builder::new()
+            .name("tailctl-subuid".into())
+            .spawn(move || follow(&path, weak, seen, unknown));
+        if let Err(e) = spawned {
+            warn!("no thread to follow the subordinate uids file: {e}; it was read once");
+        }
+        Self { current }
     }
 
-    /// The table, read again first if the file changed (checked at most once a second).
-    pub fn table(&mut self) -> &SubUids {
-        if self.checked.elapsed() >= Duration::from_secs(1) {
-            self.checked = Instant::now();
-            let mtime = std::fs::metadata(&self.path)
-                .and_then(|m| m.modified())
-                .ok();
-            if mtime != self.mtime {
-                self.reload();
-            }
-        }
-        &self.table
+    /// The current table.
+    pub fn table(&self) -> Arc<SubUids> {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
+}
 
-    fn reload(&mut self) {
-        self.mtime = std::fs::metadata(&self.path)
-            .and_then(|m| m.modified())
-            .ok();
-        let text = match std::fs::read_to_string(&self.path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(e) => {
-                warn!(
-                    "{}: {e}; subordinate uids count as their own users",
-                    self.path.display()
-                );
-                String::new()
-            }
+fn follow(path: &Path, table: Weak<Mutex<Arc<SubUids>>>, mut seen: Stamp, mut unknown: bool) {
+    let mut read_at = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let Some(holder) = table.upgrade() else {
+            return;
         };
-        let (table, bad) = SubUids::parse(&text, |name| {
-            nix::unistd::User::from_name(name)
-                .ok()
-                .flatten()
-                .map(|u| u.uid.as_raw())
-        });
-        for why in bad {
-            warn!("{}: {why} (skipped)", self.path.display());
+        let now = stamp(path);
+        if now != seen || (unknown && read_at.elapsed() >= RETRY_UNKNOWN) {
+            seen = now;
+            read_at = Instant::now();
+            let (t, u) = read(path);
+            unknown = u;
+            *holder.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(t);
         }
-        self.table = table;
     }
+}
+
+/// The table in `path`, and whether a user it names could not be looked up.
+fn read(path: &Path) -> (SubUids, bool) {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => {
+            warn!(
+                "{}: {e}; subordinate uids count as their own users",
+                path.display()
+            );
+            String::new()
+        }
+    };
+    let (table, bad) = SubUids::parse(&text, |name| {
+        nix::unistd::User::from_name(name)
+            .ok()
+            .flatten()
+            .map(|u| u.uid.as_raw())
+    });
+    let unknown = bad.iter().any(|b| b.contains("unknown user"));
+    for why in bad {
+        warn!("{}: {why} (skipped)", path.display());
+    }
+    (table, unknown)
 }
 
 #[cfg(test)]
@@ -176,11 +223,23 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("subuid-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("subuid");
-        let mut f = SubUidFile::open(&path);
+        let f = SubUidFile::open(&path);
         assert_eq!(f.table().user_of(300_001), 300_001, "no file: empty");
         std::fs::write(&path, "65528:300000:8\n").unwrap();
-        f.checked -= Duration::from_secs(2);
-        assert_eq!(f.table().user_of(300_001), 65528);
+        let t0 = Instant::now();
+        while f.table().user_of(300_001) != 65528 {
+            assert!(t0.elapsed() < Duration::from_secs(10), "not read again");
+            std::thread::sleep(Duration::from_millis(100));
+        }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_user_range_wins_over_roots_and_root_stays_root() {
+        let (t, _) = SubUids::parse("root:0:1000000\n1000:100000:10\n", |_| None);
+        assert_eq!(t.user_of(100_005), 1000);
+        assert_eq!(t.user_of(5), 5);
+        let (t, _) = SubUids::parse("1000:0:10\n", |_| None);
+        assert_eq!(t.user_of(0), 0);
     }
 }
