@@ -3291,6 +3291,9 @@ static __always_inline bool overdue_defers(s32 ocpu, u64 waited)
 	return true;
 }
 
+/* A head move's SCX_ENQ_PREEMPT needs a kick too (kernels before 6.18: release_move). */
+const volatile bool head_move_kick;
+
 /*
  * The move of a released waiter out of its queue (iterator @it): to the head
  * of CPU @ocpu's local queue (overdue_local_cpu), else to @to, its level's
@@ -3308,13 +3311,15 @@ static __always_inline bool release_move(struct bpf_iter_scx_dsq *it, struct tas
 		if (!scx_bpf_dsq_move(it, p, SCX_DSQ_LOCAL_ON | ocpu, SCX_ENQ_PREEMPT))
 			return false;
 		/*
-		 * And a preempting kick of that CPU: on 6.16 the move's
-		 * SCX_ENQ_PREEMPT alone left the CPU's task running out its
-		 * slice (guest test waitjob: an overdue waiter ran 1.1-1.2 s
-		 * after it began to wait, with 1 s slices; 6.18 and 7.3 were
-		 * within the bound). A CPU already rescheduling ignores it.
+		 * Before 6.18 (head_move_kick), and a preempting kick of that
+		 * CPU: on 6.16 the move's SCX_ENQ_PREEMPT alone left the CPU's
+		 * task running out its slice (guest test waitjob: an overdue
+		 * waiter ran 1.1-1.2 s after it began to wait, with 1 s slices;
+		 * 6.18 and 7.3 were within the bound). Not on the kernels where
+		 * the move preempts: the kick lands later (irq_work) and zeroes
+		 * the slice of whatever runs then, which may be the waiter itself.
 		 */
-		if (ocpu != (s32)bpf_get_smp_processor_id())
+		if (head_move_kick && ocpu != (s32)bpf_get_smp_processor_id())
 			scx_bpf_kick_cpu(ocpu, SCX_KICK_PREEMPT);
 		return true;
 	}

@@ -432,6 +432,20 @@ fn socket_group(name: Option<&str>) -> Result<Option<u32>> {
     }
 }
 
+/// Whether a waiter moved to the head of another CPU's local queue needs a preempting kick
+/// besides the move's SCX_ENQ_PREEMPT: on 6.16 the move alone did not preempt (guest test
+/// `waitjob`), on 6.18 and 7.3 it did. Kernels in between, and releases that do not parse,
+/// get the kick.
+fn needs_head_move_kick(release: &str) -> bool {
+    let mut v = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().ok());
+    match (v.next().flatten(), v.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) < (6, 18),
+        _ => true,
+    }
+}
+
 fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
@@ -519,6 +533,7 @@ impl<'a> Scheduler<'a> {
         // Non-zero: the kernel looks cgroup jobs up (they may appear at any time).
         rodata.nr_job_cgroups = opts.job.len() as u32;
         rodata.request_shares = opts.request_shares;
+        rodata.head_move_kick = needs_head_move_kick(&kernel_release());
         let llcs = llc::groups(opts.llc_queues == OnOff::On, opts.llc_groups)?;
         rodata.nr_llcs = llcs.nr;
         for &(cpu, group) in &llcs.cpus {
@@ -820,6 +835,15 @@ fn main() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn head_move_kick_before_6_18() {
+        assert!(needs_head_move_kick("6.16.12+deb13-cloud-amd64"));
+        assert!(needs_head_move_kick("6.17.13+deb13-cloud-amd64"));
+        assert!(!needs_head_move_kick("6.18.15+deb13-cloud-amd64"));
+        assert!(!needs_head_move_kick("7.3.4+deb13-cloud-amd64"));
+        assert!(needs_head_move_kick("unknown"));
+    }
 
     #[test]
     fn per_user_limits_keep_their_old_names() {

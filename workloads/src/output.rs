@@ -7,9 +7,9 @@
 //! rename is atomic and cannot cross file systems) and renames it over `PATH` only on
 //! [`PendingFile::commit`]. Dropped without a commit (an error, a panic), it removes the
 //! temporary file: a failed run leaves `PATH` as it was (a killed one may leave
-//! `.tailctl-partial-PID-N` beside it). A symlink's target is replaced the same way, the
-//! link kept; a `PATH` that is not a regular file (`/dev/null`, a pipe) is written in
-//! place, as is a file in a directory one may not write.
+//! `.tailctl-partial-PID-N` beside it). A `PATH` that is not a regular file (`/dev/null`, a
+//! pipe, a symlink, which may lead anywhere) is written in place, as is a file in a
+//! directory one may not write.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -40,9 +40,6 @@ use anyhow::{bail, Context, Result};
 /// std::fs::remove_dir_all(&dir).unwrap();
 /// ```
 pub struct PendingFile {
-    /// Where the content goes (a symlink's target).
-    target: PathBuf,
-    /// The path as given, for messages.
     path: PathBuf,
     /// The temporary file renamed over `path` at commit; `None`: `path` itself is written
     /// (it is not a regular file: `/dev/null`, a pipe, a symlink).
@@ -56,53 +53,46 @@ pub struct PendingFile {
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 impl PendingFile {
-    /// Creates the temporary file beside `path` (beside the file a symlink names; or opens
-    /// `path` itself when it is not a regular file); the error names `path`.
+    /// Creates the temporary file beside `path` (or opens `path` itself when it is not a
+    /// regular file); the error names `path`.
     pub fn create(path: &Path) -> Result<Self> {
         let ctx = || format!("cannot create {}", path.display());
         if path.as_os_str().as_encoded_bytes().ends_with(b"/") {
             bail!("cannot create {}: it names a directory", path.display());
         }
-        // Where the content goes: the file itself, or the regular file a symlink names.
-        let mut target = path.to_owned();
+        if path.file_name().is_none() {
+            bail!("cannot create {}: not a file name", path.display());
+        }
         match std::fs::symlink_metadata(path) {
             Ok(m) if m.is_dir() => bail!("cannot create {}: it is a directory", path.display()),
-            Ok(m) if m.is_symlink() => match std::fs::canonicalize(path) {
-                Ok(t) if t.is_dir() => {
-                    bail!("cannot create {}: it is a directory", path.display())
-                }
-                Ok(t) if t.is_file() => target = t,
-                // Dangling, or a device or pipe behind it: written in place.
-                _ => return Ok(Self::new(path, None, File::create(path).with_context(ctx)?)),
-            },
-            // A device or a pipe: written in place (renaming over `/dev/null` would replace
-            // the device).
+            // A device, a pipe or a symlink: written in place, as it always was (renaming
+            // over `/dev/null` would replace the device; a link may lead anywhere, even to
+            // the file the shell redirected stdout to, through /dev/stdout).
             Ok(m) if !m.is_file() => {
-                return Ok(Self::new(path, None, File::create(path).with_context(ctx)?))
+                if std::fs::metadata(path).is_ok_and(|t| t.is_dir()) {
+                    bail!("cannot create {}: it is a directory", path.display());
+                }
+                return Ok(Self::new(path, None, File::create(path).with_context(ctx)?));
             }
             _ => {}
         }
         loop {
             // A short name of its own (not NAME plus a suffix: that may pass NAME_MAX).
-            let tmp = target.with_file_name(format!(
+            let tmp = path.with_file_name(format!(
                 ".tailctl-partial-{}-{}",
                 std::process::id(),
                 SEQ.fetch_add(1, Ordering::Relaxed)
             ));
             match OpenOptions::new().write(true).create_new(true).open(&tmp) {
-                Ok(f) => {
-                    let mut out = Self::new(&target, Some(tmp), f);
-                    out.path = path.to_owned();
-                    return Ok(out);
-                }
+                Ok(f) => return Ok(Self::new(path, Some(tmp), f)),
                 // Left by another process of the same pid (another pid namespace): next name.
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 // A file one may write in a directory one may not: written in place.
-                Err(e) if e.kind() == io::ErrorKind::PermissionDenied && target.is_file() => {
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied && path.is_file() => {
                     let f = OpenOptions::new()
                         .write(true)
                         .truncate(true)
-                        .open(&target)
+                        .open(path)
                         .with_context(ctx)?;
                     return Ok(Self::new(path, None, f));
                 }
@@ -113,7 +103,6 @@ impl PendingFile {
 
     fn new(path: &Path, tmp: Option<PathBuf>, f: File) -> Self {
         Self {
-            target: path.to_owned(),
             path: path.to_owned(),
             tmp,
             out: BufWriter::new(f),
@@ -121,7 +110,7 @@ impl PendingFile {
         }
     }
 
-    /// The path the file will have once committed (as given).
+    /// The path the file will have once committed.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -134,7 +123,7 @@ impl PendingFile {
         if let Some(tmp) = &self.tmp {
             // On disk before it replaces the old file.
             self.out.get_ref().sync_all().with_context(ctx)?;
-            std::fs::rename(tmp, &self.target).with_context(ctx)?;
+            std::fs::rename(tmp, &self.path).with_context(ctx)?;
         }
         self.done = true;
         Ok(())
@@ -186,7 +175,8 @@ mod tests {
         f.write_all(b"x").unwrap();
         f.commit().unwrap();
         assert!(!std::fs::metadata("/dev/null").unwrap().is_file());
-        // A symlink keeps pointing at its target, which gets the content.
+        // A symlink is written in place: it keeps pointing at its target, which gets the
+        // content.
         let target = dir.join("target.csv");
         let link = dir.join("link.csv");
         std::fs::write(&target, "old").unwrap();

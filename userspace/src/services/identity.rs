@@ -309,9 +309,9 @@ const MAX_USERNS_DEPTH: usize = 33;
 /// Whom the registration limits count process `pid` (uid `uid`, still running while
 /// `pidfd` says so) against ([`Account`]): its user, if it runs in the daemon's user
 /// namespace; else the user that created the outermost of its user namespaces (the one
-/// created in the daemon's); or, when root created that one, both that namespace and the
-/// process's own uid. A user is a uid with subordinate uids taken back to their owner
-/// (`subuids`).
+/// created in the daemon's); or, when root created that one, that namespace, and with it
+/// the process's own user when the namespace maps that one uid only (a sandbox). A user is
+/// a uid with subordinate uids taken back to their owner (`subuids`).
 pub fn account(
     pid: u32,
     uid: u32,
@@ -320,6 +320,11 @@ pub fn account(
 ) -> io::Result<Account> {
     let own = own_ns_ino("user")?;
     let ns = std::fs::File::open(format!("/proc/{pid}/ns/user"))?;
+    // How many uids its namespace maps (read before the liveness check, like the file).
+    let mapped: u64 = std::fs::read_to_string(format!("/proc/{pid}/uid_map"))?
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2)?.parse::<u64>().ok())
+        .sum();
     // The file is the peer's only if the peer still runs now (its pid was not reused).
     if pidfd_exited(pidfd) {
         return Err(io::Error::new(
@@ -355,12 +360,17 @@ pub fn account(
             return Ok(if owner == 0 {
                 // A container runtime's, or a setuid helper's made for a user (bubblewrap):
                 // the container is one user, and the user does not start over in each.
-                // The process's uid as it is: such a namespace maps the caller's own uid
-                // (a sandbox) or uids root handed out (a container's range, which subuid(5)
-                // may list under a runtime's user such as Docker's `dockremap`: taken back
-                // to it, every container would share one quota).
+                // One uid mapped: a sandbox a setuid helper made for its caller, who is
+                // also charged (taken back through subuid(5), so a user running as a
+                // subordinate uid gains nothing). More: a container, one user by itself
+                // (its uids may come from a runtime's range that subuid(5) lists under
+                // Docker's `dockremap`: charged to it, all containers would share one).
                 let ino = std::fs::File::from(ns).metadata()?.ino();
-                Account::of(vec![Key::Namespace(ino), Key::Uid(uid)])
+                if mapped == 1 {
+                    Account::of(vec![Key::Namespace(ino), Key::Uid(subuids.user_of(uid))])
+                } else {
+                    Account::of(vec![Key::Namespace(ino)])
+                }
             } else {
                 Account::uid(subuids.user_of(owner))
             });
@@ -467,9 +477,9 @@ mod tests {
         let euid = nix::unistd::geteuid().as_raw();
         let got = got.unwrap();
         if euid == 0 {
-            // Root made it: the namespace, and the process's own uid.
+            // Root made it, mapping nothing: the namespace alone.
             assert!(got.to_string().starts_with("user namespace "), "{got}");
-            assert!(got.to_string().ends_with(" and uid 65534"), "{got}");
+            assert!(!got.to_string().contains(" and "), "{got}");
         } else {
             assert_eq!(got, Account::uid(euid));
         }

@@ -56,12 +56,11 @@ impl fmt::Display for Key {
 ///   user it belongs to;
 /// - a process in another user namespace counts as the uid that created the outermost of
 ///   its namespaces (taken back the same way);
-/// - when root created that namespace (a container runtime, or a setuid helper such as
-///   bubblewrap creating one for any user), as both that namespace and the process's own
-///   uid, taken as it is (a container runtime's range may be listed in subuid(5) under the
-///   runtime's user, Docker's `dockremap`: taken back to it, all containers would share one
-///   quota): a container is one user however many uids it maps, and a user does not get a
-///   fresh quota from each sandbox it starts.
+/// - when root created that namespace, as that namespace: a container is one user however
+///   many uids it maps (not its uids' owner in subuid(5): Docker lists its range under
+///   `dockremap`, and all containers would share one quota). A namespace that maps one uid
+///   only is a sandbox a setuid helper (bubblewrap) made for its caller, who is charged as
+///   well, so a user does not get a fresh quota from each sandbox it starts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Account(Vec<Key>);
 

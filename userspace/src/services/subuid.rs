@@ -4,8 +4,9 @@
 //! ([`super::limits::Account`]).
 //!
 //! The file is read at start and then by a thread of its own, again whenever it changes
-//! (inode, size, modification or change time, checked once a second) and every 10 s while
-//! a user it names could not be looked up (the name service may come up after the daemon).
+//! (inode, size, modification or change time, checked once a second) and every minute while
+//! a user it names could not be looked up (the name service may come up after the daemon);
+//! the skipped lines are logged when they change, not at every retry.
 //! The registration server only takes the current table: a slow name service never holds
 //! up a connection. A line that is not `NAME_OR_UID:START:COUNT`, or names an unknown user,
 //! is skipped with a warning: the file belongs to shadow-utils, and a mistake in it must not
@@ -100,7 +101,7 @@ fn stamp(path: &Path) -> Stamp {
 }
 
 /// How often a table with an unknown user name is read again anyway.
-const RETRY_UNKNOWN: Duration = Duration::from_secs(10);
+const RETRY_UNKNOWN: Duration = Duration::from_secs(60);
 
 /// [`SubUids`] from a file, kept current by a thread of its own (module docs).
 pub struct SubUidFile {
@@ -113,13 +114,14 @@ impl SubUidFile {
     pub fn open(path: &Path) -> Self {
         // The stamp before the read: a change during it is seen afterwards.
         let seen = stamp(path);
-        let (table, unknown) = read(path);
+        let (table, bad) = read(path);
+        warn_skipped(path, &bad);
         let current = Arc::new(Mutex::new(Arc::new(table)));
         let weak: Weak<Mutex<Arc<SubUids>>> = Arc::downgrade(&current);
         let path = path.to_owned();
         let spawned = std::thread::Builder::new()
             .name("tailctl-subuid".into())
-            .spawn(move || follow(&path, weak, seen, unknown));
+            .spawn(move || follow(&path, weak, seen, bad));
         if let Err(e) = spawned {
             warn!("no thread to follow the subordinate uids file: {e}; it was read once");
         }
@@ -135,48 +137,50 @@ impl SubUidFile {
     }
 }
 
-fn follow(path: &Path, table: Weak<Mutex<Arc<SubUids>>>, mut seen: Stamp, mut unknown: bool) {
+fn follow(path: &Path, table: Weak<Mutex<Arc<SubUids>>>, mut seen: Stamp, mut bad: Vec<String>) {
     let mut read_at = Instant::now();
     loop {
         std::thread::sleep(Duration::from_secs(1));
         let Some(holder) = table.upgrade() else {
             return;
         };
+        let unknown = bad.iter().any(|b| b.contains("unknown user"));
         let now = stamp(path);
         if now != seen || (unknown && read_at.elapsed() >= RETRY_UNKNOWN) {
             seen = now;
             read_at = Instant::now();
-            let (t, u) = read(path);
-            unknown = u;
+            let (t, b) = read(path);
+            // Said once, not at every retry.
+            if b != bad {
+                warn_skipped(path, &b);
+            }
+            bad = b;
             *holder.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(t);
         }
     }
 }
 
-/// The table in `path`, and whether a user it names could not be looked up.
-fn read(path: &Path) -> (SubUids, bool) {
+fn warn_skipped(path: &Path, bad: &[String]) {
+    for why in bad {
+        warn!("{}: {why} (skipped)", path.display());
+    }
+}
+
+/// The table in `path`, and the lines it skipped (with why).
+fn read(path: &Path) -> (SubUids, Vec<String>) {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => {
-            warn!(
-                "{}: {e}; subordinate uids count as their own users",
-                path.display()
-            );
-            String::new()
+            return (SubUids::default(), vec![format!("cannot read it: {e}")]);
         }
     };
-    let (table, bad) = SubUids::parse(&text, |name| {
+    SubUids::parse(&text, |name| {
         nix::unistd::User::from_name(name)
             .ok()
             .flatten()
             .map(|u| u.uid.as_raw())
-    });
-    let unknown = bad.iter().any(|b| b.contains("unknown user"));
-    for why in bad {
-        warn!("{}: {why} (skipped)", path.display());
-    }
-    (table, unknown)
+    })
 }
 
 #[cfg(test)]
