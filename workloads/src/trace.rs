@@ -210,16 +210,16 @@ impl Trace {
         })
     }
 
-    /// Writes the trace to a file, through a temporary file renamed over it,
-    /// so a failed write never leaves a truncated trace behind.
+    /// Writes the trace to a file, through a temporary file renamed over it
+    /// ([`crate::output::PendingFile`]), so a failed write never leaves a
+    /// truncated trace behind.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let name = path.file_name().unwrap_or_default().to_string_lossy();
-        let tmp = path.with_file_name(format!(".{name}.tmp"));
-        std::fs::write(&tmp, self.to_text())
-            .and_then(|()| std::fs::rename(&tmp, path))
-            .inspect_err(|_| {
-                let _ = std::fs::remove_file(&tmp);
-            })
+        use std::io::Write as _;
+        let mut f = crate::output::PendingFile::create(path)
+            .with_context(|| format!("cannot write trace {}", path.display()))?;
+        f.write_all(self.to_text().as_bytes())
+            .with_context(|| format!("cannot write trace {}", path.display()))?;
+        f.commit()
             .with_context(|| format!("cannot write trace {}", path.display()))
     }
 
