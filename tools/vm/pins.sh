@@ -55,6 +55,12 @@ KERNEL_SERIES=(6.18 7)
 KERNEL_6_16=(
   "linux-image-6.16.12+deb13-cloud-amd64 6.16.12-1~bpo13+1 b56d926c1dc9bbdf151794753df57bd427af2398a033999016dcbbd211e8e461"
 )
+# The last series before 6.18 (Ubuntu 25.10's): the release-path kick of
+# 6.16 applies to it too (not in the default series: `tools/vm/provision.sh
+# 6.17` and `KERNELS=6.17 tools/test.sh`).
+KERNEL_6_17=(
+  "linux-image-6.17.13+deb13-cloud-amd64 6.17.13-1~bpo13+1 2ac533a36b0c5107527166716414a4d04b00f7108e419df2084ca5aec268d1ff"
+)
 KERNEL_6_18=(
   "linux-image-6.18.15+deb13-cloud-amd64 6.18.15-1~bpo13+1 5a507681ea8c978d02265a7fec2f02c9588fb48b54b7f71edc1059e86007f3ec"
 )

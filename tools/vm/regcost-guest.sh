@@ -3,7 +3,8 @@
 #   tools/vm/regcost-guest.sh BIN_DIR OUT_DIR [ROUNDS]
 # One scx_tailctl stays loaded; in ROUNDS (default 5) rounds, alternating which
 # goes first, the same service (`tailctl-ktest serve`: 4 workers, batches of 8
-# requests of 8 x 500 us of CPU) runs 8 s registered with it and 8 s not
+# requests of 8 x 500 us of CPU; REGCOST_SERVE_ARGS adds serve's flags, e.g.
+# "--item-us 10000 --threshold-ms 500") runs 8 s registered with it and 8 s not
 # (its registration socket pointed nowhere). Per run: requests per second, and
 # per request the process's CPU time, context switches and runqueue wait
 # (getrusage and /proc/self/task/*/schedstat: the kernel's own bookkeeping,
@@ -21,6 +22,8 @@
 # minority of windows do not move.
 set -uo pipefail
 bin=$(readlink -f "$1"); out=$2; rounds=${3:-5}
+# shellcheck disable=SC2206
+serve_args=(${REGCOST_SERVE_ARGS:-})
 PY=$(command -v /usr/bin/python3 || command -v python3)
 mkdir -p "$out"; raw=$out/raw; mkdir -p "$raw"; : >"$raw/records.jsonl"
 "$bin/scx_tailctl" >"$raw/sched.log" 2>&1 &
@@ -56,7 +59,7 @@ print(json.dumps({"t": time.monotonic(), "progs": snap()}), flush=True)
 PY
 }
 # Warm-up: the first run of a boot translates the code (TCG) and runs slower.
-"$bin/tailctl-ktest" -w 4 serve --secs 3 >/dev/null 2>&1
+"$bin/tailctl-ktest" -w 4 serve --secs 3 "${serve_args[@]}" >/dev/null 2>&1
 for ((r = 0; r < rounds; r++)); do
   if ((r % 2 == 0)); then order=(registered unregistered); else order=(unregistered registered); fi
   for mode in "${order[@]}"; do
@@ -66,7 +69,7 @@ for ((r = 0; r < rounds; r++)); do
     sysctl -q -w kernel.bpf_stats_enabled=1
     sample "$sp" "$raw/stop" >"$win" &
     wp=$!
-    res=$("$bin/tailctl-ktest" "${sock[@]}" -w 4 serve --secs 8 $([ "$mode" = registered ] && echo --require-kernel) 2>>"$raw/errors.log")
+    res=$("$bin/tailctl-ktest" "${sock[@]}" -w 4 serve --secs 8 "${serve_args[@]}" $([ "$mode" = registered ] && echo --require-kernel) 2>>"$raw/errors.log")
     touch "$raw/stop"; wait $wp
     sysctl -q -w kernel.bpf_stats_enabled=0
     after=$(progs)

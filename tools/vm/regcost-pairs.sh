@@ -8,7 +8,9 @@
 # new); tools/vm/regcost-compare.py OUT_DIR/*/ pools the runs by label. A
 # LABEL starting with "diag" also gets `scx_tailctl --monitor 2` logged beside
 # it (OUT_DIR/N-LABEL.monitor), for a scratch build that counts something in
-# its stats.
+# its stats. A file `serve-args` in a BIN_DIR gives that label's workload
+# (REGCOST_SERVE_ARGS of regcost-guest.sh), so one build can run under two
+# workloads as two labels (two copies of the directory).
 set -uo pipefail
 here=$(dirname "$(readlink -f "$0")")
 out=$1; rounds=$2; shift 2
@@ -23,7 +25,8 @@ for dir in "$@"; do
     mp=$!
   fi
   echo "[pairs] $i $v start $(date -u +%T)"
-  "$here/regcost-guest.sh" "$bin" "$out/$i-$v" "$rounds" >"$out/$i-$v.log" 2>&1
+  REGCOST_SERVE_ARGS=$(cat "$bin/serve-args" 2>/dev/null) \
+    "$here/regcost-guest.sh" "$bin" "$out/$i-$v" "$rounds" >"$out/$i-$v.log" 2>&1
   echo "[pairs] $i $v end $(date -u +%T)"
   # The monitor loop, then the monitor it started (by their pids).
   [ -n "$mp" ] && { kill -STOP "$mp"; pkill -P "$mp"; kill "$mp"; kill -CONT "$mp"; } 2>/dev/null

@@ -140,6 +140,19 @@ enum Cmd {
         /// Require kernel assistance (fail if the daemon does not accept us).
         #[arg(long)]
         require_kernel: bool,
+        /// Parallel items per request (batches of 8 requests).
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
+        items: u64,
+        /// CPU time of one item, us: with 500 a worker moves to another
+        /// request at most of its ticks; with items longer than a tick it mostly
+        /// stays on one (what ops.tick's request accounting costs depends
+        /// on which).
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        item_us: u64,
+        /// The service's (flat) threshold, ms: keep it above a request's
+        /// CPU time, or the kernel serializes the requests.
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+        threshold_ms: u64,
     },
     Rogue {
         #[arg(long, default_value_t = 30)]
@@ -963,8 +976,20 @@ fn account(cli: &Cli, ms: u64, count: u32, pacing: Pacing, busy_cpu: Option<usiz
     Ok(())
 }
 
-fn serve(cli: &Cli, secs: u64, require_kernel: bool) -> Result<()> {
-    let pool = start_pool(cli, Some(&threshold_table(50)), true)?;
+/// `serve`'s requests: `items` parallel items of `item` CPU time each.
+struct ServeWork {
+    items: usize,
+    item: Duration,
+    threshold_ms: u64,
+}
+
+fn serve(cli: &Cli, secs: u64, require_kernel: bool, work: ServeWork) -> Result<()> {
+    let ServeWork {
+        items,
+        item,
+        threshold_ms,
+    } = work;
+    let pool = start_pool(cli, Some(&threshold_table(threshold_ms)), true)?;
     if require_kernel && !pool.is_kernel_assisted() {
         bail!(
             "scx_tailctl did not accept the registration: {}",
@@ -977,9 +1002,7 @@ fn serve(cli: &Cli, secs: u64, require_kernel: bool) -> Result<()> {
     let t0 = Instant::now();
     while Instant::now() < deadline {
         let batch: Vec<_> = (0..8)
-            .map(|_| {
-                pool.submit(|| parallel_for(0..8usize, 1, |_| burn_cpu(Duration::from_micros(500))))
-            })
+            .map(|_| pool.submit(move || parallel_for(0..items, 1, |_| burn_cpu(item))))
             .collect();
         for h in batch {
             match h.wait() {
@@ -998,6 +1021,8 @@ fn serve(cli: &Cli, secs: u64, require_kernel: bool) -> Result<()> {
         "{}",
         serde_json::to_string(&json!({
             "uid": uid,
+            "items": items,
+            "item_us": item.as_micros() as u64,
             "kernel_work_ms": kernel_work_ns as f64 / 1e6,
             "kernel_assisted": pool.is_kernel_assisted(),
             "requests": done,
@@ -1972,7 +1997,19 @@ fn main() -> Result<()> {
         Cmd::Serve {
             secs,
             require_kernel,
-        } => serve(&cli, secs, require_kernel),
+            items,
+            item_us,
+            threshold_ms,
+        } => serve(
+            &cli,
+            secs,
+            require_kernel,
+            ServeWork {
+                items: items as usize,
+                item: Duration::from_micros(item_us),
+                threshold_ms,
+            },
+        ),
         Cmd::Rogue {
             secs,
             benign,
