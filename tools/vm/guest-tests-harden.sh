@@ -261,6 +261,73 @@ test_races() {
 # scheduler on hotplug) / back online.
 cpus_offline() { local c; for c in /sys/devices/system/cpu/cpu[1-9]*/online; do echo "$1" >"$c" 2>/dev/null; done; }
 
+# CPU hotplug under load. scx_tailctl implements no ops.cpu_online /
+# cpu_offline, so sched_ext exits it with SCX_ECODE_ACT_RESTART at a hotplug,
+# and the daemon loads the scheduler again in the same process (a new socket,
+# new maps). A registered tailctl-server under an open-loop load must keep
+# answering every request through CPU 3 going offline and coming back (two
+# restarts), fall back meanwhile, and be kernel-assisted again after each
+# (its re-registration hands back its region); the daemon keeps its pid and
+# exits 0 at the end.
+test_hotplug() {
+  local c=/sys/devices/system/cpu/cpu3/online
+  [ -w $c ] || { fail hotplug "no CPU 3 to take offline ($(nproc) CPUs)"; return; }
+  start_sched || { fail hotplug "scheduler did not load"; return; }
+  local pid0=$sched_pid
+  "$wl/tailctl-server" --addr 127.0.0.1:7981 --workers 2 --policy tc --target 40ms \
+    --distribution lognormal --rps 40 >"$out/server.out" 2>"$out/server.err" &
+  local spid=$!
+  for _ in $(seq 1 300); do grep -q listening "$out/server.out" 2>/dev/null && break; sleep 0.1; done
+  grep -q "registered with scx_tailctl" "$out/server.err" || { fail hotplug "server did not register: $(tail -c 300 "$out/server.err")"; kill $spid; stop_sched; return; }
+  "$wl/tailctl-loadgen" --addr 127.0.0.1:7981 --requests 900 --arrival poisson:30 --distribution lognormal:4ms:4ms \
+    --kernel spin --seed 11 --json --no-progress --drain-timeout 60s >"$out/loadgen.json" 2>"$out/loadgen.err" &
+  local lpid=$!
+  # restarts N: wait (up to 60 s) for the daemon's Nth restart and, after it, the Nth re-registration.
+  restarts() {
+    local i
+    for i in $(seq 1 300); do
+      [ "$(grep -c "asked for a restart" "$out/sched.log")" -ge "$1" ] && [ "$(state)" = enabled ] \
+        && [ "$(grep -c "(re-registration)" "$out/sched.log")" -ge "$1" ] && return 0
+      kill -0 "$sched_pid" 2>/dev/null || return 1
+      sleep 0.2
+    done
+    return 1
+  }
+  local why="" t0 t1 t2
+  sleep 5
+  t0=$SECONDS; echo 0 >$c
+  restarts 1 || why="no restart and re-registration within 60 s of CPU 3 going offline (state $(state), $(nproc) CPUs)"
+  t1=$((SECONDS - t0))
+  if [ -z "$why" ]; then
+    sleep 5
+    t0=$SECONDS; echo 1 >$c
+    restarts 2 || why="no restart and re-registration within 60 s of CPU 3 coming back (state $(state), $(nproc) CPUs)"
+    t2=$((SECONDS - t0))
+  fi
+  echo 1 >$c 2>/dev/null
+  wait $lpid; local lrc=$?
+  local assisted; assisted=$(grep -c "(re-registration)" "$out/sched.log")
+  kill $spid 2>/dev/null; wait $spid 2>/dev/null
+  local same=yes; [ "$sched_pid" = "$pid0" ] || same=no
+  stop_sched; local src=$?
+  [ -z "$why" ] || { fail hotplug "$why"; return; }
+  [ $same = yes ] && [ $src = 0 ] || { fail hotplug "daemon restarted by someone else or exit $src: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; return; }
+  [ $lrc = 0 ] || { fail hotplug "loadgen failed ($lrc): $(tail -c 300 "$out/loadgen.err")"; return; }
+  local verdict
+  verdict=$($PY - "$out/loadgen.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s = s.get("summary", s)
+sent, ok, lost, errs = (s.get(k) for k in ("requests", "completed", "lost", "errors"))
+print("ok" if sent and ok == sent and not lost and not errs else "bad", f"sent {sent}, answered {ok}, lost {lost}, errors {errs}")
+PY
+)
+  case "$verdict" in
+    ok*) pass hotplug "CPU 3 offline and back under load: ${verdict#ok }; restart + re-registration ${t1} s / ${t2} s after each, re-registered $assisted times, daemon exit 0" "\"loadgen\": $(cat "$out/loadgen.json")";;
+    *) fail hotplug "${verdict#bad }";;
+  esac
+}
+
 test_waitbound() {
   # One CPU, 1 s slices, a 100 ms bound: the holder runs a whole slice and
   # nothing else dispatches (a task waking meanwhile queues behind it), so
