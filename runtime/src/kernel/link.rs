@@ -472,6 +472,20 @@ const RETRY_MIN: Duration = Duration::from_millis(200);
 /// Longest pause between two registration attempts.
 const RETRY_MAX: Duration = Duration::from_secs(5);
 
+/// The pause before the next registration attempt after one that failed
+/// with `e`. No daemon listening (no socket file, or a stale one: nothing
+/// to ask, nothing refused) keeps the pause at [`RETRY_MIN`]: a failed
+/// connect costs microseconds, and a daemon back from a restart (a CPU
+/// hotplug, an upgrade) then gets its services back within that pause
+/// instead of up to [`RETRY_MAX`] later. Anything the daemon said or did
+/// (a refusal, a timeout, a failed BIND) doubles it, up to [`RETRY_MAX`].
+fn next_pause(pause: Duration, e: &io::Error) -> Duration {
+    match e.kind() {
+        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => RETRY_MIN,
+        _ => (pause * 2).min(RETRY_MAX),
+    }
+}
+
 /// Sleep for `d`, or less if the pool is shutting down (Drop joins the watcher).
 fn sleep_unless_stopped(state: &LinkState, d: Duration) {
     let end = Instant::now() + d;
@@ -515,25 +529,27 @@ fn watch(
             return;
         }
         // Re-register with the same region when the daemon is back. The
-        // pause doubles after each failure (up to RETRY_MAX), so a daemon that
-        // keeps refusing is not asked five times a second forever.
+        // pause doubles after each refusal (up to RETRY_MAX), so a daemon that
+        // keeps refusing is not asked five times a second forever; while no
+        // daemon listens it stays short (next_pause).
         let mut pause = RETRY_MIN;
         loop {
             if state.stop.load(Ordering::SeqCst) {
                 return;
             }
             sleep_unless_stopped(&state, pause);
-            pause = (pause * 2).min(RETRY_MAX);
             let (s, svc) = match register(&socket, &kthr, Some(region_fd.as_fd())) {
                 Ok((s, svc, _)) => (s, svc),
                 Err(e) => {
                     state.failed(&format!("registering again at {}", socket.display()), &e);
+                    pause = next_pause(pause, &e);
                     continue;
                 }
             };
             state.service.store(svc, Ordering::SeqCst);
             if let Err(e) = bind(&s, &tids) {
                 state.failed("binding the workers again", &e);
+                pause = next_pause(pause, &e);
                 continue;
             }
             let Ok(clone) = s.try_clone() else { continue };
@@ -549,5 +565,42 @@ fn watch(
             let _ = stream.flush();
             break;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_daemon_keeps_the_pause_short_and_a_refusal_doubles_it() {
+        let absent = io::Error::from(io::ErrorKind::NotFound);
+        let stale = io::Error::from(io::ErrorKind::ConnectionRefused);
+        let refused = io::Error::new(io::ErrorKind::PermissionDenied, "refused");
+        let timeout = io::Error::from(io::ErrorKind::WouldBlock);
+        // However long the daemon refused before, its absence polls at RETRY_MIN.
+        assert_eq!(next_pause(RETRY_MAX, &absent), RETRY_MIN);
+        assert_eq!(next_pause(RETRY_MAX, &stale), RETRY_MIN);
+        assert_eq!(next_pause(RETRY_MIN, &refused), RETRY_MIN * 2);
+        assert_eq!(next_pause(RETRY_MIN * 2, &timeout), RETRY_MIN * 4);
+        assert_eq!(next_pause(RETRY_MAX, &refused), RETRY_MAX);
+    }
+
+    /// What `register` returns with no daemon: the kinds `next_pause` treats as absence.
+    #[test]
+    #[cfg_attr(miri, ignore = "unix sockets: not supported by Miri")]
+    fn register_without_a_daemon_reports_absence() {
+        let dir = std::env::temp_dir().join(format!("tailctl-rt-absent-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = dir.join("missing.sock");
+        let e = register(&missing, &[], None).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
+        // A socket file nobody listens on (a killed daemon's).
+        let stale = dir.join("stale.sock");
+        drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+        let e = register(&stale, &[], None).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");
+        assert_eq!(next_pause(RETRY_MAX, &e), RETRY_MIN);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
