@@ -273,15 +273,8 @@ test_hotplug() {
   local c=/sys/devices/system/cpu/cpu3/online
   [ -w $c ] || { fail hotplug "no CPU 3 to take offline ($(nproc) CPUs)"; return; }
   start_sched || { fail hotplug "scheduler did not load"; return; }
-  local pid0=$sched_pid
-  "$wl/tailctl-server" --addr 127.0.0.1:7981 --workers 2 --policy tc --target 40ms \
-    --distribution lognormal --rps 40 >"$out/server.out" 2>"$out/server.err" &
-  local spid=$!
-  for _ in $(seq 1 300); do grep -q listening "$out/server.out" 2>/dev/null && break; sleep 0.1; done
-  grep -q "registered with scx_tailctl" "$out/server.err" || { fail hotplug "server did not register: $(tail -c 300 "$out/server.err")"; kill $spid; stop_sched; return; }
-  "$wl/tailctl-loadgen" --addr 127.0.0.1:7981 --requests 900 --arrival poisson:30 --distribution lognormal:4ms:4ms \
-    --kernel spin --seed 11 --json --no-progress --drain-timeout 60s >"$out/loadgen.json" 2>"$out/loadgen.err" &
-  local lpid=$!
+  local pid0=$sched_pid spid lpid
+  serve_under_load hotplug 7981 900 11 || return
   # restarts N: wait (up to 60 s) for the daemon's Nth restart and, after it, the Nth re-registration.
   restarts() {
     local i
@@ -319,15 +312,7 @@ test_hotplug() {
   [ -z "$why" ] || { fail hotplug "$why"; return; }
   [ $same = yes ] && [ $src = 0 ] || { fail hotplug "daemon restarted by someone else or exit $src: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; return; }
   [ $lrc = 0 ] || { fail hotplug "loadgen failed ($lrc): $(tail -c 300 "$out/loadgen.err")"; return; }
-  local verdict
-  verdict=$($PY - "$out/loadgen.json" <<'PY'
-import json, sys
-s = json.load(open(sys.argv[1]))
-s = s.get("summary", s)
-sent, ok, lost, errs = (s.get(k) for k in ("requests", "completed", "lost", "errors"))
-print("ok" if sent and ok == sent and not lost and not errs else "bad", f"sent {sent}, answered {ok}, lost {lost}, errors {errs}")
-PY
-)
+  local verdict; verdict=$(every_request_answered)
   case "$verdict" in
     ok*) pass hotplug "CPU 3 offline and back under load: ${verdict#ok }; restart + re-registration ${t1} s / ${t2} s after each, re-registered $assisted times (${lag:-?} s after each reload's load), daemon exit 0" "\"loadgen\": $(cat "$out/loadgen.json")";;
     *) fail hotplug "${verdict#bad }";;

@@ -495,19 +495,40 @@ test_isolation() {
     "\"unprivileged\": $nr, \"cpu_ratio\": $cpu, \"fair_share\": $fair, \"throughput_ratio\": $tput, \"shares\": \"$twin / $rogue\", \"rps\": \"$tr / $rr\", \"pairs\": \"$detail\""
 }
 
+# serve_under_load TEST PORT REQUESTS SEED: a registered tailctl-server (2
+# workers, tail-control) on PORT and an open-loop tailctl-loadgen of REQUESTS
+# requests at 30/s against it, in the background (their pids in spid and
+# lpid; the load's summary goes to $out/loadgen.json). Fails TEST, stops the
+# scheduler and returns 1 if the server does not register.
+serve_under_load() {
+  "$wl/tailctl-server" --addr "127.0.0.1:$2" --workers 2 --policy tc --target 40ms \
+    --distribution lognormal --rps 40 >"$out/server.out" 2>"$out/server.err" &
+  spid=$!
+  for _ in $(seq 1 300); do grep -q listening "$out/server.out" 2>/dev/null && break; sleep 0.1; done
+  grep -q "registered with scx_tailctl" "$out/server.err" || { fail "$1" "server did not register: $(tail -c 300 "$out/server.err")"; kill $spid; stop_sched; return 1; }
+  "$wl/tailctl-loadgen" --addr "127.0.0.1:$2" --requests "$3" --arrival poisson:30 --distribution lognormal:4ms:4ms \
+    --kernel spin --seed "$4" --json --no-progress --drain-timeout 60s >"$out/loadgen.json" 2>"$out/loadgen.err" &
+  lpid=$!
+}
+# every_request_answered: "ok ..." if $out/loadgen.json says every request
+# got its response (none lost, no errors), else "bad ...".
+every_request_answered() {
+  $PY - "$out/loadgen.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s = s.get("summary", s)
+sent, ok, lost, errs = (s.get(k) for k in ("requests", "completed", "lost", "errors"))
+print("ok" if sent and ok == sent and not lost and not errs else "bad", f"sent {sent}, answered {ok}, lost {lost}, errors {errs}")
+PY
+}
+
 # kill -9 the daemon in the middle of an open-loop load on a registered
 # tailctl-server; restart it. Every request must get exactly one response, the
 # server must fall back and re-register.
 test_fault() {
   start_sched || { fail fault "scheduler did not load"; return; }
-  "$wl/tailctl-server" --addr 127.0.0.1:7979 --workers 2 --policy tc --target 40ms \
-    --distribution lognormal --rps 40 >"$out/server.out" 2>"$out/server.err" &
-  local spid=$!
-  for _ in $(seq 1 300); do grep -q listening "$out/server.out" 2>/dev/null && break; sleep 0.1; done
-  grep -q "registered with scx_tailctl" "$out/server.err" || { fail fault "server did not register: $(tail -c 300 "$out/server.err")"; kill $spid; stop_sched; return; }
-  "$wl/tailctl-loadgen" --addr 127.0.0.1:7979 --requests 600 --arrival poisson:30 --distribution lognormal:4ms:4ms \
-    --kernel spin --seed 7 --json --no-progress --drain-timeout 60s >"$out/loadgen.json" 2>"$out/loadgen.err" &
-  local lpid=$!
+  local spid lpid
+  serve_under_load fault 7979 600 7 || return
   sleep 6
   kill -9 "$sched_pid"; wait "$sched_pid" 2>/dev/null; sched_pid=""
   for _ in $(seq 1 100); do [ "$(state)" = disabled ] && break; sleep 0.1; done
@@ -520,19 +541,7 @@ test_fault() {
   kill $spid 2>/dev/null; wait $spid 2>/dev/null
   stop_sched || { fail fault "restarted scheduler exit non-zero"; return; }
   [ $lrc = 0 ] || { fail fault "loadgen failed ($lrc): $(tail -c 300 "$out/loadgen.err")"; return; }
-  local verdict
-  verdict=$($PY - "$out/loadgen.json" <<'PY'
-import json, sys
-s = json.load(open(sys.argv[1]))
-s = s.get("summary", s)
-def g(*keys):
-    for k in keys:
-        if k in s: return s[k]
-    return None
-sent, ok, lost, errs = g("requests"), g("completed"), g("lost"), g("errors")
-print("ok" if sent and ok == sent and not lost and not errs else "bad", f"sent {sent}, answered {ok}, lost {lost}, errors {errs}")
-PY
-)
+  local verdict; verdict=$(every_request_answered)
   case "$verdict" in
     ok*) [ $rereg = yes ] || { fail fault "no re-registration after the restart (${verdict#ok })"; return; }
          pass fault "kill -9 mid-load: ${verdict#ok }; server fell back and re-registered" "\"loadgen\": $(cat "$out/loadgen.json")";;
