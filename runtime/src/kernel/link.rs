@@ -597,6 +597,8 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
         // A socket file nobody listens on (a killed daemon's).
         let stale = dir.join("stale.sock");
+        // A file left by an earlier run under the same pid would make bind fail.
+        let _ = std::fs::remove_file(&stale);
         drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
         let e = register(&stale, &[], None).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");
