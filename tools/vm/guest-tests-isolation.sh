@@ -13,6 +13,10 @@
 #   regabuse: past the first line: bad BINDs, a process that exits while a
 #             child keeps its socket, a pid reused by another user between
 #             connect and accept, registration churn beside a service.
+#   daemonstop: the daemon stopped (SIGSTOP) and its listen backlog filled by
+#             an unprivileged user: a registered service is still served, a
+#             service starting now runs unassisted and says why instead of
+#             waiting in connect(2); the daemon resumed, a new one registers.
 #   pidns:    a service in a child pid namespace registers and its workers are
 #             charged (its tids are translated, not taken for someone else's).
 #   fuzz:     a registered service writes random and coherent garbage into its
@@ -349,6 +353,58 @@ print(("bad " + "; ".join(why) + ": " + msg) if why else ("ok " + msg))
 PY
 )
   case "$verdict" in ok*) pass regabuse "${verdict#ok }";; *) fail regabuse "${verdict#bad }";; esac
+}
+
+# daemonstop: a stopped daemon (a debugger, a stalled machine, or SIGSTOP by root) does not
+# accept, so its listen backlog fills; anyone may fill it (the socket is open to every user). A
+# runtime that connected blocking would then wait in connect(2) for as long as the daemon stays
+# stopped, and its service would never start. It connects without blocking, so it starts
+# unassisted after its ~3 s of paced retries, and names the full backlog.
+test_daemonstop() {
+  start_sched --socket-mode 666 || { fail daemonstop "scheduler did not load"; return; }
+  local ap a b brc c crc bl mark=/tmp/tailctl-backlog.ready rel=/tmp/tailctl-backlog.release bp
+  rm -f "$mark" "$rel"
+  setpriv --reuid=65533 --regid=65533 --clear-groups timeout 150 "$ktest" -w 2 serve --secs 30 --require-kernel \
+    >"$out/daemonstop-a.json" 2>"$out/daemonstop-a.err" &
+  ap=$!
+  sleep 4
+  kill -STOP "$sched_pid"
+  (ulimit -n 200000; exec setpriv --reuid=65534 --regid=65534 --clear-groups \
+     timeout 200 "$PY" "$client" backlog "$sock" "$mark" "$rel") >"$out/daemonstop-backlog.json" 2>"$out/daemonstop.err" &
+  bp=$!
+  for _ in $(seq 1 600); do [ -e "$mark" ] && break; kill -0 $bp 2>/dev/null || break; sleep 0.2; done
+  # A service starting while the daemon is stopped and its backlog full. Bounded (timeout),
+  # so a runtime stuck in connect(2) fails this test instead of hanging the guest.
+  b=$(setpriv --reuid=65532 --regid=65532 --clear-groups timeout 60 "$ktest" -w 2 serve --secs 2 2>>"$out/daemonstop.err"); brc=$?
+  kill -CONT "$sched_pid"
+  touch "$rel"; wait $bp; bl=$(cat "$out/daemonstop-backlog.json")
+  wait $ap; a=$(cat "$out/daemonstop-a.json")
+  # Resumed (and past the stopped user's queued connections): a new service registers.
+  c=$(setpriv --reuid=65532 --regid=65532 --clear-groups timeout 60 "$ktest" -w 2 serve --secs 2 --require-kernel 2>>"$out/daemonstop.err"); crc=$?
+  sched_alive || { fail daemonstop "scheduler died: $(sched_tail)"; return; }
+  stop_sched || { fail daemonstop "scheduler exit non-zero: $(sched_tail)"; return; }
+  local verdict
+  verdict=$($PY - "${bl:-null}" "${a:-null}" "${b:-null}" "$brc" "${c:-null}" "$crc" <<'PY'
+import json, sys
+bl, a, b = (json.loads(x) or {} for x in sys.argv[1:4])
+brc, c, crc = int(sys.argv[4]), json.loads(sys.argv[5]) or {}, int(sys.argv[6])
+why = []
+if not bl.get("full"):
+    why.append(f"the backlog never filled: {bl}")
+if not a.get("kernel_assisted") or a.get("failed", 1) or not a.get("requests"):
+    why.append(f"the registered service was not served throughout: {a}")
+if brc != 0 or not b.get("requests"):
+    why.append(f"a service starting beside the stopped daemon did not serve (exit {brc}): {b}")
+elif b.get("kernel_assisted") or "backlog is full" not in (b.get("unassisted_reason") or ""):
+    why.append(f"it should run unassisted and name the full backlog: {b.get('kernel_assisted')}, {b.get('unassisted_reason')!r}")
+if crc != 0 or not c.get("kernel_assisted"):
+    why.append(f"after the daemon resumed, a new service did not register (exit {crc}): {c}")
+print("bad " + "; ".join(why) if why else
+      f"ok backlog full after {bl['queued']} queued connections; registered service {a['requests']} requests, 0 failed; "
+      f"starting service unassisted ({b['unassisted_reason']!r}), {b['requests']} requests; resumed: a new one registered")
+PY
+)
+  case "$verdict" in ok*) pass daemonstop "${verdict#ok }";; *) fail daemonstop "${verdict#bad }";; esac
 }
 
 test_pidns() {

@@ -12,7 +12,7 @@ bin=$(readlink -f "$1"); out=$2; shift 2
 ktest=$(dirname "$bin")/tailctl-ktest
 wl=$(dirname "$bin")
 all_tests=(load verifier stress service serialize serializemark account isolation fault nosyscall daemonidle experiment maps top
-           pinned rtpreempt yieldkeep greedy leaks races waitrenice waitunpinned waitextend waitjob waitbound hotplug slotreuse tidreuse bindleak regversion regdos regabuse pidns fuzz fuzzallot
+           pinned rtpreempt yieldkeep greedy leaks races waitrenice waitunpinned waitextend waitjob waitbound hotplug slotreuse tidreuse bindleak regversion regdos regabuse daemonstop pidns fuzz fuzzallot
            allotequi allotexit allotstarve allotrenice allotmug allotdeq allotliar allotcgdyn allotcgnest allotcgdeq allotcgasteal allotdrep prioprompt priostarve priouser priocgroup
            llcqueues)
 tests=("$@"); [ ${#tests[@]} -gt 0 ] || tests=("${all_tests[@]}")

@@ -22,6 +22,10 @@ runtime never would. Each subcommand prints one JSON object.
                           pid, the daemon resumes, A's forked child asks to
                           register B's thread: refused?
   churn SOCKET SECS       connect, REGISTER, close, as fast as it goes
+  backlog SOCKET MARK RELEASE
+                          (the daemon stopped) connect without blocking until
+                          the listen backlog is full, touch MARK, hold every
+                          connection until RELEASE exists (at most 180 s)
   regionfd SOCKET         REGISTER region=1 with no fd, a pipe, a memfd, and
                           with 200 fds at once: ERR each?
   nsuids SOCKET OWNER BASE N HOLD MARK
@@ -708,6 +712,34 @@ def rootns(path, uid, n, hold):
     print(json.dumps(out))
 
 
+def backlog(path, mark, release):
+    res = {"queued": 0, "full": False, "error": None}
+    conns = []
+    while len(conns) < 100000:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(path)
+        except BlockingIOError:
+            # EAGAIN: a Unix stream connect never goes "in progress"; the backlog is full.
+            res["full"] = True
+            s.close()
+            break
+        except OSError as e:
+            res["error"] = str(e)
+            s.close()
+            break
+        conns.append(s)
+    res["queued"] = len(conns)
+    open(mark, "w").close()
+    end = time.monotonic() + 180
+    while not os.path.exists(release) and time.monotonic() < end:
+        time.sleep(0.1)
+    for s in conns:
+        s.close()
+    print(json.dumps(res))
+
+
 if __name__ == "__main__":
     cmd, path = sys.argv[1], sys.argv[2]
     tl = os.environ.get("TAILCTL", "tailctl")
@@ -729,6 +761,8 @@ if __name__ == "__main__":
         pidreuse(path, tl, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     elif cmd == "regionfd":
         regionfd(path)
+    elif cmd == "backlog":
+        backlog(path, sys.argv[3], sys.argv[4])
     elif cmd == "churn":
         churn(path, float(sys.argv[3]))
     elif cmd == "nsuids":

@@ -116,6 +116,70 @@ fn recv_reply(stream: &UnixStream) -> io::Result<(Reply, Option<OwnedFd>)> {
     Ok((Reply::parse(&line).map_err(proto_err)?, fd))
 }
 
+/// How long the daemon has to take a line or answer one.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connect to the daemon without waiting in connect(2): a daemon that does
+/// not accept (stopped, or stalled) lets its listen backlog fill, and a
+/// blocking connect then waits for as long as it stays full, so a service
+/// could not even start. A full backlog is reported as
+/// [`io::ErrorKind::WouldBlock`] instead, and the caller runs unassisted or
+/// tries again later.
+fn connect(socket: &Path) -> io::Result<UnixStream> {
+    use nix::errno::Errno;
+    use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, UnixAddr};
+    let fd = socket::socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )?;
+    let addr = UnixAddr::new(socket)?;
+    // A Unix stream connect either completes or fails at once (it never
+    // returns EINPROGRESS): EAGAIN means the backlog is full.
+    socket::connect(fd.as_raw_fd(), &addr).map_err(|e| match e {
+        Errno::EAGAIN => io::Error::new(io::ErrorKind::WouldBlock, BacklogFull(socket.into())),
+        e => io::Error::from(e),
+    })?;
+    let stream = UnixStream::from(fd);
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
+/// The daemon at this socket does not accept: its listen backlog is full.
+#[derive(Debug)]
+struct BacklogFull(PathBuf);
+
+impl std::fmt::Display for BacklogFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: the daemon's connection backlog is full (it is not accepting)",
+            self.0.display()
+        )
+    }
+}
+
+impl std::error::Error for BacklogFull {}
+
+fn is_backlog_full(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<BacklogFull>())
+}
+
+/// `pause` spread by up to a quarter either way, so that the services of one
+/// machine, all cut off by the same daemon restart, do not all come back in
+/// the same instant (the daemon meters connections per user: TOO_FAST).
+fn jittered(pause: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    // Each RandomState is keyed afresh (per-thread random keys, stepped on
+    // every new()), which is random enough to spread retries.
+    let r = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let frac = (r % 1000) as f64 / 1000.0; // [0, 1)
+    pause.mul_f64(0.75 + 0.5 * frac)
+}
+
 /// Step 1: register and receive the region fd. With `existing`, hand that
 /// region back instead of getting a new one.
 pub fn register(
@@ -133,8 +197,9 @@ pub fn register_at(
     existing: Option<BorrowedFd<'_>>,
     priority: Option<u8>,
 ) -> io::Result<(UnixStream, u32, Option<OwnedFd>)> {
-    let stream = UnixStream::connect(socket)?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let stream = connect(socket)?;
+    stream.set_read_timeout(Some(REPLY_TIMEOUT))?;
+    stream.set_write_timeout(Some(REPLY_TIMEOUT))?;
     let req = Register {
         workers: Vec::new(),
         thresholds_ns: thresholds_ns.to_vec(),
@@ -262,19 +327,19 @@ impl std::ops::Deref for AssistedPool {
 }
 
 /// [`register`], tried again for about 3 s while the daemon says this user
-/// opens connections too fast ([`super::protocol::TOO_FAST`]): many
-/// processes of one user starting at once would otherwise run unassisted for
-/// good (this first registration has no watcher behind it).
+/// opens connections too fast ([`super::protocol::TOO_FAST`]) or its backlog
+/// is full: many processes of one user starting at once would otherwise run
+/// unassisted for good (this first registration has no watcher behind it).
 fn register_paced(socket: &Path, kthr: &[u64]) -> io::Result<(UnixStream, u32, Option<OwnedFd>)> {
     let mut pause = Duration::from_millis(100);
     let give_up = Instant::now() + Duration::from_secs(3);
     loop {
         match register(socket, kthr, None) {
             Err(e)
-                if e.to_string().contains(super::protocol::TOO_FAST)
+                if (e.to_string().contains(super::protocol::TOO_FAST) || is_backlog_full(&e))
                     && Instant::now() < give_up =>
             {
-                std::thread::sleep(pause);
+                std::thread::sleep(jittered(pause));
                 pause = (pause * 2).min(Duration::from_millis(800));
             }
             r => return r,
@@ -537,7 +602,7 @@ fn watch(
             if state.stop.load(Ordering::SeqCst) {
                 return;
             }
-            sleep_unless_stopped(&state, pause);
+            sleep_unless_stopped(&state, jittered(pause));
             let (s, svc) = match register(&socket, &kthr, Some(region_fd.as_fd())) {
                 Ok((s, svc, _)) => (s, svc),
                 Err(e) => {
@@ -604,5 +669,64 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");
         assert_eq!(next_pause(RETRY_MAX, &e), RETRY_MIN);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A daemon that never accepts (stopped): once its backlog is full,
+    /// registering fails at once with the reason instead of waiting in
+    /// connect(2) for as long as the daemon stays stopped, and so does the
+    /// paced registration a starting service makes (after its ~3 s of retries).
+    #[test]
+    fn register_against_a_full_backlog_fails_instead_of_waiting() {
+        use nix::sys::socket::{
+            bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
+        };
+        let dir = std::env::temp_dir().join(format!("tailctl-rt-backlog-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("stalled.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .unwrap();
+        bind(listener.as_raw_fd(), &UnixAddr::new(&path).unwrap()).unwrap();
+        // A backlog of 1: the kernel queues up to backlog + 1 connections.
+        listen(&listener, Backlog::new(1).unwrap()).unwrap();
+        let mut queued = Vec::new();
+        let full = loop {
+            match connect(&path) {
+                Ok(s) => queued.push(s),
+                Err(e) => break e,
+            }
+            assert!(queued.len() < 64, "the backlog of 1 never filled");
+        };
+        assert_eq!(full.kind(), io::ErrorKind::WouldBlock, "{full}");
+        assert!(is_backlog_full(&full), "{full}");
+        assert!(full.to_string().contains("backlog is full"), "{full}");
+        let e = register(&path, &[], None).unwrap_err();
+        assert!(is_backlog_full(&e), "{e}");
+        let e = register_paced(&path, &[]).unwrap_err();
+        assert!(is_backlog_full(&e), "{e}");
+        // Refusal-like: the watcher backs off from a stalled daemon.
+        assert_eq!(next_pause(RETRY_MIN, &e), RETRY_MIN * 2);
+        drop(queued);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn jittered_pauses_stay_within_a_quarter_and_differ() {
+        let p = Duration::from_millis(200);
+        let seen: Vec<Duration> = (0..200).map(|_| jittered(p)).collect();
+        for d in &seen {
+            assert!(*d >= p.mul_f64(0.75) && *d < p.mul_f64(1.25), "{d:?}");
+        }
+        let distinct: std::collections::BTreeSet<_> = seen.iter().collect();
+        assert!(
+            distinct.len() > 20,
+            "{} distinct pauses of 200",
+            distinct.len()
+        );
     }
 }

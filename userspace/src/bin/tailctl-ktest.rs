@@ -1025,6 +1025,7 @@ fn serve(cli: &Cli, secs: u64, require_kernel: bool, work: ServeWork) -> Result<
             "item_us": item.as_micros() as u64,
             "kernel_work_ms": kernel_work_ns as f64 / 1e6,
             "kernel_assisted": pool.is_kernel_assisted(),
+            "unassisted_reason": (!pool.is_kernel_assisted()).then(|| why_unassisted(&pool)),
             "requests": done,
             "failed": failed,
             "rps": done as f64 / t0.elapsed().as_secs_f64(),
