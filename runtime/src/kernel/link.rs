@@ -138,7 +138,7 @@ fn connect(socket: &Path) -> io::Result<UnixStream> {
     // A Unix stream connect either completes or fails at once (it never
     // returns EINPROGRESS): EAGAIN means the backlog is full.
     socket::connect(fd.as_raw_fd(), &addr).map_err(|e| match e {
-        Errno::EAGAIN => io::Error::new(io::ErrorKind::WouldBlock, BacklogFull(socket.into())),
+        Errno::EAGAIN => io::Error::new(io::ErrorKind::WouldBlock, BacklogFull),
         e => io::Error::from(e),
     })?;
     let stream = UnixStream::from(fd);
@@ -146,17 +146,14 @@ fn connect(socket: &Path) -> io::Result<UnixStream> {
     Ok(stream)
 }
 
-/// The daemon at this socket does not accept: its listen backlog is full.
+/// The daemon does not accept: its listen backlog is full. (Callers name
+/// the socket.)
 #[derive(Debug)]
-struct BacklogFull(PathBuf);
+struct BacklogFull;
 
 impl std::fmt::Display for BacklogFull {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}: the daemon's connection backlog is full (it is not accepting)",
-            self.0.display()
-        )
+        f.write_str("the daemon's connection backlog is full (it is not accepting)")
     }
 }
 
