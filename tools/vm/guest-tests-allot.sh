@@ -700,7 +700,13 @@ allot_pair() {
   sleep 4
   allot_jobs_json "$out/p1" && sleep 6 && allot_jobs_json "$out/p2" || { kill -9 $hp $op; wait $hp $op 2>/dev/null; return 1; }
   kill -9 $hp $op; wait $hp $op 2>/dev/null
-  allot_cores "$out/p1" "$out/p2" | $PY -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps({"honest": d.get(sys.argv[1]), "other": d.get(sys.argv[2])}))' "$hp" "$op"
+  # Each with its pid, and the window's ends (for the controller's trace).
+  allot_cores "$out/p1" "$out/p2" | $PY -c '
+import json, sys
+d = json.load(sys.stdin)
+pick = lambda pid: d.get(pid) and dict(d[pid], pid=int(pid))
+print(json.dumps({"honest": pick(sys.argv[1]), "other": pick(sys.argv[2]), "window_ns": [int(sys.argv[3]), int(sys.argv[4])]}))' \
+    "$hp" "$op" "$(cat "$out/p1.t")" "$(cat "$out/p2.t")"
 }
 
 # allotliar: a service lies to the controller about its desire (greedy --inflate-desire: every
@@ -709,7 +715,9 @@ allot_pair() {
 # honest CPU-bound service, against the same low-load process telling the truth in the same boot:
 # the lie reaches the controller (the liar's desire shown above the truthful one's), and the
 # honest service keeps its equal share: allotted at least CPUs/2, running at least 0.7 x CPUs/2
-# cores within it. Its total (own + borrowed: the liar's unused allotment is lent) is reported
+# cores within it. Desires and allotments are the medians over the controller's rounds in the
+# measured window (--allot-trace), not one snapshot: A-Steal halves and doubles from quantum to
+# quantum, so a snapshot can catch the honest service at 1 for a round. Its total (own + borrowed: the liar's unused allotment is lent) is reported
 # against beside the truthful twin.
 test_allotliar() {
   local n half pol twin liar res=() st; n=$(nproc); half=$((n / 2))
@@ -726,14 +734,33 @@ test_allotliar() {
   local all; all="{$(IFS=,; echo "${res[*]}")}"
   echo "$all" >"$out/allotliar.json"
   local verdict
-  verdict=$($PY - "$all" "$half" "$n" <<'PY'
-import json, sys
-d, half, n = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+  verdict=$($PY - "$all" "$half" "$n" "$out" <<'PY'
+import csv, json, statistics, sys
+d, half, n, out = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 why, parts = [], []
+def medians(rows, pair, who):
+    """The median allotment and desire (the controller's demand) of the pair's `who` over its
+    window's rounds; the snapshot's figures when the trace has none."""
+    t0, t1 = pair["window_ns"]
+    sel = [r for r in rows if t0 <= int(r["round_ns"]) <= t1
+           and int(r["owner"]) & 0xffffffff == int(pair[who]["pid"])]
+    if not sel:
+        return pair[who]["allot"], pair[who]["desire"], 0
+    return (statistics.median_low(int(r["allot"]) for r in sel),
+            statistics.median_low(int(r["demand"]) for r in sel), len(sel))
 for pol in ("deq", "asteal"):
     t, l = d[pol]["twin"], d[pol]["liar"]
     if not all((t["honest"], t["other"], l["honest"], l["other"])):
         print("bad", f"{pol}: a service was not seen in job_acct: {d[pol]}"); sys.exit()
+    try:
+        rows = list(csv.DictReader(open(f"{out}/allot-trace-{pol}.csv")))
+    except OSError:
+        rows = []
+    for pair in (t, l):
+        for who in ("honest", "other"):
+            a, de, k = medians(rows, pair, who)
+            pair[who].update({"allot_snapshot": pair[who]["allot"], "desire_snapshot": pair[who]["desire"],
+                              "allot": a, "desire": de, "rounds": k})
     h, x, th, tx = l["honest"], l["other"], t["honest"], t["other"]
     if (x["desire"] or 0) <= (tx["desire"] or 0):
         why.append(f"{pol}: the lie did not reach the controller (desire {x['desire']} lying, {tx['desire']} truthful)")
@@ -744,7 +771,7 @@ for pol in ("deq", "asteal"):
     if h["own"] < 0.7 * half:
         why.append(f"{pol}: the honest service ran {h['own']} cores within its allotment beside the liar")
     ratio = h["cores"] / th["cores"] if th["cores"] > 0 else float("nan")
-    parts.append(f"{pol}: liar desire {x['desire']} (truthful {tx['desire']}), allot {x['allot']} (truthful {tx['allot']}), {x['cores']} cores; "
+    parts.append(f"{pol} (medians of {h['rounds']} rounds): liar desire {x['desire']} (truthful {tx['desire']}), allot {x['allot']} (truthful {tx['allot']}), {x['cores']} cores; "
                  f"honest allot {h['allot']} (beside the truthful twin {th['allot']}), {h['own']} own + {h['borrowed']} borrowed cores "
                  f"({th['own']} + {th['borrowed']} beside the truthful twin: total {ratio:.2f}x)")
 print(("bad " + "; ".join(why) + " | " if why else "ok ") + "; ".join(parts))
