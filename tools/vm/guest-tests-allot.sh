@@ -735,17 +735,20 @@ test_allotliar() {
   echo "$all" >"$out/allotliar.json"
   local verdict
   verdict=$($PY - "$all" "$half" "$n" "$out" <<'PY'
-import csv, json, statistics, sys
+import csv, json, statistics, sys, time
 d, half, n, out = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 why, parts = [], []
+# The window's ends are wall-clock (date +%s%N), the trace's rounds monotonic.
+off = time.time_ns() - time.monotonic_ns()
 def medians(rows, pair, who):
-    """The median allotment and desire (the controller's demand) of the pair's `who` over its
-    window's rounds; the snapshot's figures when the trace has none."""
-    t0, t1 = pair["window_ns"]
+    """The median allotment and desire (the controller's demand) of the pair's `who` over the
+    controller's rounds in its window."""
+    t0, t1 = (t - off for t in pair["window_ns"])
     sel = [r for r in rows if t0 <= int(r["round_ns"]) <= t1
            and int(r["owner"]) & 0xffffffff == int(pair[who]["pid"])]
     if not sel:
-        return pair[who]["allot"], pair[who]["desire"], 0
+        print("bad", f"no controller rounds of {who} (pid {pair[who]['pid']}) in the window ({len(rows)} trace lines)")
+        sys.exit()
     return (statistics.median_low(int(r["allot"]) for r in sel),
             statistics.median_low(int(r["demand"]) for r in sel), len(sel))
 for pol in ("deq", "asteal"):

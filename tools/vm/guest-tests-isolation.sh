@@ -361,13 +361,22 @@ PY
 # stopped, and its service would never start. It connects without blocking, so it starts
 # unassisted after its ~3 s of paced retries, and names the full backlog.
 test_daemonstop() {
-  start_sched --socket-mode 666 || { fail daemonstop "scheduler did not load"; return; }
-  local ap a b brc c crc bl mark=/tmp/tailctl-backlog.ready rel=/tmp/tailctl-backlog.release bp
+  # A small backlog (the daemon listens with the system's maximum, read when it listens): the
+  # fill and, after the stop, the daemon's work through the queued connections stay short.
+  local somax; somax=$(sysctl -n net.core.somaxconn)
+  sysctl -qw net.core.somaxconn=64
+  start_sched --socket-mode 666 || { sysctl -qw net.core.somaxconn="$somax"; fail daemonstop "scheduler did not load"; return; }
+  sysctl -qw net.core.somaxconn="$somax"
+  local ap a b brc c crc bl mark=/tmp/tailctl-backlog.ready rel=/tmp/tailctl-backlog.release bp i
   rm -f "$mark" "$rel"
   setpriv --reuid=65533 --regid=65533 --clear-groups timeout 150 "$ktest" -w 2 serve --secs 30 --require-kernel \
     >"$out/daemonstop-a.json" 2>"$out/daemonstop-a.err" &
   ap=$!
-  sleep 4
+  # Stop the daemon once the service's workers are bound (worker_tids holds them).
+  for i in $(seq 1 150); do
+    [ "$("$TAILCTL" maps dump worker_tids --json 2>/dev/null | "$PY" -c 'import json,sys; print(len(json.load(sys.stdin)))' 2>/dev/null)" -ge 2 ] 2>/dev/null && break
+    sleep 0.2
+  done
   kill -STOP "$sched_pid"
   (ulimit -n 200000; exec setpriv --reuid=65534 --regid=65534 --clear-groups \
      timeout 200 "$PY" "$client" backlog "$sock" "$mark" "$rel") >"$out/daemonstop-backlog.json" 2>"$out/daemonstop.err" &
@@ -379,7 +388,12 @@ test_daemonstop() {
   kill -CONT "$sched_pid"
   touch "$rel"; wait $bp; bl=$(cat "$out/daemonstop-backlog.json")
   wait $ap; a=$(cat "$out/daemonstop-a.json")
-  # Resumed (and past the stopped user's queued connections): a new service registers.
+  # Resumed: once the daemon has worked through the stopped user's queued connections (ss:
+  # the listener's queue empty), a new service registers.
+  for i in $(seq 1 150); do
+    [ "$(ss -xlH src "$sock" 2>/dev/null | awk '{print $3; exit}')" = 0 ] && break
+    sleep 0.2
+  done
   c=$(setpriv --reuid=65532 --regid=65532 --clear-groups timeout 60 "$ktest" -w 2 serve --secs 2 --require-kernel 2>>"$out/daemonstop.err"); crc=$?
   sched_alive || { fail daemonstop "scheduler died: $(sched_tail)"; return; }
   stop_sched || { fail daemonstop "scheduler exit non-zero: $(sched_tail)"; return; }

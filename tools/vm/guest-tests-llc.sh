@@ -38,7 +38,7 @@ EOF_PY
 }
 
 # utime+stime of a process, in clock ticks.
-proc_ticks() { local f; read -r -a f <"/proc/$1/stat" 2>/dev/null && echo $((f[13] + f[14])) || echo -1; }
+proc_ticks() { local f; read -r -a f 2>/dev/null <"/proc/$1/stat" && echo $((f[13] + f[14])) || echo -1; }
 
 test_llcqueues() {
   local extra=() l3
@@ -68,7 +68,7 @@ test_llcqueues() {
   local seen=" "
   for i in $(seq 1 20); do
     # A builtin read, not awk: with 8 hogs on 4 CPUs every fork waits its turn.
-    for c in "${free[@]}"; do read -r -a st <"/proc/$c/stat" 2>/dev/null && seen+="${st[38]} "; done
+    for c in "${free[@]}"; do read -r -a st 2>/dev/null <"/proc/$c/stat" && seen+="${st[38]} "; done
     sleep 0.25
   done
   # Phase 2: queue 1's own hogs go; its CPUs must not idle.

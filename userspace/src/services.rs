@@ -243,7 +243,14 @@ impl RegistrationServer {
         // A socket file left by a daemon that was killed: nobody listens on it
         // (we already checked that no scheduler is loaded), so replace it.
         if path.exists() {
-            if UnixStream::connect(path).is_ok() {
+            // Non-blocking: a stopped daemon whose backlog is full is still
+            // there (and would hold a blocking connect for as long as it
+            // stays stopped).
+            let r = tailctl_rt::kernel::wire::connect(path);
+            if r.is_ok()
+                || r.as_ref()
+                    .is_err_and(tailctl_rt::kernel::wire::is_backlog_full)
+            {
                 bail!("another daemon is listening on {}", path.display());
             }
             std::fs::remove_file(path)

@@ -40,7 +40,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::protocol::{Bind, Register, Reply};
-use super::wire::{recv_line, send_line};
+use super::wire::{connect, is_backlog_full, recv_line, send_line};
 use crate::shared_state::{SharedRegion, SharedState};
 use crate::threshold::ThresholdTable;
 use crate::{Pool, PoolBuilder};
@@ -118,50 +118,6 @@ fn recv_reply(stream: &UnixStream) -> io::Result<(Reply, Option<OwnedFd>)> {
 
 /// How long the daemon has to take a line or answer one.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Connect to the daemon without waiting in connect(2): a daemon that does
-/// not accept (stopped, or stalled) lets its listen backlog fill, and a
-/// blocking connect then waits for as long as it stays full, so a service
-/// could not even start. A full backlog is reported as
-/// [`io::ErrorKind::WouldBlock`] instead, and the caller runs unassisted or
-/// tries again later.
-fn connect(socket: &Path) -> io::Result<UnixStream> {
-    use nix::errno::Errno;
-    use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, UnixAddr};
-    let fd = socket::socket(
-        AddressFamily::Unix,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
-        None,
-    )?;
-    let addr = UnixAddr::new(socket)?;
-    // A Unix stream connect either completes or fails at once (it never
-    // returns EINPROGRESS): EAGAIN means the backlog is full.
-    socket::connect(fd.as_raw_fd(), &addr).map_err(|e| match e {
-        Errno::EAGAIN => io::Error::new(io::ErrorKind::WouldBlock, BacklogFull),
-        e => io::Error::from(e),
-    })?;
-    let stream = UnixStream::from(fd);
-    stream.set_nonblocking(false)?;
-    Ok(stream)
-}
-
-/// The daemon does not accept: its listen backlog is full. (Callers name
-/// the socket.)
-#[derive(Debug)]
-struct BacklogFull;
-
-impl std::fmt::Display for BacklogFull {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the daemon's connection backlog is full (it is not accepting)")
-    }
-}
-
-impl std::error::Error for BacklogFull {}
-
-fn is_backlog_full(e: &io::Error) -> bool {
-    e.get_ref().is_some_and(|inner| inner.is::<BacklogFull>())
-}
 
 /// `pause` spread by up to a quarter either way, so that the services of one
 /// machine, all cut off by the same daemon restart, do not all come back in
@@ -673,6 +629,7 @@ mod tests {
     /// connect(2) for as long as the daemon stays stopped, and so does the
     /// paced registration a starting service makes (after its ~3 s of retries).
     #[test]
+    #[cfg_attr(miri, ignore)] // sockets
     fn register_against_a_full_backlog_fails_instead_of_waiting() {
         use nix::sys::socket::{
             bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,

@@ -1,13 +1,81 @@
 //! Lines over a unix stream socket, with at most one file descriptor riding
 //! along in SCM_RIGHTS: the transport of the registration protocol, shared by
-//! the runtime (`link`) and the `scx_tailctl` daemon.
+//! the runtime (`link`) and the `scx_tailctl` daemon; and the connect both
+//! use, which never waits on a daemon that does not accept.
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::time::Instant;
 
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+
+/// Connect to the daemon's socket without waiting in connect(2): a daemon
+/// that does not accept (stopped, or stalled) lets its listen backlog fill,
+/// and a blocking connect then waits for as long as it stays full, so a
+/// service could not even start. A full backlog is reported as
+/// [`io::ErrorKind::WouldBlock`] instead ([`is_backlog_full`] tells it from
+/// a read timeout), and the caller runs unassisted or tries again later. The
+/// stream returned blocks, as `UnixStream::connect`'s does.
+///
+/// ```
+/// use std::os::unix::net::UnixListener;
+/// use tailctl_rt::kernel::wire::connect;
+/// let path = std::env::temp_dir().join(format!("tailctl-doc-{}.sock", std::process::id()));
+/// let _ = std::fs::remove_file(&path);
+/// let listener = UnixListener::bind(&path).unwrap();
+/// let stream = connect(&path).unwrap();
+/// let _ = listener.accept().unwrap();
+/// drop(stream);
+/// let _ = std::fs::remove_file(&path);
+/// // Nobody at all: the usual error kinds.
+/// assert_eq!(connect(&path).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+/// ```
+pub fn connect(socket: &Path) -> io::Result<UnixStream> {
+    use nix::errno::Errno;
+    use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, UnixAddr};
+    let fd = socket::socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )?;
+    let addr = UnixAddr::new(socket)?;
+    // A Unix stream connect either completes or fails at once (it never
+    // returns EINPROGRESS): EAGAIN means the backlog is full.
+    socket::connect(fd.as_raw_fd(), &addr).map_err(|e| match e {
+        Errno::EAGAIN => io::Error::new(io::ErrorKind::WouldBlock, BacklogFull),
+        e => io::Error::from(e),
+    })?;
+    let stream = UnixStream::from(fd);
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
+/// The daemon does not accept: its listen backlog is full. (Callers name
+/// the socket.)
+#[derive(Debug)]
+struct BacklogFull;
+
+impl std::fmt::Display for BacklogFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the daemon's connection backlog is full (it is not accepting)")
+    }
+}
+
+impl std::error::Error for BacklogFull {}
+
+/// Did `e` come from [`connect`] finding the daemon's backlog full?
+///
+/// ```
+/// use tailctl_rt::kernel::wire::is_backlog_full;
+/// let timeout = std::io::Error::from(std::io::ErrorKind::WouldBlock);
+/// assert!(!is_backlog_full(&timeout));
+/// ```
+pub fn is_backlog_full(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<BacklogFull>())
+}
 
 /// Send `line` (which should end in a newline), with `fd` attached if given.
 pub fn send_line(stream: &UnixStream, line: &str, fd: Option<RawFd>) -> io::Result<()> {
@@ -20,7 +88,16 @@ pub fn send_line(stream: &UnixStream, line: &str, fd: Option<RawFd>) -> io::Resu
         }
         None => Vec::new(),
     };
-    sendmsg::<()>(stream.as_raw_fd(), &iov, &cmsgs, MsgFlags::empty(), None)?;
+    // MSG_NOSIGNAL: a peer that closed (a daemon that wrote its refusal and
+    // hung up) is an EPIPE error here, not a SIGPIPE that kills a host
+    // program that left the signal at its default (this is a library).
+    sendmsg::<()>(
+        stream.as_raw_fd(),
+        &iov,
+        &cmsgs,
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
     Ok(())
 }
 
