@@ -1024,6 +1024,9 @@ fn serve(cli: &Cli, secs: u64, require_kernel: bool, work: ServeWork) -> Result<
             "items": items,
             "item_us": item.as_micros() as u64,
             "kernel_work_ms": kernel_work_ns as f64 / 1e6,
+            // Requests the scheduler serialized: a cost measurement of registration
+            // (tools/vm/regcost-guest.sh) must see none, or it measures the cap too.
+            "kernel_serialized": pool.shared_state().header().kernel_serialized(),
             "kernel_assisted": pool.is_kernel_assisted(),
             "unassisted_reason": (!pool.is_kernel_assisted()).then(|| why_unassisted(&pool)),
             "requests": done,
