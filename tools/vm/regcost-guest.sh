@@ -31,7 +31,7 @@ bin=$(readlink -f "$1"); out=$2; rounds=${3:-5}
 # threshold. The table reports what was serialized.
 # shellcheck disable=SC2206
 serve_args=(${REGCOST_SERVE_ARGS:-})
-[[ " ${serve_args[*]} " == *" --threshold-ms "* ]] || serve_args+=(--threshold-ms 5000)
+case " ${serve_args[*]} " in *" --threshold-ms "* | *" --threshold-ms="*) ;; *) serve_args+=(--threshold-ms 5000) ;; esac
 PY=$(command -v /usr/bin/python3 || command -v python3)
 mkdir -p "$out"; raw=$out/raw; mkdir -p "$raw"; : >"$raw/records.jsonl"
 "$bin/scx_tailctl" >"$raw/sched.log" 2>&1 &
