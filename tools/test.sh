@@ -126,21 +126,22 @@ if [ "${SKIP_VM:-0}" != 1 ]; then
     [ "${gf:-0}" = 0 ] || echo "FAILED: scheduler tests on $k: $(grep '^FAIL' "$out/progress" | tr '\n' ' ')"
     [ -z "$missing" ] || { echo "FAILED: scheduler tests on $k never reported: $(echo $missing)"; echo 1 >"$out/missing"; }
   }
-  # The tests a series runs. Every test runs on every series except two kinds,
-  # each of which runs on one series (chosen so the two end together; the
-  # first, with two sockets, has the longer run): the allotment controllers'
-  # policy tests beyond issue 12's list (EQUI's halves, DEQ's desire and its
-  # change of load, a cgroup job capped, an exit, no starvation: those run on
-  # both), whose BPF path the others take on each kernel and whose subject
-  # is the policy's arithmetic; and the registration protocol's attack tests,
-  # whose subject is the daemon's and the runtime's user-space code. Together
-  # that keeps CI under an hour. With one series, or GUEST_TESTS, nothing is
-  # split.
-  # Since session 30 also the tests whose subject is user-space code the
-  # kernel does not change (the operator views, the protocol version, the
-  # daemon's identity and idle checks, the experiment driver, the priority
-  # permission) and the mark-only experiment switch: session 30's CI ran 66
-  # minutes on a slower host, both series past the 3000 s boot timeout.
+  # The tests a series runs. Every test runs on every series except three
+  # kinds, each of which runs on one series (chosen so the two end together;
+  # the first, with two sockets, has the longer run):
+  # - the allotment controllers' policy tests beyond issue 12's list (EQUI's
+  #   halves, DEQ's desire and its change of load, a cgroup job capped, an
+  #   exit, no starvation: those run on both), whose BPF path the others take
+  #   on each kernel and whose subject is the policy's arithmetic;
+  # - the registration protocol's attack tests, whose subject is the daemon's
+  #   and the runtime's user-space code;
+  # - tests of other user-space code the kernel does not change (operator
+  #   views, protocol version, the daemon's identity and idle checks, the
+  #   experiment driver, the priority permission) and the mark-only experiment
+  #   switch (session 30: CI ran 66 minutes on a slower host, both series past
+  #   the 3000 s boot timeout).
+  # Together that keeps CI under an hour. With one series, or GUEST_TESTS,
+  # nothing is split.
   split_first="allotliar allotcgdyn allotrenice regdos maps regversion serializemark"
   split_later="allotmug allotcgdeq allotcgasteal allotdrep regabuse daemonstop top priouser pidns experiment daemonidle"
   listed=$(bash tools/vm/guest-tests.sh target/debug/scx_tailctl /tmp --list)
