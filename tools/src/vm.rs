@@ -140,6 +140,21 @@ fn split_console(out: impl std::io::Read, console: &Path) -> Result<Vec<String>>
     Ok(tail.into())
 }
 
+/// Copies `from` to `to` as it arrives (the guest's output, live).
+fn copy_flushing(mut from: impl std::io::Read, mut to: impl std::io::Write) -> std::io::Result<()> {
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        to.write_all(&buf[..n])?;
+        to.flush()?;
+    }
+}
+
 /// `line` without terminal escape sequences (CSI `ESC [ ... final`, and
 /// two-byte `ESC x`) or carriage returns: the firmware paints the console
 /// with them, and a log file should be plain text.
@@ -359,23 +374,34 @@ fn run_command(args: RunArgs) -> Result<i32> {
     if !qemu_opts.is_empty() {
         cmd.arg(format!("--qemu-opts={}", qemu_opts.join(" ")));
     }
-    let mut tail = Vec::new();
-    let status = match &args.console {
-        None => cmd
-            .status()
-            .with_context(|| format!("running {}", vng.display()))?,
+    // vng hands qemu /proc/self/fd/1 and /2 as its guest's stdout and
+    // stderr, and qemu opens a file chardev with O_TRUNC: with our output
+    // redirected to a file (`tailctl vm run ... >log`), each boot would
+    // empty that file, losing what an earlier boot or the caller wrote there
+    // (tools/test.sh's resumed boots lost the first boot's results). So vng
+    // writes into pipes, and we copy them to our own stdout and stderr.
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {}", vng.display()))?;
+    let out = child.stdout.take().expect("piped stdout");
+    let copy_out = std::thread::spawn(move || copy_flushing(out, std::io::stdout()));
+    let err = child.stderr.take().expect("piped stderr");
+    let (status, tail) = match &args.console {
+        None => {
+            let copied = copy_flushing(err, std::io::stderr())
+                .map(|()| Vec::new())
+                .context("copying the guest's stderr");
+            (child.wait()?, copied)
+        }
         Some(console) => {
-            let mut child = cmd
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .with_context(|| format!("running {}", vng.display()))?;
-            let out = child.stderr.take().expect("piped stderr");
-            let copied = split_console(out, console);
-            let status = child.wait()?;
-            tail = copied?;
-            status
+            let copied = split_console(err, console);
+            (child.wait()?, copied)
         }
     };
+    let _ = copy_out.join();
+    let tail = tail?;
     let _ = std::fs::remove_file(&wrapper);
     let rc = std::fs::read_to_string(&marker);
     let _ = std::fs::remove_file(&marker);
@@ -492,6 +518,17 @@ mod tests {
             .join(" ");
         let out = Command::new("sh").arg("-c").arg(&line).output().unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout), "a b it's $HOME \n");
+    }
+
+    #[test]
+    fn the_guest_output_is_copied_whole_into_what_we_write_to() {
+        // A file we were given already holds the caller's lines: the copy
+        // appends after them (qemu, given the file itself, truncated it).
+        let data: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        let mut to = b"before\n".to_vec();
+        copy_flushing(&data[..], &mut to).unwrap();
+        assert_eq!(&to[..7], b"before\n");
+        assert_eq!(&to[7..], &data[..]);
     }
 
     #[test]
