@@ -722,14 +722,15 @@ else:
 time.sleep(0.2)
 spin = f"/proc/{child}"
 t0, v0, s0 = time.monotonic(), exec_ns(victim), exec_ns(spin)
-seen = set()
+seen = []
 while time.monotonic() < t0 + window:
-    seen.add(cpu_of(victim)); time.sleep(0.2)
+    seen.append(cpu_of(victim)); time.sleep(0.2)
 t1, v1, s1 = time.monotonic(), exec_ns(victim), exec_ns(spin)
 os.waitpid(child, 0)
 span = (t1 - t0) * 1e9
 print(json.dumps({"cpu": cpu, "attempts": attempt, "victim_share": round((v1 - v0) / span, 3),
-                  "rt_share": round((s1 - s0) / span, 3), "victim_cpus": sorted(seen)}))
+                  "rt_share": round((s1 - s0) / span, 3), "victim_cpus": sorted(set(seen)),
+                  "samples": len(seen), "samples_on_spinner_cpu": seen.count(cpu)}))
 PY
 }
 
@@ -843,10 +844,15 @@ test_rtpreempt() {
   # (7.3: until RT throttling, 950 ms into the spin; 6.18: the whole spin).
   local on7=1; case "$(uname -r)" in 6.*) on7=0;; esac
   if [ $on7 = 1 ]; then
-    # Moved off the spinner's CPU (never seen there during the spin) and kept
-    # running. (The re-enqueue count alone proves nothing: the harness's RT
-    # heartbeat makes releases all through a run.)
-    $PY -c "import json,sys; a = json.loads(sys.argv[1]); sys.exit(0 if all(a[k]['victim_share'] >= 0.9 and a[k]['cpu'] not in a[k]['victim_cpus'] for k in ('unregistered', 'registered')) else 1)" "$all" \
+    # Kept running (0.73-0.74 of a CPU when it stayed behind the spinner,
+    # before ops.cpu_release re-enqueued it) and seen on the spinner's CPU in
+    # at most a quarter of the samples. Not "never": the spinner does not
+    # hold its CPU throughout (rt_share 0.66-0.68 on 7.3, where the kernel's
+    # deadline server runs ext tasks beside RT ones), and in those gaps the
+    # victim may legitimately run there again (session 31's CI: seen once
+    # there, 0.994 of a CPU). (The re-enqueue count alone proves nothing:
+    # the harness's RT heartbeat makes releases all through a run.)
+    $PY -c "import json,sys; a = json.loads(sys.argv[1]); sys.exit(0 if all(a[k]['victim_share'] >= 0.9 and a[k]['samples_on_spinner_cpu'] * 4 <= a[k]['samples'] for k in ('unregistered', 'registered')) else 1)" "$all" \
       || { fail rtpreempt "a preempted task stayed behind the RT spinner: $all (reenqueues $n)"; return; }
   fi
   local wmsg; wmsg=$($PY -c "import json,sys; w = json.loads(sys.argv[1])['waiter']; print(w['error'] if 'error' in w else 'ran on CPU %s %s ms into a %s ms spin' % (w['waiter_cpu'], w['woke_after_spin_start_ms'], w['spin_ms']))" "$all")
