@@ -140,18 +140,25 @@ fn split_console(out: impl std::io::Read, console: &Path) -> Result<Vec<String>>
     Ok(tail.into())
 }
 
-/// Copies `from` to `to` as it arrives (the guest's output, live).
+/// Copies `from` to `to` as it arrives (the guest's output, live). Once
+/// `to` fails (a reader that went away), the rest is read and dropped: a
+/// pipe left undrained would block the guest's next write, and the boot with
+/// it. The first write error is returned at the end.
 fn copy_flushing(mut from: impl std::io::Read, mut to: impl std::io::Write) -> std::io::Result<()> {
     let mut buf = [0u8; 8192];
+    let mut failed = None;
     loop {
         let n = match from.read(&mut buf) {
-            Ok(0) => return Ok(()),
+            Ok(0) => return failed.map_or(Ok(()), Err),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        to.write_all(&buf[..n])?;
-        to.flush()?;
+        if failed.is_none() {
+            if let Err(e) = to.write_all(&buf[..n]).and_then(|()| to.flush()) {
+                failed = Some(e);
+            }
+        }
     }
 }
 
@@ -529,6 +536,24 @@ mod tests {
         copy_flushing(&data[..], &mut to).unwrap();
         assert_eq!(&to[..7], b"before\n");
         assert_eq!(&to[7..], &data[..]);
+    }
+
+    #[test]
+    fn a_reader_that_went_away_does_not_stop_the_draining() {
+        struct Gone;
+        impl std::io::Write for Gone {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::ErrorKind::BrokenPipe.into())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut from = std::io::Cursor::new(vec![7u8; 100_000]);
+        let e = copy_flushing(&mut from, Gone).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe);
+        // Read to the end all the same.
+        assert_eq!(from.position(), 100_000);
     }
 
     #[test]
