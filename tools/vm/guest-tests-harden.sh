@@ -849,8 +849,8 @@ test_rtpreempt() {
     # at most a quarter of the samples. Not "never": the spinner does not
     # hold its CPU throughout (rt_share 0.66-0.68 on 7.3, where the kernel's
     # deadline server runs ext tasks beside RT ones), and in those gaps the
-    # victim may legitimately run there again (session 31's CI: seen once
-    # there, 0.994 of a CPU). (The re-enqueue count alone proves nothing:
+    # victim may legitimately run there again (session 31's CI: seen there
+    # at least once, 0.994 of a CPU). (The re-enqueue count alone proves nothing:
     # the harness's RT heartbeat makes releases all through a run.)
     $PY -c "import json,sys; a = json.loads(sys.argv[1]); sys.exit(0 if all(a[k]['victim_share'] >= 0.9 and a[k]['samples_on_spinner_cpu'] * 4 <= a[k]['samples'] for k in ('unregistered', 'registered')) else 1)" "$all" \
       || { fail rtpreempt "a preempted task stayed behind the RT spinner: $all (reenqueues $n)"; return; }
