@@ -130,26 +130,26 @@ if [ "${SKIP_VM:-0}" != 1 ]; then
     [ "${gf:-0}" = 0 ] || echo "FAILED: scheduler tests on $k: $(grep '^FAIL' "$out/progress" | tr '\n' ' ')"
     [ -z "$missing" ] || { echo "FAILED: scheduler tests on $k never reported: $(echo $missing)"; echo 1 >"$out/missing"; }
   }
-  # The tests a series runs. Every test runs on every series except three
-  # kinds, each of which runs on one series (chosen so the two end together;
-  # the first, with two sockets, has the longer run):
-  # - the allotment controllers' policy tests beyond issue 12's list (EQUI's
-  #   halves, DEQ's desire and its change of load, a cgroup job capped, an
-  #   exit, no starvation: those run on both), whose BPF path the others take
-  #   on each kernel and whose subject is the policy's arithmetic;
-  # - the registration protocol's attack tests, whose subject is the daemon's
-  #   and the runtime's user-space code;
-  # - tests of other user-space code the kernel does not change (operator
-  #   views, protocol version, the daemon's identity and idle checks, the
-  #   experiment driver, the priority permission) and the mark-only experiment
-  #   switch (session 30: CI ran 66 minutes on a slower host, both series past
-  #   the 3000 s boot timeout).
-  # Together that kept CI under an hour on session 29's host, not on slower
-  # ones (session 31: 77 minutes, with the guest tests 17-40% slower per
-  # test than in session 30). With one series, or GUEST_TESTS,
-  # nothing is split.
-  split_first="allotliar allotcgdyn allotrenice regdos maps regversion serializemark"
-  split_later="allotmug allotcgdeq allotcgasteal allotdrep regabuse daemonstop top priouser pidns experiment daemonidle"
+  # The tests a series runs. Two kinds run on both series: tests whose
+  # subject is the kernel's side of sched_ext, which differs between 6.18
+  # and 7.x (loading and verifying, the watchdog and ejection, stress, RT
+  # preemption and ops.cpu_release's re-enqueue on 7.1+, the wait bounds and
+  # their timers, pinned and migration-disabled tasks, hotplug, switching
+  # policies under a running service, the region fuzzer), and issue 12's
+  # allotment list (EQUI's halves, DEQ's desire and its change of load, an
+  # exit, no starvation). Every other test runs on one series, chosen so the
+  # two end together (the first, with two sockets, takes the per-LLC queues
+  # test): its BPF paths are the ones the both-series tests take on each
+  # kernel, and its subject is a policy's arithmetic, the daemon's or the
+  # runtime's user-space code, or a measurement against a baseline. Running
+  # every test on both cost 77 minutes of CI on session 31's host (both
+  # series past 3000 s); this split saves about 700 s of each series' 3000-3700 s.
+  # With one series, or GUEST_TESTS, nothing is split.
+  split_first="allotliar allotcgdyn allotrenice regdos maps regversion serializemark llcqueues allotcgnest isolation"
+  split_later="allotmug allotcgdeq allotcgasteal allotdrep regabuse daemonstop top priouser pidns experiment daemonidle
+    service greedy fuzzallot serialize account slotreuse tidreuse bindleak nosyscall prioprompt priostarve priocgroup"
+  # shellcheck disable=SC2086
+  split_later=$(echo $split_later)
   listed=$(bash tools/vm/guest-tests.sh target/debug/scx_tailctl /tmp --list)
   for t in $split_first $split_later; do
     case " $listed " in *" $t "*) ;; *) bad 1 "the split names $t, which guest-tests.sh does not list";; esac

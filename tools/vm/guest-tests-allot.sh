@@ -245,12 +245,17 @@ allot_err_hint() {
 # A CPU-bound registered service: greedy --benign keeps 16 requests of 8 x 20 ms items in flight.
 # exec: run in the background, the job's pid ($!) is the service's own (services.pid).
 allot_service() { exec "$ktest" -w "$1" greedy --benign --secs "$2" --requests 16 --items 8 --item-us 20000; }
+# The lifetime of a service or hog that a test kills once it has measured: long enough to outlive
+# any measurement. A map dump beside CPU-bound jobs takes seconds under TCG, and on a slow host
+# more: in the 7.3 series of session 31's landing CI, two map dumps and 10 s of sleep outlasted
+# 60 s, the cgroup job's hog had exited before the window closed (its ticks: none).
+allot_life=600
 
 allot_phase() { # allot_phase POLICY -> prints {"wide": {...}, "narrow": {...}}
   local n; n=$(nproc)
   # Both outlive the measurement (a map dump takes seconds under TCG) and are stopped after it.
-  allot_service $((n * 2)) 90 >"$out/allot-wide.json" 2>>"$out/allot.err" & local wp=$!
-  allot_service $((n / 2)) 90 >"$out/allot-narrow.json" 2>>"$out/allot.err" & local np=$!
+  allot_service $((n * 2)) $allot_life >"$out/allot-wide.json" 2>>"$out/allot.err" & local wp=$!
+  allot_service $((n / 2)) $allot_life >"$out/allot-narrow.json" 2>>"$out/allot.err" & local np=$!
   sleep 4
   allot_jobs_json "$out/a1" && sleep 6 && allot_jobs_json "$out/a2" || { kill -9 $wp $np; return 1; }
   kill -9 $wp $np; wait $wp $np 2>/dev/null
@@ -303,8 +308,8 @@ PY
 test_allotexit() {
   local n half; n=$(nproc); half=$((n / 2))
   allot_sched equi || { fail allotexit "scheduler did not load with --allot equi: $(sched_why)"; return; }
-  allot_service $((n * 2)) 60 >"$out/allot-wide.json" 2>>"$out/allot.err" & local wp=$!
-  allot_service $((n / 2)) 60 >"$out/allot-narrow.json" 2>>"$out/allot.err" & local np=$!
+  allot_service $((n * 2)) $allot_life >"$out/allot-wide.json" 2>>"$out/allot.err" & local wp=$!
+  allot_service $((n / 2)) $allot_life >"$out/allot-narrow.json" 2>>"$out/allot.err" & local np=$!
   sleep 4
   allot_jobs_json "$out/x1"
   local before; before=$(allot_cores "$out/x1" "$out/x1")
@@ -601,10 +606,10 @@ PY
 test_allotdrep() {
   local n; n=$(nproc)
   allot_sched drep || { fail allotdrep "scheduler did not load with --allot drep: $(sched_why)"; return; }
-  allot_service $((n * 2)) 60 >"$out/allot-drep-a.json" 2>>"$out/allot.err" & local ap=$!
+  allot_service $((n * 2)) $allot_life >"$out/allot-drep-a.json" 2>>"$out/allot.err" & local ap=$!
   sleep 3
   local ta; ta=$(date +%s%N)
-  allot_service $((n * 2)) 60 >"$out/allot-drep-b.json" 2>>"$out/allot.err" & local bp=$!
+  allot_service $((n * 2)) $allot_life >"$out/allot-drep-b.json" 2>>"$out/allot.err" & local bp=$!
   sleep 4
   allot_jobs_json "$out/r1" && sleep 6 && allot_jobs_json "$out/r2" || { kill -9 $ap $bp; wait $ap $bp 2>/dev/null; stop_sched; fail allotdrep "map dumps failed: $(tail -c 300 "$out/allot.err")"; return; }
   local both; both=$(allot_cores "$out/r1" "$out/r2")
@@ -694,8 +699,8 @@ test_allotcgasteal() { allotcg_beside_service allotcgasteal asteal; }
 # each over about 6 s, after 4 s to settle).
 allot_pair() {
   local n; n=$(nproc)
-  allot_service "$n" 60 >"$out/allot-honest.json" 2>>"$out/allot.err" & local hp=$!
-  (exec "$ktest" -w $((n * 2)) greedy --benign --secs 60 --requests 1 --items 1 --item-us 20000 "$@") \
+  allot_service "$n" $allot_life >"$out/allot-honest.json" 2>>"$out/allot.err" & local hp=$!
+  (exec "$ktest" -w $((n * 2)) greedy --benign --secs $allot_life --requests 1 --items 1 --item-us 20000 "$@") \
     >"$out/allot-other.json" 2>>"$out/allot.err" & local op=$!
   sleep 4
   allot_jobs_json "$out/p1" && sleep 6 && allot_jobs_json "$out/p2" || { kill -9 $hp $op; wait $hp $op 2>/dev/null; return 1; }
@@ -799,15 +804,18 @@ allotcg_beside_service() {
   allot_cur=$t
   start_sched --allot "$pol" --job "$cg" --allot-trace "$out/allot-trace-$t.csv" || { fail "$t" "scheduler did not load with --job: $(tail -n 3 "$out/sched.log" | tr '\n"' ' ')"; rmdir "$cg"; return; }
   # The hog enters the cgroup before it starts its threads: every thread is a job thread.
-  (echo $BASHPID >"$cg/cgroup.procs" && exec "$ktest" hog --threads $((n * 2)) --secs 60) >"$out/allot-cghog.json" 2>>"$out/allot.err" & local hp=$!
-  allot_service $((n * 2)) 60 >"$out/allot-cgsvc.json" 2>>"$out/allot.err" & local sp=$!
+  (echo $BASHPID >"$cg/cgroup.procs" && exec "$ktest" hog --threads $((n * 2)) --secs $allot_life) >"$out/allot-cghog.json" 2>>"$out/allot.err" & local hp=$!
+  allot_service $((n * 2)) $allot_life >"$out/allot-cgsvc.json" 2>>"$out/allot.err" & local sp=$!
   sleep 4
   local t1 t2 maps
   t1=$(allot_thread_ticks $hp)
   allot_jobs_json "$out/c1" && sleep 6 && allot_jobs_json "$out/c2" || { kill -9 $hp $sp; wait $hp $sp 2>/dev/null; stop_sched; rmdir "$cg"; fail "$t" "map dumps failed: $(tail -c 300 "$out/allot.err")"; return; }
   t2=$(allot_thread_ticks $hp)
   maps=$("$wl/tailctl" maps dump services 2>>"$out/allot.err" | head -n 20)
-  kill -9 $hp $sp; wait $hp $sp 2>/dev/null
+  # Both must have run through the window (a job that exited in it is measured on less).
+  local gone=""; kill -0 $hp 2>/dev/null || gone="the cgroup job's hog"; kill -0 $sp 2>/dev/null || gone="${gone:+$gone and }the service"
+  kill -9 $hp $sp 2>/dev/null; wait $hp $sp 2>/dev/null
+  [ -z "$gone" ] || { stop_sched; rmdir "$cg"; fail "$t" "$gone exited before the window closed (lifetime ${allot_life} s): $(tail -c 300 "$out/allot.err")"; return; }
   local st; st=$(allot_stats); local jobs; jobs=$(allot_cores "$out/c1" "$out/c2")
   sched_alive || { fail "$t" "scheduler ejected: $(sched_why)"; rmdir "$cg"; return; }
   allot_end "$t" || { fail "$t" "scheduler exit non-zero: $(sched_why)"; rmdir "$cg"; return; }

@@ -60,7 +60,7 @@ use tailctl_rt::shared_state::{FLAG_SERIALIZED, MAX_REQUESTS, REQ_FREE};
 use tailctl_rt::threshold::ThresholdTable;
 use tailctl_rt::{parallel_for, Policy, Pool, RequestHandle};
 
-use bpf_intf::{tailctl_request_acct, tailctl_stats};
+use bpf_intf::{tailctl_job_acct, tailctl_request_acct, tailctl_stats};
 
 #[derive(Parser)]
 #[command(about = "kernel-assisted tail-control experiments (run beside scx_tailctl)")]
@@ -342,6 +342,25 @@ impl Acct {
         };
         Ok(a)
     }
+}
+
+/// The kernel's job entry of service slot `svc` (`job_acct`): its job-token counters.
+fn job_acct_of(pin_dir: &Path, svc: u32) -> Result<tailctl_job_acct> {
+    let path = pin_dir.join("job_acct");
+    let map = MapHandle::from_pinned_path(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    let v = map
+        .lookup(&svc.to_ne_bytes(), MapFlags::ANY)?
+        .context("job_acct entry missing")?;
+    // SAFETY: plain-old-data struct of integers, zero a valid value of each; at most its size is
+    // copied from the map's value (an older scheduler's shorter value leaves the rest 0).
+    let mut j: tailctl_job_acct = unsafe { std::mem::zeroed() };
+    let n = v.len().min(std::mem::size_of::<tailctl_job_acct>());
+    // SAFETY: `n` is at most the size of both the source buffer and `j`, which do not overlap.
+    unsafe {
+        std::ptr::copy_nonoverlapping(v.as_ptr(), (&mut j as *mut tailctl_job_acct).cast(), n)
+    };
+    Ok(j)
 }
 
 fn threshold_table(ms: u64) -> ThresholdTable {
@@ -1516,11 +1535,19 @@ fn churn(cli: &Cli, secs: u64, requests: usize, threshold_ms: u64, k: ChurnKinds
     // Quiesce: every worker parks, every thread stops; counters must drain to zero.
     std::thread::sleep(Duration::from_millis(1500));
     let totals = acct_totals(&acct, svc)?;
+    // Under an allotment controller its threads also wait for job tokens (a job allotted one
+    // CPU never has two runners in a request, so nothing is throttled by a request's cap): those
+    // counters must drain too, and its token waits count as throttling.
+    let job = job_acct_of(&cli.pin_dir, svc)?;
     println!(
         "{}",
         serde_json::to_string(&json!({
             "service": svc, "requests": done, "changes": changes.load(Ordering::Relaxed),
             "max_counter_during": max_seen, "after_quiesce": totals,
+            "job_after_quiesce": {
+                "allot": job.allot, "waits": job.waits, "holders": job.holders,
+                "waiting": job.waiting, "running": job.running, "borrowing": job.borrowing,
+            },
         }))?
     );
     Ok(())
