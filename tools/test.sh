@@ -18,7 +18,8 @@ cd "$root"
 kernels=$(echo ${KERNELS:-6.18 7})
 log=$(mktemp); trap 'rm -f "$log"' EXIT
 failed=0; passed=0
-step() { echo; echo "=== $* ==="; }
+# Each step's header says when it began (seconds since the start): where CI's time went.
+step() { echo; echo "=== $* === (at $(( $(date +%s) - start )) s)"; }
 ok() { passed=$((passed + $1)); }
 bad() { failed=$((failed + $1)); echo "FAILED: $2"; }
 start=$(date +%s)
@@ -139,15 +140,17 @@ if [ "${SKIP_VM:-0}" != 1 ]; then
   # allotment list (EQUI's halves, DEQ's desire and its change of load, an
   # exit, no starvation). Every other test runs on one series, chosen so the
   # two end together (the first, with two sockets, takes the per-LLC queues
-  # test): its BPF paths are the ones the both-series tests take on each
+  # test; the later series about 200 s less, as the fresh-machine path
+  # follows it): its BPF paths are the ones the both-series tests take on each
   # kernel, and its subject is a policy's arithmetic, the daemon's or the
   # runtime's user-space code, or a measurement against a baseline. Running
   # every test on both cost 77 minutes of CI on session 31's host (both
-  # series past 3000 s); this split saves about 700 s of each series' 3000-3700 s.
+  # series past 3000 s, summing 3705 and 3359 s of tests); by those per-test
+  # times this split leaves about 3050 s in the first and 2850 s in the later.
   # With one series, or GUEST_TESTS, nothing is split.
-  split_first="allotliar allotcgdyn allotrenice regdos maps regversion serializemark llcqueues allotcgnest isolation"
+  split_first="allotliar allotcgdyn allotrenice regdos maps regversion serializemark llcqueues allotcgnest isolation greedy"
   split_later="allotmug allotcgdeq allotcgasteal allotdrep regabuse daemonstop top priouser pidns experiment daemonidle
-    service greedy fuzzallot serialize account slotreuse tidreuse bindleak nosyscall prioprompt priostarve priocgroup"
+    service fuzzallot serialize account slotreuse tidreuse bindleak nosyscall prioprompt priostarve priocgroup"
   # shellcheck disable=SC2086
   split_later=$(echo $split_later)
   listed=$(bash tools/vm/guest-tests.sh target/debug/scx_tailctl /tmp --list)
