@@ -601,6 +601,13 @@ struct tailctl_stats {
 	 * queue.
 	 */
 	u64 overdue_head_lost;
+	/*
+	 * Longest wait, throttling to run, of a thread that lost its CPU's head
+	 * and found no other free (overdue_head_lost): it queued fairly, where it
+	 * waits for a slice to end somewhere (max, ns). Kept apart from
+	 * max_overdue_wait_ns, whose promise is the run at release.
+	 */
+	u64 max_overdue_lost_wait_ns;
 };
 
 #endif /* __TAILCTL_INTF_H */

@@ -320,6 +320,8 @@ struct task_ctx {
 	bool overdue_local;
 	/* ... or to the fair queue, being ahead of the frontier in vtime (overdue_local_cpu). */
 	bool overdue_ahead;
+	/* ... or to a CPU's head, lost before it ran, no other head free: the fair queue (tailctl_enqueue). */
+	bool overdue_lost;
 	bool evict;
 	/* ops.select_cpu placed this wakeup on an idle CPU it claimed (see tailctl_enqueue). */
 	bool woke_idle;
@@ -906,6 +908,7 @@ static __always_inline void unbind(struct task_ctx *tctx)
 	tctx->overdue = false;
 	tctx->overdue_local = false;
 	tctx->overdue_ahead = false;
+	tctx->overdue_lost = false;
 	/* A wait of this binding does not carry over into the next one. */
 	tctx->keep_wait = false;
 	tctx->counted_running = false;
@@ -1082,6 +1085,7 @@ static __always_inline struct task_ctx *resolve_task_ctx(struct task_struct *p, 
 		tctx->overdue = false;
 		tctx->overdue_local = false;
 		tctx->overdue_ahead = false;
+		tctx->overdue_lost = false;
 	}
 	tctx->svc = svc;
 	tctx->worker = worker;
@@ -1429,7 +1433,8 @@ static __always_inline void charge_request(struct task_ctx *tctx, struct tailctl
  * A waiter let through at the bound runs now: its wait from @at (throttled
  * by its request's cap, or queued for its job's token) to its run
  * (tailctl_stats.max_overdue_wait_ns, or max_overdue_ahead_wait_ns for one
- * that queued fairly, ahead of the frontier: overdue_local_cpu).
+ * that queued fairly, ahead of the frontier: overdue_local_cpu, or
+ * max_overdue_lost_wait_ns for one that lost its head: tailctl_enqueue).
  */
 static __always_inline void note_overdue_wait(struct task_ctx *tctx, u64 at)
 {
@@ -1442,7 +1447,12 @@ static __always_inline void note_overdue_wait(struct task_ctx *tctx, u64 at)
 	st = stats_cpu();
 	if (!st || now <= at)
 		return;
-	max = tctx->overdue_ahead ? &st->max_overdue_ahead_wait_ns : &st->max_overdue_wait_ns;
+	if (tctx->overdue_ahead)
+		max = &st->max_overdue_ahead_wait_ns;
+	else if (tctx->overdue_lost)
+		max = &st->max_overdue_lost_wait_ns;
+	else
+		max = &st->max_overdue_wait_ns;
 	if (now - at > *max)
 		*max = now - at;
 }
@@ -3412,6 +3422,7 @@ __noinline int job_release_waiters(u32 svc, u64 now)
 				/* Sent to a CPU's head: read by a re-enqueue before it ran (tailctl_enqueue). */
 				tctx->overdue_local = ocpu >= 0;
 				tctx->overdue_ahead = ocpu == OVERDUE_AHEAD;
+				tctx->overdue_lost = false;
 			}
 			tctx->job_overdue = overdue;
 			job_leave_wait(tctx);
@@ -4213,6 +4224,8 @@ void BPF_STRUCT_OPS(tailctl_enqueue, struct task_struct *p, u64 enq_flags)
 			scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL_ON | c, slice_ns, enq_flags | SCX_ENQ_PREEMPT);
 			return;
 		}
+		/* Its wait is then the fair queue's, not the release's: counted apart (note_overdue_wait). */
+		tctx->overdue_lost = true;
 		lost_kick = c;
 	}
 	if (tctx && !owed && must_throttle(p, tctx)) {
@@ -4425,6 +4438,7 @@ __noinline int release_waiters(u32 svc, u64 now)
 				/* Sent to a CPU's head: read by a re-enqueue before it ran (tailctl_enqueue). */
 				tctx->overdue_local = ocpu >= 0;
 				tctx->overdue_ahead = ocpu == OVERDUE_AHEAD;
+				tctx->overdue_lost = false;
 			}
 			tctx->overdue = overdue;
 			tctx->keep_wait = capped;
@@ -4712,6 +4726,7 @@ void BPF_STRUCT_OPS(tailctl_stopping, struct task_struct *p, bool runnable)
 	/* It ran: where an overdue release sent it (its request's or its job's) no longer matters. */
 	tctx->overdue_local = false;
 	tctx->overdue_ahead = false;
+	tctx->overdue_lost = false;
 	/* Unregistered while it ran (resolve_task runs only when it is queued or starts): give back now. */
 	if (!still_bound(p, tctx)) {
 		unbind(tctx);

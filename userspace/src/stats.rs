@@ -79,6 +79,10 @@ pub struct Metrics {
     )]
     pub max_overdue_ahead_wait_ns: u64,
     #[stat(
+        desc = "Longest wait from throttling to running of those that lost their CPU's head with no other free (they queued fairly), ns (a maximum since load)"
+    )]
+    pub max_overdue_lost_wait_ns: u64,
+    #[stat(
         desc = "Watchdog timeout minus the longest throttle wait, ms (how close a throttled thread came to ejecting the scheduler)"
     )]
     pub watchdog_margin_ms: i64,
@@ -262,6 +266,9 @@ impl Metrics {
         self.max_overdue_ahead_wait_ns = self
             .max_overdue_ahead_wait_ns
             .max(s.max_overdue_ahead_wait_ns);
+        self.max_overdue_lost_wait_ns = self
+            .max_overdue_lost_wait_ns
+            .max(s.max_overdue_lost_wait_ns);
         self.allot_reallocs += s.allot_reallocs;
         self.allot_enforced += s.allot_enforced;
         self.allot_lat_sum_ns += s.allot_lat_sum_ns;
@@ -325,6 +332,7 @@ impl Metrics {
             .max_throttle_wait_ns
             .max(self.max_overdue_wait_ns)
             .max(self.max_overdue_ahead_wait_ns)
+            .max(self.max_overdue_lost_wait_ns)
             .max(self.allot_max_wait_ns)
             .max(self.prio_max_wait_ns());
         self.watchdog_margin_ms = WATCHDOG_TIMEOUT_MS - (longest / 1_000_000) as i64;
@@ -396,6 +404,7 @@ impl Metrics {
             max_throttle_wait_ns: self.max_throttle_wait_ns,
             max_overdue_wait_ns: self.max_overdue_wait_ns,
             max_overdue_ahead_wait_ns: self.max_overdue_ahead_wait_ns,
+            max_overdue_lost_wait_ns: self.max_overdue_lost_wait_ns,
             watchdog_margin_ms: self.watchdog_margin_ms,
             token_leaks: self.token_leaks.saturating_sub(prev.token_leaks),
             bound_kicks: self.bound_kicks.saturating_sub(prev.bound_kicks),
@@ -509,7 +518,7 @@ impl Metrics {
         )?;
         writeln!(
             w,
-            "[{}] serialize {:>6} throttled {:>8} rotate {:>8} cap-preempt {:>6} invalid {:>4} overdue {:>4} (head {} fair {} ahead {} deferred {} lost {}) max-wait {:>6} us overdue-wait {:>6} us (ahead {:>6} us) watchdog-margin {:>6} ms token-leaks {} bound-kicks {}",
+            "[{}] serialize {:>6} throttled {:>8} rotate {:>8} cap-preempt {:>6} invalid {:>4} overdue {:>4} (head {} fair {} ahead {} deferred {} lost {}) max-wait {:>6} us overdue-wait {:>6} us (ahead {:>6} us, lost {:>6} us) watchdog-margin {:>6} ms token-leaks {} bound-kicks {}",
             crate::SCHEDULER_NAME,
             self.serializations,
             self.throttled,
@@ -525,6 +534,7 @@ impl Metrics {
             self.max_throttle_wait_ns / 1000,
             self.max_overdue_wait_ns / 1000,
             self.max_overdue_ahead_wait_ns / 1000,
+            self.max_overdue_lost_wait_ns / 1000,
             self.watchdog_margin_ms,
             self.token_leaks,
             self.bound_kicks,

@@ -1585,6 +1585,7 @@ fn hold(cli: &Cli, secs: u64, threshold_ms: u64) -> Result<()> {
             "overdue_deferred": s.overdue_deferred,
             "overdue_head_lost": s.overdue_head_lost,
             "max_overdue_ahead_wait_ms": s.max_overdue_ahead_wait_ns as f64 / 1e6,
+            "max_overdue_lost_wait_ms": s.max_overdue_lost_wait_ns as f64 / 1e6,
             "bound_kicks": s.bound_kicks,
             "throttled": s.throttled,
         }))?
@@ -1706,6 +1707,7 @@ fn read_stats(pin_dir: &Path) -> Result<tailctl_stats> {
         t.overdue_deferred += s.overdue_deferred;
         t.overdue_head_lost += s.overdue_head_lost;
         t.max_overdue_ahead_wait_ns = t.max_overdue_ahead_wait_ns.max(s.max_overdue_ahead_wait_ns);
+        t.max_overdue_lost_wait_ns = t.max_overdue_lost_wait_ns.max(s.max_overdue_lost_wait_ns);
         t.serializations += s.serializations;
         t.token_leaks += s.token_leaks;
         t.acct_stale_steps += s.acct_stale_steps;
@@ -1744,6 +1746,7 @@ fn stats(cli: &Cli) -> Result<()> {
             "overdue_deferred": s.overdue_deferred,
             "overdue_head_lost": s.overdue_head_lost,
             "max_overdue_ahead_wait_ms": s.max_overdue_ahead_wait_ns as f64 / 1e6,
+            "max_overdue_lost_wait_ms": s.max_overdue_lost_wait_ns as f64 / 1e6,
         }))?
     );
     Ok(())
