@@ -719,8 +719,11 @@ print(json.dumps({"honest": pick(sys.argv[1]), "other": pick(sys.argv[2]), "wind
 # every ms) while it really keeps about one core busy. Under deq and under asteal, beside an
 # honest CPU-bound service, against the same low-load process telling the truth in the same boot:
 # the lie reaches the controller (the liar's desire shown above the truthful one's), and the
-# honest service keeps its equal share: allotted at least CPUs/2, running at least 0.7 x CPUs/2
-# cores within it. Desires and allotments are the medians over the controller's rounds in the
+# honest service keeps its equal share: allotted at least CPUs/2, and it uses that allotment about
+# as well as it used its allotment beside the truthful twin a moment before (cores within it per
+# CPU allotted, at least 0.85x; the pair ran back to back in one boot, so TCG's drift cancels; a
+# fixed floor of 0.7 x CPUs/2 cores failed at 1.388 and 1.39 in session 32, where the same service
+# used 0.60-0.75 of its allotment beside the truthful twin), and never under 0.5 x CPUs/2. Desires and allotments are the medians over the controller's rounds in the
 # measured window (--allot-trace), not one snapshot: A-Steal halves and doubles from quantum to
 # quantum, so a snapshot can catch the honest service at 1 for a round. Its total (own + borrowed: the liar's unused allotment is lent) is reported
 # against beside the truthful twin.
@@ -776,11 +779,16 @@ for pol in ("deq", "asteal"):
         why.append(f"{pol}: the honest service allotted {h['allot']} beside the liar (equal share {half})")
     if x["allot"] > n - half:
         why.append(f"{pol}: the liar allotted {x['allot']} of {n}")
-    if h["own"] < 0.7 * half:
-        why.append(f"{pol}: the honest service ran {h['own']} cores within its allotment beside the liar")
+    # Cores within the allotment per CPU allotted, beside the liar and beside the twin.
+    use = h["own"] / h["allot"] if h["allot"] else 0.0
+    use_twin = th["own"] / th["allot"] if th["allot"] else 0.0
+    if h["own"] < 0.5 * half or use < 0.85 * use_twin:
+        why.append(f"{pol}: the honest service ran {h['own']} cores within its allotment of {h['allot']} beside the liar "
+                   f"({use:.2f} per CPU allotted, {use_twin:.2f} beside the truthful twin)")
     ratio = h["cores"] / th["cores"] if th["cores"] > 0 else float("nan")
     parts.append(f"{pol} (medians of {h['rounds']} rounds): liar desire {x['desire']} (truthful {tx['desire']}), allot {x['allot']} (truthful {tx['allot']}), {x['cores']} cores; "
-                 f"honest allot {h['allot']} (beside the truthful twin {th['allot']}), {h['own']} own + {h['borrowed']} borrowed cores "
+                 f"honest allot {h['allot']} (beside the truthful twin {th['allot']}), {h['own']} own + {h['borrowed']} borrowed cores, "
+                 f"{use:.2f} per CPU allotted ({use_twin:.2f} beside the twin) "
                  f"({th['own']} + {th['borrowed']} beside the truthful twin: total {ratio:.2f}x)")
 print(("bad " + "; ".join(why) + " | " if why else "ok ") + "; ".join(parts))
 PY
