@@ -721,9 +721,10 @@ print(json.dumps({"honest": pick(sys.argv[1]), "other": pick(sys.argv[2]), "wind
 # the lie reaches the controller (the liar's desire shown above the truthful one's), and the
 # honest service keeps its equal share: allotted at least CPUs/2, and it uses that allotment about
 # as well as it used its allotment beside the truthful twin a moment before (cores within it per
-# CPU allotted, at least 0.85x; the pair ran back to back in one boot, so TCG's drift cancels; a
-# fixed floor of 0.7 x CPUs/2 cores failed at 1.388 and 1.39 in session 32, where the same service
-# used 0.60-0.75 of its allotment beside the truthful twin), and never under 0.5 x CPUs/2. Desires and allotments are the medians over the controller's rounds in the
+# CPU allotted, at least 0.8x; the pair ran back to back in one boot, so TCG's drift mostly
+# cancels: 0.89-0.96x under asteal, above 1 under deq, in session 31-32's runs; a fixed floor of
+# 0.7 x CPUs/2 cores failed at 1.388 and 1.39 in session 32, where the same service used
+# 0.60-0.84 of its allotment beside the truthful twin), and never under 0.5 x CPUs/2. Desires and allotments are the medians over the controller's rounds in the
 # measured window (--allot-trace), not one snapshot: A-Steal halves and doubles from quantum to
 # quantum, so a snapshot can catch the honest service at 1 for a round. Its total (own + borrowed: the liar's unused allotment is lent) is reported
 # against beside the truthful twin.
@@ -782,7 +783,7 @@ for pol in ("deq", "asteal"):
     # Cores within the allotment per CPU allotted, beside the liar and beside the twin.
     use = h["own"] / h["allot"] if h["allot"] else 0.0
     use_twin = th["own"] / th["allot"] if th["allot"] else 0.0
-    if h["own"] < 0.5 * half or use < 0.85 * use_twin:
+    if h["own"] < 0.5 * half or use < 0.8 * use_twin:
         why.append(f"{pol}: the honest service ran {h['own']} cores within its allotment of {h['allot']} beside the liar "
                    f"({use:.2f} per CPU allotted, {use_twin:.2f} beside the truthful twin)")
     ratio = h["cores"] / th["cores"] if th["cores"] > 0 else float("nan")
