@@ -329,19 +329,25 @@ impl Acct {
             .map
             .lookup(&key, MapFlags::ANY)?
             .context("req_acct entry missing")?;
-        // An older scx_tailctl has fewer (leading) fields; the rest read as 0.
-        // SAFETY: plain-old-data struct of integers; at most its size is copied.
-        let mut a: tailctl_request_acct = unsafe { std::mem::zeroed() };
-        let n = v.len().min(std::mem::size_of::<tailctl_request_acct>());
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                v.as_ptr(),
-                (&mut a as *mut tailctl_request_acct).cast(),
-                n,
-            )
-        };
-        Ok(a)
+        // SAFETY: tailctl_request_acct is a bindgen struct of integers.
+        Ok(unsafe { pod_prefix(&v) })
     }
+}
+
+/// A map value's bytes as `T`: at most `size_of::<T>()` bytes are copied, the rest read as 0 (an
+/// older scx_tailctl's shorter value has fewer, leading, fields).
+///
+/// # Safety
+/// `T` must be plain old data for which every bit pattern, all-zero included, is valid (the
+/// bindgen structs of integers in `bpf_intf`).
+unsafe fn pod_prefix<T>(v: &[u8]) -> T {
+    // SAFETY: the caller promises all-zero is a valid `T`.
+    let mut t: T = unsafe { std::mem::zeroed() };
+    let n = v.len().min(std::mem::size_of::<T>());
+    // SAFETY: `n` is at most the size of both `v` and `t`, which do not overlap; the caller
+    // promises any bytes are a valid `T`.
+    unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), (&mut t as *mut T).cast(), n) };
+    t
 }
 
 /// The kernel's job entry of service slot `svc` (`job_acct`): its job-token counters.
@@ -352,15 +358,8 @@ fn job_acct_of(pin_dir: &Path, svc: u32) -> Result<tailctl_job_acct> {
     let v = map
         .lookup(&svc.to_ne_bytes(), MapFlags::ANY)?
         .context("job_acct entry missing")?;
-    // SAFETY: plain-old-data struct of integers, zero a valid value of each; at most its size is
-    // copied from the map's value (an older scheduler's shorter value leaves the rest 0).
-    let mut j: tailctl_job_acct = unsafe { std::mem::zeroed() };
-    let n = v.len().min(std::mem::size_of::<tailctl_job_acct>());
-    // SAFETY: `n` is at most the size of both the source buffer and `j`, which do not overlap.
-    unsafe {
-        std::ptr::copy_nonoverlapping(v.as_ptr(), (&mut j as *mut tailctl_job_acct).cast(), n)
-    };
-    Ok(j)
+    // SAFETY: tailctl_job_acct is a bindgen struct of integers.
+    Ok(unsafe { pod_prefix(&v) })
 }
 
 fn threshold_table(ms: u64) -> ThresholdTable {
@@ -1691,13 +1690,8 @@ fn read_stats(pin_dir: &Path) -> Result<tailctl_stats> {
     // SAFETY: plain-old-data struct of u64s; all-zero is valid.
     let mut t: tailctl_stats = unsafe { std::mem::zeroed() };
     for v in per_cpu {
-        // An older scx_tailctl has fewer (leading) fields; the rest read as 0.
-        // SAFETY: plain-old-data struct of u64s; at most its size is copied.
-        let mut s: tailctl_stats = unsafe { std::mem::zeroed() };
-        let n = v.len().min(std::mem::size_of::<tailctl_stats>());
-        unsafe {
-            std::ptr::copy_nonoverlapping(v.as_ptr(), (&mut s as *mut tailctl_stats).cast(), n)
-        };
+        // SAFETY: tailctl_stats is a bindgen struct of integers.
+        let s: tailctl_stats = unsafe { pod_prefix(&v) };
         t.throttled += s.throttled;
         t.rotations += s.rotations;
         t.overdue_runs += s.overdue_runs;
