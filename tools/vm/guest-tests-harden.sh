@@ -55,8 +55,15 @@
 #              CPU without an ops.dispatch round trip (counted in yields_kept:
 #              at least half the yields of a lone yielder on CPU 0; none were
 #              before), and with a CPU hog pinned beside it on CPU 0 the yields
-#              still hand the CPU over: the hog keeps >= 0.8 of it and at most
-#              a quarter of the yields are kept.
+#              still hand the CPU over: at most a quarter of the yields are
+#              kept, and each yield gave the hog its slice: the yielder made
+#              at most 1.25 yields per 5 ms slice of its 3 s loop (a kept
+#              yield returns at once: a lone yielder makes thousands per
+#              slice). Not a timing bound: a slower host only lowers the
+#              count. The yielder's own CPU share over the loop and the hog's
+#              over its life are reported, not asserted: each depends on how
+#              fast the emulated CPU runs python (the hog's includes python's
+#              start-up, fair sharing, 0.78 in session 32's CI).
 # Every test, old and new, also checks through stop_sched that the kernel
 # counted no leaked token (check_token_leaks).
 
@@ -101,44 +108,48 @@ yields_kept() {
 
 test_yieldkeep() {
   local yl='import os, sys, time
-t = time.monotonic() + float(sys.argv[1]); n = 0
+t0 = time.monotonic(); c0 = time.process_time(); t = t0 + float(sys.argv[1]); n = 0
 while time.monotonic() < t:
     os.sched_yield(); n += 1
-print(n)'
-  start_sched || { fail yieldkeep "scheduler did not load"; return; }
-  local k0 n1 k1 hp n2 k2
+print(n, round((time.process_time() - c0) / (time.monotonic() - t0), 4))'
+  start_sched --slice-us 5000 || { fail yieldkeep "scheduler did not load"; return; }
+  local k0 n1 k1 hp n2 k2 s1 s2
   k0=$(yields_kept)
-  n1=$(taskset -c 0 "$PY" -c "$yl" 3)
+  read -r n1 s1 < <(taskset -c 0 "$PY" -c "$yl" 3)
   k1=$(yields_kept)
   # The hog outlives the yielder by 4 s: a python slow to start on a loaded
   # host (seconds, beside three other VMs) yielded mostly after a 5 s hog had
   # ended, and its start-up took a fifth of the hog's CPU.
   taskset -c 0 "$ktest" hog --secs 8 --threads 1 >"$out/yieldkeep-hog.json" 2>"$out/ktest.err" & hp=$!
   sleep 1
-  n2=$(taskset -c 0 "$PY" -c "$yl" 3)
+  read -r n2 s2 < <(taskset -c 0 "$PY" -c "$yl" 3)
   k2=$(yields_kept)
   wait $hp; local hrc=$?
   sched_alive || { fail yieldkeep "scheduler ejected: $(sched_why)"; stop_sched; return; }
   stop_sched || { fail yieldkeep "scheduler exit non-zero: $(sched_why)"; return; }
-  [ $hrc = 0 ] && [ -n "$n1" ] && [ -n "$n2" ] && [ -n "$k0" ] && [ -n "$k2" ] \
+  [ $hrc = 0 ] && [ -n "$n1" ] && [ -n "$s2" ] && [ -n "$k0" ] && [ -n "$k2" ] \
     || { fail yieldkeep "a run failed: $(tail -c 300 "$out/ktest.err")"; return; }
   local verdict
-  verdict=$($PY - "$n1" "$((k1 - k0))" "$n2" "$((k2 - k1))" "$(cat "$out/yieldkeep-hog.json")" <<'PY'
+  verdict=$($PY - "$n1" "$((k1 - k0))" "$n2" "$((k2 - k1))" "$s2" "$(cat "$out/yieldkeep-hog.json")" <<'PY'
 import json, sys
 n1, kept1, n2, kept2 = (int(v) for v in sys.argv[1:5])
-hog = json.loads(sys.argv[5])["cpus"]
+share = float(sys.argv[5])
+hog = json.loads(sys.argv[6])["cpus"]
 why = []
 if n1 < 100 or kept1 < n1 / 2:
     why.append(f"alone: {kept1} of {n1} yields kept the CPU (want at least half)")
-if hog < 0.8:
-    why.append(f"the hog pinned beside the yielder got {hog:.2f} of its CPU (< 0.8): the yields kept it")
+# 3 s loop, 5 ms slices: 600 hog slices at most, so at most 600 yields that each waited for one.
+if n2 > 1.25 * 3.0 / 0.005:
+    why.append(f"beside the pinned hog the yielder made {n2} yields in 3 s (> 750, 1.25 per 5 ms slice): they did not wait for the hog's slice")
 if kept2 > n2 / 4:
     why.append(f"beside the hog: {kept2} of {n2} yields kept the CPU (want at most a quarter)")
-msg = f"alone {kept1} of {n1} yields kept; beside a pinned hog {kept2} of {n2} kept, the hog got {hog:.2f} of the CPU"
+msg = (f"alone {kept1} of {n1} yields kept; beside a pinned hog {kept2} of {n2} kept ({n2 / 600:.2f} per 5 ms "
+       f"slice), the yielder used {share:.3f} of the CPU over its loop (the hog {hog:.2f} over its life, "
+       f"python's start-up included)")
 print(("bad " + "; ".join(why) + " | " + msg) if why else ("ok " + msg))
 PY
 )
-  case "$verdict" in ok*) pass yieldkeep "${verdict#ok }" "\"alone\": [$n1, $((k1 - k0))], \"beside_hog\": [$n2, $((k2 - k1))]";; *) fail yieldkeep "${verdict#bad }";; esac
+  case "$verdict" in ok*) pass yieldkeep "${verdict#ok }" "\"alone\": [$n1, $((k1 - k0)), $s1], \"beside_hog\": [$n2, $((k2 - k1)), $s2]";; *) fail yieldkeep "${verdict#bad }";; esac
 }
 
 test_greedy() {
