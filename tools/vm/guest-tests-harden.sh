@@ -112,17 +112,19 @@ t0 = time.monotonic(); c0 = time.process_time(); t = t0 + float(sys.argv[1]); n 
 while time.monotonic() < t:
     os.sched_yield(); n += 1
 print(n, round((time.process_time() - c0) / (time.monotonic() - t0), 4))'
-  start_sched --slice-us 5000 || { fail yieldkeep "scheduler did not load"; return; }
+  # The loop's length and the slice, named once: the check below counts slices in the loop.
+  local secs=3 slice_us=5000
+  start_sched --slice-us "$slice_us" || { fail yieldkeep "scheduler did not load"; return; }
   local k0 n1 k1 hp n2 k2 s1 s2
   k0=$(yields_kept)
-  read -r n1 s1 < <(taskset -c 0 "$PY" -c "$yl" 3)
+  read -r n1 s1 < <(taskset -c 0 "$PY" -c "$yl" "$secs")
   k1=$(yields_kept)
   # The hog outlives the yielder by 4 s: a python slow to start on a loaded
   # host (seconds, beside three other VMs) yielded mostly after a 5 s hog had
   # ended, and its start-up took a fifth of the hog's CPU.
   taskset -c 0 "$ktest" hog --secs 8 --threads 1 >"$out/yieldkeep-hog.json" 2>"$out/ktest.err" & hp=$!
   sleep 1
-  read -r n2 s2 < <(taskset -c 0 "$PY" -c "$yl" 3)
+  read -r n2 s2 < <(taskset -c 0 "$PY" -c "$yl" "$secs")
   k2=$(yields_kept)
   wait $hp; local hrc=$?
   sched_alive || { fail yieldkeep "scheduler ejected: $(sched_why)"; stop_sched; return; }
@@ -130,21 +132,24 @@ print(n, round((time.process_time() - c0) / (time.monotonic() - t0), 4))'
   [ $hrc = 0 ] && [ -n "$n1" ] && [ -n "$s2" ] && [ -n "$k0" ] && [ -n "$k2" ] \
     || { fail yieldkeep "a run failed: $(tail -c 300 "$out/ktest.err")"; return; }
   local verdict
-  verdict=$($PY - "$n1" "$((k1 - k0))" "$n2" "$((k2 - k1))" "$s2" "$(cat "$out/yieldkeep-hog.json")" <<'PY'
+  verdict=$($PY - "$n1" "$((k1 - k0))" "$n2" "$((k2 - k1))" "$s2" "$(cat "$out/yieldkeep-hog.json")" "$secs" "$slice_us" <<'PY'
 import json, sys
 n1, kept1, n2, kept2 = (int(v) for v in sys.argv[1:5])
 share = float(sys.argv[5])
 hog = json.loads(sys.argv[6])["cpus"]
+secs, slice_ms = float(sys.argv[7]), int(sys.argv[8]) / 1000
+slices = secs * 1000 / slice_ms
 why = []
 if n1 < 100 or kept1 < n1 / 2:
     why.append(f"alone: {kept1} of {n1} yields kept the CPU (want at least half)")
-# 3 s loop, 5 ms slices: 600 hog slices at most, so at most 600 yields that each waited for one.
-if n2 > 1.25 * 3.0 / 0.005:
-    why.append(f"beside the pinned hog the yielder made {n2} yields in 3 s (> 750, 1.25 per 5 ms slice): they did not wait for the hog's slice")
+# At most one hog slice per yield that waited for one.
+if n2 > 1.25 * slices:
+    why.append(f"beside the pinned hog the yielder made {n2} yields in {secs:g} s (> {1.25 * slices:.0f}, "
+               f"1.25 per {slice_ms:g} ms slice): they did not wait for the hog's slice")
 if kept2 > n2 / 4:
     why.append(f"beside the hog: {kept2} of {n2} yields kept the CPU (want at most a quarter)")
-msg = (f"alone {kept1} of {n1} yields kept; beside a pinned hog {kept2} of {n2} kept ({n2 / 600:.2f} per 5 ms "
-       f"slice), the yielder used {share:.3f} of the CPU over its loop (the hog {hog:.2f} over its life, "
+msg = (f"alone {kept1} of {n1} yields kept; beside a pinned hog {kept2} of {n2} kept ({n2 / slices:.2f} per "
+       f"{slice_ms:g} ms slice), the yielder used {share:.3f} of the CPU over its loop (the hog {hog:.2f} over its life, "
        f"python's start-up included)")
 print(("bad " + "; ".join(why) + " | " + msg) if why else ("ok " + msg))
 PY
