@@ -167,7 +167,13 @@ struct tailctl_request_slot {
 	u32 state;
 	u32 steals;
 	u32 steals_at_serialize;
-	/* [kernel] threads of this request running right now. */
+	/*
+	 * [kernel] threads of this request running, as the kernel last counted
+	 * them: when it serialized the request, and at each start and stop
+	 * under its cap. Uncapped starts do not write it (they write nothing
+	 * shared: see struct tailctl_cpu_run); the live count is the number of
+	 * CPUs naming the request in the pinned cpu_runs map.
+	 */
 	u32 kernel_running;
 	/* [kernel] CPU time the scheduler charged to this request. */
 	u64 kernel_work_ns;
@@ -336,8 +342,11 @@ struct tailctl_request_acct {
 	u64 tag;
 	u64 work_ns;
 	/*
-	 * Threads of the request, one 16-bit count each, epoch & 0xffff in bits
-	 * 48-63 (TAILCTL_RUNNERS_*_SHIFT):
+	 * Threads of the request that started it capped or holding a token (the
+	 * careful path of begin_request_at), one 16-bit count each, epoch &
+	 * 0xffff in bits 48-63 (TAILCTL_RUNNERS_*_SHIFT). A thread that starts
+	 * it uncapped counts only in its CPU's cpu_runs entry (struct
+	 * tailctl_cpu_run), until it takes a token:
 	 *  - running (bits 0-15): running it now, past the cap check;
 	 *  - unheld (bits 16-31): of those, the ones that hold no token: they
 	 *    began before the cap (or while there was none). Serialization has
@@ -366,7 +375,11 @@ struct tailctl_request_acct {
 	/* Tasks of this request that waited in the throttle queue (total), and waiting now. */
 	u64 throttled;
 	u32 waiting;
-	/* The most threads of this request seen running at once, ever. */
+	/*
+	 * The most threads of this request seen running at once: counted from
+	 * cpu_runs when it is serialized, and at every start under a cap (its
+	 * uncapped starts count nowhere: see struct tailctl_cpu_run).
+	 */
 	u32 max_running;
 	/* Threads that reached a CPU without a token and were sent back, and the CPU time they used. */
 	u64 bounces;
@@ -402,6 +415,25 @@ struct tailctl_request_acct {
 	 * took them in, and are gone with a reset.
 	 */
 	u64 epoch;
+};
+
+/*
+ * What a CPU runs now, for registered workers (the `cpu_runs` array, one
+ * entry per CPU, written only by its own CPU): the request (@tag, and its
+ * req_acct index @acct_idx) of the registered thread running there, NO_TAG
+ * for none. A serialization kicks exactly the CPUs that name its request.
+ *
+ * @unheld: the thread began the request while it was uncapped and is counted
+ * nowhere else (not in the entry's `runners`): a request start costs its
+ * thread no write to the shared entry. Serialization has settled only once no
+ * CPU names the request with @unheld set (and `runners` has no arriving or
+ * unheld thread). The runner count of a request is the number of CPUs that
+ * name it.
+ */
+struct tailctl_cpu_run {
+	u64 tag;
+	u32 acct_idx;
+	u32 unheld;
 };
 
 /*

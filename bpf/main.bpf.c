@@ -311,6 +311,8 @@ struct task_ctx {
 	bool counted_running;
 	/* ... without a token (see tailctl_request_acct.runners). */
 	bool counted_unheld;
+	/* Began its request uncapped: counted only in its CPU's cpu_runs entry (unheld), not in `runners`. */
+	bool counted_announced;
 	bool bounced;
 	/* Dispatched past its wait bound without a token: runs this once regardless. */
 	bool overdue;
@@ -380,29 +382,102 @@ struct {
 #define ACCT_RESETTING (~0ULL - 1)
 #define MAX_CPUS 1024
 
-/* What each CPU runs now, for registered workers: lets a serialization kick exactly the CPUs running the request. */
-struct cpu_run {
-	u64 tag;
-	u32 acct_idx;
-	u32 pad;
-};
-
+/* What each CPU runs now, for registered workers (see struct tailctl_cpu_run). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MAX_CPUS);
 	__type(key, u32);
-	__type(value, struct cpu_run);
+	__type(value, struct tailctl_cpu_run);
 } cpu_runs SEC(".maps");
+
+static __always_inline struct tailctl_cpu_run *cpu_run_here(void)
+{
+	u32 cpu = bpf_get_smp_processor_id();
+
+	return bpf_map_lookup_elem(&cpu_runs, &cpu);
+}
 
 static __always_inline void set_cpu_run(u64 tag, u32 idx)
 {
-	u32 cpu = bpf_get_smp_processor_id();
-	struct cpu_run *cr = bpf_map_lookup_elem(&cpu_runs, &cpu);
+	struct tailctl_cpu_run *cr = cpu_run_here();
 
 	if (cr) {
 		cr->tag = tag;
 		cr->acct_idx = idx;
+		cr->unheld = 0;
 	}
+}
+
+/* set_cpu_run with a full barrier after it (the tag's exchange): see settle_left. */
+static __always_inline void set_cpu_run_fenced(u64 tag, u32 idx)
+{
+	struct tailctl_cpu_run *cr = cpu_run_here();
+
+	if (cr) {
+		cr->acct_idx = idx;
+		cr->unheld = 0;
+		__sync_lock_test_and_set(&cr->tag, tag);
+	}
+}
+
+/*
+ * Announce this CPU as an unheld runner of (@tag, @idx), then a full barrier
+ * (the exchange): the caller reads the cap after it, while a serialization
+ * sets the cap and then reads the announcements (settled_now), so one of the
+ * two sees the other. The other fields go first, so a reader that sees the
+ * tag sees them too.
+ */
+static __always_inline struct tailctl_cpu_run *announce_unheld(u64 tag, u32 idx)
+{
+	struct tailctl_cpu_run *cr = cpu_run_here();
+
+	if (cr) {
+		cr->acct_idx = idx;
+		cr->unheld = 1;
+		__sync_lock_test_and_set(&cr->tag, tag);
+	}
+	return cr;
+}
+
+/* This CPU's unheld announcement goes, with a full barrier (see announce_unheld). */
+static __always_inline void unannounce(void)
+{
+	struct tailctl_cpu_run *cr = cpu_run_here();
+
+	if (cr)
+		__sync_lock_test_and_set(&cr->unheld, 0);
+}
+
+/* How many CPUs run a thread of request (@tag, @idx) now (held or not): a request's runner count. */
+__noinline int cpus_running(u64 tag, u32 idx)
+{
+	u32 n = scx_bpf_nr_cpu_ids(), cpu, cnt = 0;
+
+	if (n > MAX_CPUS)
+		n = MAX_CPUS;
+	bpf_for(cpu, 0, n) {
+		struct tailctl_cpu_run *cr = bpf_map_lookup_elem(&cpu_runs, &cpu);
+
+		if (cr && READ_ONCE(cr->tag) == tag && READ_ONCE(cr->acct_idx) == idx)
+			cnt++;
+	}
+	return cnt;
+}
+
+/* Does any CPU announce itself an unheld runner of (@tag, @idx)? One subprogram, verified once. */
+__noinline int cpus_unheld(u64 tag, u32 idx)
+{
+	u32 n = scx_bpf_nr_cpu_ids(), cpu;
+
+	if (n > MAX_CPUS)
+		n = MAX_CPUS;
+	bpf_for(cpu, 0, n) {
+		struct tailctl_cpu_run *cr = bpf_map_lookup_elem(&cpu_runs, &cpu);
+
+		if (cr && READ_ONCE(cr->tag) == tag && READ_ONCE(cr->acct_idx) == idx && READ_ONCE(cr->unheld))
+			return 1;
+	}
+	return 0;
 }
 
 /* Preempt every other CPU running a thread of request @tag (it just got capped). */
@@ -413,7 +488,7 @@ static __always_inline void kick_request_cpus(u64 tag, u32 idx)
 	if (n > MAX_CPUS)
 		n = MAX_CPUS;
 	bpf_for(cpu, 0, n) {
-		struct cpu_run *cr = bpf_map_lookup_elem(&cpu_runs, &cpu);
+		struct tailctl_cpu_run *cr = bpf_map_lookup_elem(&cpu_runs, &cpu);
 
 		if (cpu != self && cr && cr->tag == tag && cr->acct_idx == idx)
 			scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
@@ -913,6 +988,7 @@ static __always_inline void unbind(struct task_ctx *tctx)
 	tctx->keep_wait = false;
 	tctx->counted_running = false;
 	tctx->counted_unheld = false;
+	tctx->counted_announced = false;
 	tctx->counted_overdue = false;
 }
 
@@ -1081,6 +1157,7 @@ static __always_inline struct task_ctx *resolve_task_ctx(struct task_struct *p, 
 		tctx->holds_token = 0;
 		tctx->counted_running = false;
 		tctx->counted_unheld = false;
+		tctx->counted_announced = false;
 		tctx->throttled = 0;
 		tctx->overdue = false;
 		tctx->overdue_local = false;
@@ -1270,11 +1347,27 @@ static __always_inline struct tailctl_request_acct *request_acct(u32 idx, u64 ta
  * keep it unsettled; a holder that leaves while such a thread still runs is
  * not "down to one thread".
  */
-static __always_inline bool settled_now(struct tailctl_request_acct *a)
+static __always_inline bool settled_now(struct tailctl_request_acct *a, u64 tag, u32 idx)
 {
 	u64 w = __sync_fetch_and_add(&a->runners, 0);
 
-	return !RUNNERS_CNT(w, TAILCTL_RUNNERS_ARRIVING_SHIFT) && !RUNNERS_CNT(w, TAILCTL_RUNNERS_UNHELD_SHIFT);
+	return !RUNNERS_CNT(w, TAILCTL_RUNNERS_ARRIVING_SHIFT) && !RUNNERS_CNT(w, TAILCTL_RUNNERS_UNHELD_SHIFT) &&
+	       !cpus_unheld(tag, idx);
+}
+
+/*
+ * A thread announced as an unheld runner of (@tag, @idx), entry @a, just
+ * replaced its announcement (a full barrier): if a serialization of the
+ * request started meanwhile, it may have seen the announcement and not
+ * settled; settle it here if nothing else keeps it unsettled. One of the two
+ * sees the other (the serialization stamps and caps before it reads the
+ * announcements).
+ */
+static __always_inline void settle_left(struct tailctl_request_acct *a, u64 tag, u32 idx, u64 now)
+{
+	if (a && READ_ONCE(a->serialized_at_ns) && !READ_ONCE(a->settled_at_ns) && READ_ONCE(a->tag) == tag &&
+	    settled_now(a, tag, idx))
+		a->settled_at_ns = clock_or(now);
 }
 
 /* A runner counted without a token got one: it no longer keeps serialization from settling. */
@@ -1285,6 +1378,17 @@ static __always_inline void note_held(struct task_ctx *tctx, struct tailctl_requ
 	if (tctx->counted_unheld && READ_ONCE(tctx->holds_token)) {
 		tctx->counted_unheld = false;
 		runners_step(a, tctx->acct_epoch, 0, RUNNERS_UNHELD, &w);
+	}
+	/*
+	 * An announced runner with a token now counts as a runner like any
+	 * holder (the cap's accounting of holders reads `running`), and its
+	 * announcement stops keeping serialization unsettled.
+	 */
+	if (tctx->counted_announced && READ_ONCE(tctx->holds_token)) {
+		tctx->counted_announced = false;
+		if (runners_step(a, tctx->acct_epoch, RUNNERS_RUNNING, 0, &w) == ACCT_DONE)
+			tctx->counted_running = true;
+		unannounce();
 	}
 }
 
@@ -1319,7 +1423,7 @@ static __always_inline void check_threshold(struct task_ctx *tctx, struct tailct
 {
 	struct tailctl_service *svc;
 	struct tailctl_request_slot *req;
-	u32 sidx, q, n, slot;
+	u32 sidx, q, n, slot, running;
 	u64 thr, old;
 
 	/*
@@ -1357,6 +1461,13 @@ static __always_inline void check_threshold(struct task_ctx *tctx, struct tailct
 	 */
 	now = clock_or(now);
 	a->serialized_at_ns = now;
+	/*
+	 * Its threads running now, counted from the CPUs' announcements: most
+	 * starts (uncapped) count nowhere else (begin_request_at).
+	 */
+	running = cpus_running(tctx->tag, tctx->acct_idx);
+	if (running > a->max_running)
+		a->max_running = running;
 	if (serialize_mark_only) {
 		STAT_INC(serializations);
 		__sync_fetch_and_add(&r->header.kernel_serialized, 1);
@@ -1367,7 +1478,7 @@ static __always_inline void check_threshold(struct task_ctx *tctx, struct tailct
 	claim_token(tctx, a);
 	note_held(tctx, a);
 	kick_request_cpus(tctx->tag, tctx->acct_idx);
-	if (settled_now(a))
+	if (settled_now(a, tctx->tag, tctx->acct_idx))
 		a->settled_at_ns = now;
 	STAT_INC(serializations);
 	__sync_fetch_and_add(&r->header.kernel_serialized, 1);
@@ -1386,6 +1497,7 @@ publish:
 	if ((u32)(old >> 32) != (u32)(tctx->tag >> 32))
 		return;
 	__sync_val_compare_and_swap((u64 *)&req->flags, old, old | TAILCTL_FLAG_SERIALIZED);
+	req->kernel_running = running;
 	if (!serialize_mark_only)
 		req->kernel_alloc = 1;
 }
@@ -1473,6 +1585,7 @@ static __always_inline void begin_request_at(struct task_struct *p, struct task_
 	tctx->charge_from_ns = p->se.sum_exec_runtime;
 	tctx->counted_running = false;
 	tctx->counted_unheld = false;
+	tctx->counted_announced = false;
 	tctx->counted_overdue = false;
 	tctx->bounced = false;
 	tctx->evict = false;
@@ -1481,41 +1594,45 @@ static __always_inline void begin_request_at(struct task_struct *p, struct task_
 	a = request_acct(idx, tag, tctx->owner);
 	if (!a) {
 		/* The entry this CPU showed (end_request's next_on_cpu) is no longer run here. */
-		set_cpu_run(NO_TAG, 0);
+		set_cpu_run_fenced(NO_TAG, 0);
 		tctx->tag = NO_TAG;
 		return;
 	}
 	attach_epoch(tctx, a);
 	/*
-	 * Announce "arriving" before reading the cap, while check_threshold sets
-	 * the cap before reading arriving + unheld (both through full-barrier
-	 * atomics): a thread racing with the serialization either is seen (and
-	 * kicked through cpu_runs) or sees the cap and backs out here. Only a
-	 * thread past the check counts in `running`, so one that backs out never
-	 * appears as a second runner.
-	 */
-	set_cpu_run(tag, idx);
-	e = tctx->acct_epoch;
-	/*
-	 * Uncapped at first sight (most starts): one step instead of two.
-	 * Count as running and unheld at once, then read the cap again. As
-	 * with `arriving`, check_threshold sets the cap before it reads the
-	 * counts (both full barriers): it sees this thread unheld (so does
-	 * not settle, and kicks it through cpu_runs), or the re-read sees the
-	 * cap; then the step is undone and the thread takes the careful path
-	 * below. Meanwhile it counts as a runner without a token, which
-	 * max_running_settled (token holders) leaves out.
+	 * Uncapped at first sight (most starts): the thread announces itself an
+	 * unheld runner in its CPU's cpu_runs entry, then reads the cap again
+	 * (announce_unheld: a full barrier between). check_threshold sets the
+	 * cap and then reads the announcements (settled_now, kick_request_cpus):
+	 * either it sees this thread (waits for it to go, and kicks it) or the
+	 * re-read sees the cap, and the thread takes the careful path below.
+	 * Nothing in the shared entry is written: no runner count, no
+	 * kernel_running, no max_running (those count the careful path's
+	 * runners and token holders).
 	 */
 	if (!READ_ONCE(a->alloc) && !READ_ONCE(tctx->holds_token)) {
-		if (runners_step(a, e, RUNNERS_RUNNING | RUNNERS_UNHELD, 0, &w) == ACCT_DONE) {
-			if (READ_ONCE(a->tag) == tag && !READ_ONCE(a->alloc)) {
-				tctx->counted_unheld = true;
-				running = runners_running(w);
-				goto counted;
-			}
-			runners_step(a, e, 0, RUNNERS_RUNNING | RUNNERS_UNHELD, &w);
+		struct tailctl_cpu_run *cr = announce_unheld(tag, idx);
+
+		if (cr && READ_ONCE(a->tag) == tag && !READ_ONCE(a->alloc)) {
+			tctx->counted_announced = true;
+			return;
 		}
+		/* The careful path: its own steps (full barriers) order this. */
+		if (cr)
+			cr->unheld = 0;
+	} else {
+		/*
+		 * Announce the request (for kicks) before counting "arriving"
+		 * and reading the cap, while check_threshold sets the cap
+		 * before it reads arriving + unheld (both through full-barrier
+		 * atomics): a thread racing with the serialization either is
+		 * seen (and kicked through cpu_runs) or sees the cap and backs
+		 * out here. Only a thread past the check counts in `running`,
+		 * so one that backs out never appears as a second runner.
+		 */
+		set_cpu_run_fenced(tag, idx);
 	}
+	e = tctx->acct_epoch;
 	/* The entry was reset under us (or is being): our count went with it; back off. */
 	arrived = runners_step(a, e, RUNNERS_ARRIVING, 0, &w) == ACCT_DONE;
 	if (arrived && READ_ONCE(a->tag) != tag) {
@@ -1535,7 +1652,7 @@ static __always_inline void begin_request_at(struct task_struct *p, struct task_
 		 */
 		runners_step(a, e, 0, RUNNERS_ARRIVING, &w);
 		set_cpu_run(NO_TAG, 0);
-		if (a->serialized_at_ns && !a->settled_at_ns && settled_now(a))
+		if (a->serialized_at_ns && !a->settled_at_ns && settled_now(a, tag, idx))
 			a->settled_at_ns = clock_or(now);
 		__sync_fetch_and_add(&a->bounces, 1);
 		tctx->bounced = true;
@@ -1574,7 +1691,6 @@ static __always_inline void begin_request_at(struct task_struct *p, struct task_
 	running = 0;
 	if (runners_step(a, e, RUNNERS_RUNNING | unheld, RUNNERS_ARRIVING, &w) == ACCT_DONE)
 		running = runners_running(w);
-counted:
 	od = acnt(READ_ONCE(a->overdue_running));
 	running = running > od ? running - od : 0;
 	tctx->counted_running = true;
@@ -1627,8 +1743,8 @@ static __always_inline void begin_request(struct task_struct *p, struct task_ctx
  * on a request switch). Meanwhile a serialization of the old request may
  * kick this CPU: one spurious preemption, never a missed one.
  */
-static __always_inline void end_request(struct task_struct *p, struct task_ctx *tctx,
-					struct tailctl_region *r, u64 now, bool next_on_cpu)
+static __always_inline struct tailctl_request_acct *end_request(struct task_struct *p, struct task_ctx *tctx,
+								 struct tailctl_region *r, u64 now, bool next_on_cpu)
 {
 	struct tailctl_request_slot *req;
 	struct tailctl_request_acct *a;
@@ -1637,7 +1753,7 @@ static __always_inline void end_request(struct task_struct *p, struct task_ctx *
 	int ok;
 
 	if (tctx->tag == NO_TAG)
-		return;
+		return NULL;
 	/*
 	 * One look-up for the charge and the counts: a reset racing with them
 	 * is caught by the counters' epoch (runners_step finds the step stale).
@@ -1645,14 +1761,28 @@ static __always_inline void end_request(struct task_struct *p, struct task_ctx *
 	a = acct_of(tctx);
 	if (r)
 		charge_request(tctx, r, a, now, p->se.sum_exec_runtime);
+	if (tctx->counted_announced) {
+		tctx->counted_announced = false;
+		/*
+		 * On a switch the next start overwrites the announcement (a full
+		 * barrier, set_cpu_run_fenced or announce_unheld), and the caller
+		 * then reads the stamp (settle_left): no store here.
+		 */
+		if (next_on_cpu)
+			return a;
+		/* Its announcement goes (a full barrier, then the stamp read). */
+		set_cpu_run_fenced(NO_TAG, 0);
+		settle_left(a, tctx->tag, tctx->acct_idx, now);
+		return NULL;
+	}
 	if (!tctx->counted_running)
-		return;
+		return NULL;
 	tctx->counted_running = false;
 	if (!next_on_cpu)
 		set_cpu_run(NO_TAG, 0);
 	if (!a) {
 		tctx->counted_unheld = false;
-		return;
+		return NULL;
 	}
 	/* Running and (if counted so) unheld down in one step; the overdue count after (see begin_request_at). */
 	sub = RUNNERS_RUNNING;
@@ -1676,8 +1806,9 @@ static __always_inline void end_request(struct task_struct *p, struct task_ctx *
 	req = r ? slot_of_tag(r, tctx->tag) : NULL;
 	if (req)
 		req->kernel_running = running;
-	if (a->serialized_at_ns && !a->settled_at_ns && settled_now(a))
+	if (a->serialized_at_ns && !a->settled_at_ns && settled_now(a, tctx->tag, tctx->acct_idx))
 		a->settled_at_ns = clock_or(now);
+	return NULL;
 }
 
 /*
@@ -4679,9 +4810,14 @@ void BPF_STRUCT_OPS(tailctl_tick, struct task_struct *p)
 	if (tag != tctx->tag) {
 		tag = request_of_tag(tctx, r, tag, &idx);
 		if (tag != tctx->tag) {
-			end_request(p, tctx, r, now, tag != NO_TAG);
+			u64 old_tag = tctx->tag;
+			u32 old_idx = tctx->acct_idx;
+
+			a = end_request(p, tctx, r, now, tag != NO_TAG);
 			/* The request just read: no second current_request. */
 			begin_request_at(p, tctx, r, now, tag, idx);
+			/* Its announcement of the old request is gone (a non-NULL @a: see end_request). */
+			settle_left(a, old_tag, old_idx, now);
 			return;
 		}
 	}

@@ -65,7 +65,7 @@
 //!   @36 u32 steals           tasks of this request executed by thieves
 //!   @40 u32 steals_at_serialize  `steals` when the runtime marked it (u32::MAX: not marked
 //!                            by the runtime)
-//!   @44 u32 kernel_running   [kernel] threads of the request running now
+//!   @44 u32 kernel_running   [kernel] threads running it, last counted (capped or serialized)
 //!   @48 u64 kernel_work_ns   [kernel] CPU time the scheduler charged to the request
 //!   @56 u32 kernel_alloc     [kernel] cap on running threads (0: none)
 //!   @60 u32 reserved
@@ -570,8 +570,10 @@ pub(crate) fn tag_generation(tag: u64) -> u32 {
 }
 
 impl RequestSlot {
-    /// Threads of this request running right now, as the scheduler counts them
-    /// (0 without scx_tailctl).
+    /// Threads of this request running, as the scheduler last counted them (0 without
+    /// scx_tailctl): at its serialization, and at each start and stop under its cap. The
+    /// scheduler's starts of uncapped requests write nothing shared, so this is not a live count
+    /// before serialization (the pinned `cpu_runs` map is: the CPUs naming the request).
     ///
     /// ```
     /// let s = tailctl_rt::shared_state::SharedState::new(1);

@@ -156,6 +156,8 @@ pub struct Request {
     pub work_ns: u64,
     /// The threshold at the service's current active count (0: never serialize).
     pub threshold_ns: u64,
+    /// Threads running it now: the CPUs that name it in `cpu_runs` (most starts count nowhere
+    /// else); without that map, the kernel's runner count.
     pub running: u64,
     pub alloc: u64,
     pub waiting: u64,
@@ -468,6 +470,10 @@ impl Snapshot {
                     cpu,
                     request: live.then_some((s, rs)),
                 });
+            }
+            for req in &mut snap.requests {
+                let key = Some((req.service, req.slot));
+                req.running = snap.cpus.iter().filter(|c| c.request == key).count() as u64;
             }
         }
         if let Ok(stats) = open(pin_dir, "stats") {

@@ -60,7 +60,7 @@ use tailctl_rt::shared_state::{FLAG_SERIALIZED, MAX_REQUESTS, REQ_FREE};
 use tailctl_rt::threshold::ThresholdTable;
 use tailctl_rt::{parallel_for, Policy, Pool, RequestHandle};
 
-use bpf_intf::{tailctl_job_acct, tailctl_request_acct, tailctl_stats};
+use bpf_intf::{tailctl_cpu_run, tailctl_job_acct, tailctl_request_acct, tailctl_stats};
 
 #[derive(Parser)]
 #[command(about = "kernel-assisted tail-control experiments (run beside scx_tailctl)")]
@@ -309,6 +309,10 @@ fn mono_ns() -> u64 {
 
 struct Acct {
     map: MapHandle,
+    /// `cpu_runs`: what each CPU runs now. A request's running threads are the CPUs that name
+    /// it; most starts (uncapped) count nowhere else.
+    cpus: MapHandle,
+    ncpu: u32,
 }
 
 impl Acct {
@@ -320,7 +324,28 @@ impl Acct {
                 path.display()
             )
         })?;
-        Ok(Self { map })
+        let path = pin_dir.join("cpu_runs");
+        let cpus = MapHandle::from_pinned_path(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        let ncpu = libbpf_rs::num_possible_cpus()? as u32;
+        Ok(Self { map, cpus, ncpu })
+    }
+
+    /// Threads of request `tag` of service slot `svc` running now: the CPUs that name it.
+    fn running(&self, svc: u32, tag: u64) -> Result<u32> {
+        let idx = svc * MAX_REQUESTS as u32 + (tag as u32);
+        let mut n = 0;
+        for cpu in 0..self.ncpu {
+            let Some(v) = self.cpus.lookup(&cpu.to_ne_bytes(), MapFlags::ANY)? else {
+                continue;
+            };
+            // SAFETY: tailctl_cpu_run is a bindgen struct of integers.
+            let c: tailctl_cpu_run = unsafe { pod_prefix(&v) };
+            if c.tag == tag && c.acct_idx == idx {
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 
     fn get(&self, svc: u32, slot: u32) -> Result<tailctl_request_acct> {
@@ -721,7 +746,7 @@ fn serialize(cli: &Cli, w: &SerializeWorkload, user_only: bool) -> Result<serde_
             .filter(|&w| pool.shared_state().worker(w).current() == tag)
             .count() as u32;
         let running = match &acct {
-            Some(_) => req.kernel_running(),
+            Some(a) => a.running(svc, tag)?,
             None => on,
         };
         if user_only && cross_at.is_none() {
