@@ -745,6 +745,8 @@ fn serialize(cli: &Cli, w: &SerializeWorkload, user_only: bool) -> Result<serde_
         let on = (0..pool.workers())
             .filter(|&w| pool.shared_state().worker(w).current() == tag)
             .count() as u32;
+        // Kernel mode: the threads the scheduler has on CPUs for it (the CPUs
+        // naming it in cpu_runs), which is what its cap holds to one.
         let running = match &acct {
             Some(a) => a.running(svc, tag)?,
             None => on,
