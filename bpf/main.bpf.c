@@ -448,8 +448,12 @@ static __always_inline void unannounce(void)
 		__sync_lock_test_and_set(&cr->unheld, 0);
 }
 
-/* How many CPUs run a thread of request (@tag, @idx) now (held or not): a request's runner count. */
-__noinline int cpus_running(u64 tag, u32 idx)
+/*
+ * How many CPUs run a thread of request (@tag, @idx) now: its runner count.
+ * With @unheld_only, whether any CPU announces an unheld one (0 or 1: it
+ * stops at the first). One subprogram, verified once.
+ */
+__noinline int cpus_naming(u64 tag, u32 idx, int unheld_only)
 {
 	u32 n = scx_bpf_nr_cpu_ids(), cpu, cnt = 0;
 
@@ -458,26 +462,14 @@ __noinline int cpus_running(u64 tag, u32 idx)
 	bpf_for(cpu, 0, n) {
 		struct tailctl_cpu_run *cr = bpf_map_lookup_elem(&cpu_runs, &cpu);
 
-		if (cr && READ_ONCE(cr->tag) == tag && READ_ONCE(cr->acct_idx) == idx)
+		if (!cr || READ_ONCE(cr->tag) != tag || READ_ONCE(cr->acct_idx) != idx)
+			continue;
+		if (!unheld_only)
 			cnt++;
-	}
-	return cnt;
-}
-
-/* Does any CPU announce itself an unheld runner of (@tag, @idx)? One subprogram, verified once. */
-__noinline int cpus_unheld(u64 tag, u32 idx)
-{
-	u32 n = scx_bpf_nr_cpu_ids(), cpu;
-
-	if (n > MAX_CPUS)
-		n = MAX_CPUS;
-	bpf_for(cpu, 0, n) {
-		struct tailctl_cpu_run *cr = bpf_map_lookup_elem(&cpu_runs, &cpu);
-
-		if (cr && READ_ONCE(cr->tag) == tag && READ_ONCE(cr->acct_idx) == idx && READ_ONCE(cr->unheld))
+		else if (READ_ONCE(cr->unheld))
 			return 1;
 	}
-	return 0;
+	return cnt;
 }
 
 /* Preempt every other CPU running a thread of request @tag (it just got capped). */
@@ -1352,7 +1344,7 @@ static __always_inline bool settled_now(struct tailctl_request_acct *a, u64 tag,
 	u64 w = __sync_fetch_and_add(&a->runners, 0);
 
 	return !RUNNERS_CNT(w, TAILCTL_RUNNERS_ARRIVING_SHIFT) && !RUNNERS_CNT(w, TAILCTL_RUNNERS_UNHELD_SHIFT) &&
-	       !cpus_unheld(tag, idx);
+	       !cpus_naming(tag, idx, 1);
 }
 
 /*
@@ -1465,7 +1457,7 @@ static __always_inline void check_threshold(struct task_ctx *tctx, struct tailct
 	 * Its threads running now, counted from the CPUs' announcements: most
 	 * starts (uncapped) count nowhere else (begin_request_at).
 	 */
-	running = cpus_running(tctx->tag, tctx->acct_idx);
+	running = cpus_naming(tctx->tag, tctx->acct_idx, 0);
 	if (running > a->max_running)
 		a->max_running = running;
 	if (serialize_mark_only) {
