@@ -408,38 +408,28 @@ static __always_inline void set_cpu_run(u64 tag, u32 idx)
 	}
 }
 
-/* set_cpu_run with a full barrier after it (the tag's exchange): see settle_left. */
-static __always_inline void set_cpu_run_fenced(u64 tag, u32 idx)
-{
-	struct tailctl_cpu_run *cr = cpu_run_here();
-
-	if (cr) {
-		cr->acct_idx = idx;
-		cr->unheld = 0;
-		__sync_lock_test_and_set(&cr->tag, tag);
-	}
-}
-
 /*
- * Announce this CPU as an unheld runner of (@tag, @idx), then a full barrier
- * (the exchange): the caller reads the cap after it, while a serialization
- * sets the cap and then reads the announcements (settled_now), so one of the
- * two sees the other. The other fields go first, so a reader that sees the
- * tag sees them too.
+ * Announce this CPU as a runner of (@tag, @idx), @unheld (1: an uncapped
+ * start that holds no token) or not, then a full barrier (the tag's
+ * exchange). An unheld announcement is read by a serialization after it sets
+ * the cap (settled_now), while the caller reads the cap after the exchange, so
+ * one of the two sees the other; a held one (or NO_TAG) is fenced for
+ * settle_left. The other fields go first, so a reader that sees the tag sees
+ * them too.
  */
-static __always_inline struct tailctl_cpu_run *announce_unheld(u64 tag, u32 idx)
+static __always_inline struct tailctl_cpu_run *announce_run(u64 tag, u32 idx, u32 unheld)
 {
 	struct tailctl_cpu_run *cr = cpu_run_here();
 
 	if (cr) {
 		cr->acct_idx = idx;
-		cr->unheld = 1;
+		cr->unheld = unheld;
 		__sync_lock_test_and_set(&cr->tag, tag);
 	}
 	return cr;
 }
 
-/* This CPU's unheld announcement goes, with a full barrier (see announce_unheld). */
+/* This CPU's unheld announcement goes, with a full barrier (see announce_run). */
 static __always_inline void unannounce(void)
 {
 	struct tailctl_cpu_run *cr = cpu_run_here();
@@ -448,14 +438,23 @@ static __always_inline void unannounce(void)
 		__sync_lock_test_and_set(&cr->unheld, 0);
 }
 
+/* What a scan of cpu_runs for one request does (cpus_naming). */
+enum naming_scan {
+	/* Count the CPUs naming it. */
+	NAMING_COUNT = 0,
+	/* Whether any CPU announces an unheld runner of it (0 or 1: stops at the first). */
+	NAMING_ANY_UNHELD = 1,
+	/* Count them, and preempt every one but this CPU (the request was just capped). */
+	NAMING_COUNT_KICK = 2,
+};
+
 /*
- * How many CPUs run a thread of request (@tag, @idx) now: its runner count.
- * With @unheld_only, whether any CPU announces an unheld one (0 or 1: it
- * stops at the first). One subprogram, verified once.
+ * Scan the CPUs' announcements for request (@tag, @idx), as @how says. One
+ * subprogram, verified once, for every scan of cpu_runs.
  */
-__noinline int cpus_naming(u64 tag, u32 idx, int unheld_only)
+__noinline int cpus_naming(u64 tag, u32 idx, int how)
 {
-	u32 n = scx_bpf_nr_cpu_ids(), cpu, cnt = 0;
+	u32 n = scx_bpf_nr_cpu_ids(), self = bpf_get_smp_processor_id(), cpu, cnt = 0;
 
 	if (n > MAX_CPUS)
 		n = MAX_CPUS;
@@ -464,27 +463,16 @@ __noinline int cpus_naming(u64 tag, u32 idx, int unheld_only)
 
 		if (!cr || READ_ONCE(cr->tag) != tag || READ_ONCE(cr->acct_idx) != idx)
 			continue;
-		if (!unheld_only)
-			cnt++;
-		else if (READ_ONCE(cr->unheld))
-			return 1;
-	}
-	return cnt;
-}
-
-/* Preempt every other CPU running a thread of request @tag (it just got capped). */
-static __always_inline void kick_request_cpus(u64 tag, u32 idx)
-{
-	u32 self = bpf_get_smp_processor_id(), n = scx_bpf_nr_cpu_ids(), cpu;
-
-	if (n > MAX_CPUS)
-		n = MAX_CPUS;
-	bpf_for(cpu, 0, n) {
-		struct tailctl_cpu_run *cr = bpf_map_lookup_elem(&cpu_runs, &cpu);
-
-		if (cpu != self && cr && cr->tag == tag && cr->acct_idx == idx)
+		if (how == NAMING_ANY_UNHELD) {
+			if (READ_ONCE(cr->unheld))
+				return 1;
+			continue;
+		}
+		cnt++;
+		if (how == NAMING_COUNT_KICK && cpu != self)
 			scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
 	}
+	return cnt;
 }
 
 /* Give the CPU back at once: the thread may not run now (its request is at its cap). */
@@ -1344,7 +1332,7 @@ static __always_inline bool settled_now(struct tailctl_request_acct *a, u64 tag,
 	u64 w = __sync_fetch_and_add(&a->runners, 0);
 
 	return !RUNNERS_CNT(w, TAILCTL_RUNNERS_ARRIVING_SHIFT) && !RUNNERS_CNT(w, TAILCTL_RUNNERS_UNHELD_SHIFT) &&
-	       !cpus_naming(tag, idx, 1);
+	       !cpus_naming(tag, idx, NAMING_ANY_UNHELD);
 }
 
 /*
@@ -1454,22 +1442,29 @@ static __always_inline void check_threshold(struct task_ctx *tctx, struct tailct
 	now = clock_or(now);
 	a->serialized_at_ns = now;
 	/*
-	 * Its threads running now, counted from the CPUs' announcements: most
-	 * starts (uncapped) count nowhere else (begin_request_at).
+	 * max_running: its threads running now, counted from the CPUs'
+	 * announcements, since most starts (uncapped) count nowhere else
+	 * (begin_request_at).
 	 */
-	running = cpus_naming(tctx->tag, tctx->acct_idx, 0);
-	if (running > a->max_running)
-		a->max_running = running;
 	if (serialize_mark_only) {
+		running = cpus_naming(tctx->tag, tctx->acct_idx, NAMING_COUNT);
+		if (running > a->max_running)
+			a->max_running = running;
 		STAT_INC(serializations);
 		__sync_fetch_and_add(&r->header.kernel_serialized, 1);
 		goto publish;
 	}
 	__sync_lock_test_and_set(&a->alloc, 1);
-	/* The thread that saw the crossing keeps running with the one token; the others are preempted now. */
+	/*
+	 * The thread that saw the crossing keeps running with the one token; the
+	 * others are preempted now, in the scan that counts them (after the cap:
+	 * every one counted either announced before it or saw it).
+	 */
 	claim_token(tctx, a);
 	note_held(tctx, a);
-	kick_request_cpus(tctx->tag, tctx->acct_idx);
+	running = cpus_naming(tctx->tag, tctx->acct_idx, NAMING_COUNT_KICK);
+	if (running > a->max_running)
+		a->max_running = running;
 	if (settled_now(a, tctx->tag, tctx->acct_idx))
 		a->settled_at_ns = now;
 	STAT_INC(serializations);
@@ -1586,7 +1581,7 @@ static __always_inline void begin_request_at(struct task_struct *p, struct task_
 	a = request_acct(idx, tag, tctx->owner);
 	if (!a) {
 		/* The entry this CPU showed (end_request's next_on_cpu) is no longer run here. */
-		set_cpu_run_fenced(NO_TAG, 0);
+		announce_run(NO_TAG, 0, 0);
 		tctx->tag = NO_TAG;
 		return;
 	}
@@ -1594,8 +1589,8 @@ static __always_inline void begin_request_at(struct task_struct *p, struct task_
 	/*
 	 * Uncapped at first sight (most starts): the thread announces itself an
 	 * unheld runner in its CPU's cpu_runs entry, then reads the cap again
-	 * (announce_unheld: a full barrier between). check_threshold sets the
-	 * cap and then reads the announcements (settled_now, kick_request_cpus):
+	 * (announce_run: a full barrier between). check_threshold sets the
+	 * cap and then reads the announcements (cpus_naming, settled_now):
 	 * either it sees this thread (waits for it to go, and kicks it) or the
 	 * re-read sees the cap, and the thread takes the careful path below.
 	 * Nothing in the shared entry is written: no runner count, no
@@ -1603,7 +1598,7 @@ static __always_inline void begin_request_at(struct task_struct *p, struct task_
 	 * runners and token holders).
 	 */
 	if (!READ_ONCE(a->alloc) && !READ_ONCE(tctx->holds_token)) {
-		struct tailctl_cpu_run *cr = announce_unheld(tag, idx);
+		struct tailctl_cpu_run *cr = announce_run(tag, idx, 1);
 
 		if (cr && READ_ONCE(a->tag) == tag && !READ_ONCE(a->alloc)) {
 			tctx->counted_announced = true;
@@ -1622,7 +1617,7 @@ static __always_inline void begin_request_at(struct task_struct *p, struct task_
 		 * out here. Only a thread past the check counts in `running`,
 		 * so one that backs out never appears as a second runner.
 		 */
-		set_cpu_run_fenced(tag, idx);
+		announce_run(tag, idx, 0);
 	}
 	e = tctx->acct_epoch;
 	/* The entry was reset under us (or is being): our count went with it; back off. */
@@ -1757,13 +1752,13 @@ static __always_inline struct tailctl_request_acct *end_request(struct task_stru
 		tctx->counted_announced = false;
 		/*
 		 * On a switch the next start overwrites the announcement (a full
-		 * barrier, set_cpu_run_fenced or announce_unheld), and the caller
+		 * barrier, announce_run), and the caller
 		 * then reads the stamp (settle_left): no store here.
 		 */
 		if (next_on_cpu)
 			return a;
 		/* Its announcement goes (a full barrier, then the stamp read). */
-		set_cpu_run_fenced(NO_TAG, 0);
+		announce_run(NO_TAG, 0, 0);
 		settle_left(a, tctx->tag, tctx->acct_idx, now);
 		return NULL;
 	}
