@@ -421,7 +421,9 @@ struct tailctl_request_acct {
  * What a CPU runs now, for registered workers (the `cpu_runs` array, one
  * entry per CPU, written only by its own CPU): the request (@tag, and its
  * req_acct index @acct_idx) of the registered thread running there, NO_TAG
- * for none. A serialization kicks exactly the CPUs that name its request.
+ * for none (every entry from load on: ops.init sets it, since a zeroed entry
+ * would name a real request). A serialization kicks exactly the CPUs that
+ * name its request.
  *
  * @unheld: the thread began the request while it was uncapped and is counted
  * nowhere else (not in the entry's `runners`): a request start costs its

@@ -5170,7 +5170,7 @@ static int wait_timer_fn(void *map, int *key, struct bpf_timer *timer)
 s32 BPF_STRUCT_OPS_SLEEPABLE(tailctl_init)
 {
 	struct wait_timer *wt;
-	u32 svc, zero = 0;
+	u32 svc, cpu, zero = 0;
 	s32 ret;
 
 	ret = scx_bpf_create_dsq(TAILCTL_SHARED_DSQ, -1);
@@ -5191,6 +5191,18 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(tailctl_init)
 			return ret;
 	}
 	prio_init_cpus();
+	/*
+	 * Every CPU names no request until a registered thread runs there. A
+	 * zeroed entry would name tag 0 of entry 0, a real request (service
+	 * 0's slot 0 in its first generation): cpus_naming would count such a
+	 * CPU as its runner and kick it when it is serialized.
+	 */
+	bpf_for(cpu, 0, MAX_CPUS) {
+		struct tailctl_cpu_run *cr = bpf_map_lookup_elem(&cpu_runs, &cpu);
+
+		if (cr)
+			cr->tag = NO_TAG;
+	}
 	bpf_for(svc, 0, TAILCTL_MAX_SERVICES) {
 		ret = scx_bpf_create_dsq(TAILCTL_THROTTLE_DSQ_BASE + svc, -1);
 		if (ret)
