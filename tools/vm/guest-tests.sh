@@ -450,6 +450,9 @@ test_isolation() {
   # as the rogue registers) runs one worker fewer by its own choice: beside
   # it the neighbour got 1.30-1.39 CPUs against 1.11-1.16 beside the rogue in
   # CI, about the 7/8 that one thread fewer of 8 predicts.
+  # ISOLATION_TWIN="" runs the capped twin instead (a diagnostic outside CI:
+  # do the pairs differ by the rogue's garbage or by its cap?).
+  local twin_args=${ISOLATION_TWIN---no-cap}
   # Beside a benign twin, then beside a rogue scribbling on its own region,
   # twice (alternated, so drift in the emulated machine hits both): the CPU
   # share of an unregistered 2-thread neighbour, then the throughput of a
@@ -460,7 +463,7 @@ test_isolation() {
   "$ktest" -w 2 serve --secs 2 >/dev/null 2>&1
   for i in 1 2 3; do
     for kind in twin rogue; do
-      "$ktest" -w 2 rogue --secs 15 $([ $kind = twin ] && echo --benign --no-cap) >"$out/$kind-$i.json" 2>&1 &
+      "$ktest" -w 2 rogue --secs 15 $([ $kind = twin ] && echo --benign $twin_args) >"$out/$kind-$i.json" 2>&1 &
       local rp=$!; sleep 3
       s=$("$ktest" hog --threads 2 --secs 5 2>>"$out/ktest.err") || { fail isolation "hog failed: $(tail -c 300 "$out/ktest.err")"; stop_sched; return; }
       "$(dirname "$bin")/tailctl" maps dump stats --json >"$out/isolation-stats-$kind-$i-0.json" 2>/dev/null
@@ -497,7 +500,16 @@ for i in (1, 2, 3):
             continue
         a, b = stats(f"{out}/isolation-stats-{kind}-{i}-0.json"), stats(f"{out}/isolation-stats-{kind}-{i}-1.json")
         k = f", throttled +{b[0] - a[0]}, overdue +{b[2] - a[2]}, longest throttle {b[1] / 1e6:.0f} ms" if a and b else ""
-        parts.append(f"{kind} {i}: {r.get('rps', 0):.1f} rps, serialized {r.get('kernel_serialized')}, run delay {r.get('sched', {}).get('run_delay_ms', 0):.0f} ms{k}")
+        # The CPUs the rogue or twin itself used over its run: the contention the neighbour met.
+        try:
+            other = json.loads(open(f"{out}/{kind}-{i}.json").read().strip().splitlines()[-1])["cpus"]
+            k += f", {kind} used {other:.2f} CPUs"
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            pass
+        s = r.get("sched", {})
+        parts.append(f"{kind} {i}: {r.get('rps', 0):.1f} rps, serialized {r.get('kernel_serialized')}, "
+                     f"CPU {s.get('cpu_ms', 0) / 1e3:.1f} s ({s.get('cpu_ms', 0) / max(r.get('requests', 0), 1):.1f} ms a request), "
+                     f"run delay {s.get('run_delay_ms', 0):.0f} ms{k}")
 print("; ".join(parts))
 PY
 )

@@ -1161,7 +1161,10 @@ fn rogue(cli: &Cli, secs: u64, benign: bool, no_cap: bool) -> Result<()> {
             })
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(secs);
+    // Its CPU over the run (writers, workers and all): what a neighbour
+    // competes with, rogue or twin.
+    let (c0, t0) = (process_cpu(), Instant::now());
+    let deadline = t0 + Duration::from_secs(secs);
     let mut requests = 0u64;
     while Instant::now() < deadline {
         // Requests may fail or hang on a corrupted region; bound each wait.
@@ -1175,11 +1178,16 @@ fn rogue(cli: &Cli, secs: u64, benign: bool, no_cap: bool) -> Result<()> {
     }
     stop.store(true, Ordering::Relaxed);
     let writes: u64 = writers.into_iter().map(|w| w.join().unwrap()).sum();
+    let cpus = (process_cpu() - c0).as_secs_f64() / t0.elapsed().as_secs_f64();
     println!(
         "{}",
-        serde_json::to_string(
-            &json!({ "benign": benign, "capped": !no_cap, "garbage_writes": writes, "requests_submitted": requests })
-        )?
+        serde_json::to_string(&json!({
+            "benign": benign,
+            "capped": !no_cap,
+            "garbage_writes": writes,
+            "requests_submitted": requests,
+            "cpus": cpus,
+        }))?
     );
     // The pool's own bookkeeping is garbage now; don't wait for it to drain.
     std::process::exit(0);
