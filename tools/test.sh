@@ -216,15 +216,20 @@ if [ "${SKIP_VM:-0}" != 1 ]; then
   # test measures ratios inside its own guest, so the neighbour VM slows both
   # sides of a pair alike). PARALLEL_KERNELS=0 runs them one after another.
   pids=()
+  # When each series ended (seconds since the start): with the lint's end
+  # below, where CI's time went while the series ran side by side.
+  series_ended() { echo "$(( $(date +%s) - start ))" >".cache/vm/results/$1.ended"; }
+  rm -f .cache/vm/results/*.ended
   for k in $kernels; do
     mkdir -p ".cache/vm/results/$k"
     if [ "${PARALLEL_KERNELS:-1}" = 1 ]; then
       echo "(kernel series $k boots in the background; its log: .cache/vm/results/$k.log)"
       if [ "$fresh_later" = 1 ] && [ "$k" = "${kernels##* }" ]; then
         echo "(then the fresh-machine path; its log: .cache/vm/results/fresh.log)"
-        { run_kernel "$k" >".cache/vm/results/$k.log" 2>&1; fresh_path >.cache/vm/results/fresh.log 2>&1; } &
+        { run_kernel "$k" >".cache/vm/results/$k.log" 2>&1; series_ended "$k"
+          fresh_path >.cache/vm/results/fresh.log 2>&1; } &
       else
-        run_kernel "$k" >".cache/vm/results/$k.log" 2>&1 &
+        { run_kernel "$k" >".cache/vm/results/$k.log" 2>&1; series_ended "$k"; } &
       fi
       pids+=($!)
     else
@@ -248,6 +253,9 @@ if [ "${SKIP_VM:-0}" != 1 ]; then
     lint_and_build >"$log.lint" 2>&1
     echo "(lint and the host tests' build ended at $(( $(date +%s) - start )) s)"
     wait
+    for k in $kernels; do
+      echo "(kernel series $k ended at $(cat ".cache/vm/results/$k.ended" 2>/dev/null || echo '?') s)"
+    done
     step "format and lint, and the host tests' build (ran beside the guests)"
     cat "$log.lint"; rm -f "$log.lint"
   else
