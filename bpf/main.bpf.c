@@ -772,13 +772,19 @@ static __always_inline int runners_step(struct tailctl_request_acct *a, u64 epoc
 }
 
 /* The registration identity of service slot @svc now (see tailctl_request_acct.owner). */
-static __always_inline u64 service_owner(u32 svc)
+/* The owner of the slot *@svc names, the key read in place (see acct_of). */
+static __always_inline u64 service_owner_at(const void *svc)
 {
-	struct tailctl_service *s = bpf_map_lookup_elem(&services, &svc);
+	struct tailctl_service *s = bpf_map_lookup_elem(&services, svc);
 
 	if (!s || !s->pid)
 		return 0;
 	return (s->epoch << 32) + s->pid;
+}
+
+static __always_inline u64 service_owner(u32 svc)
+{
+	return service_owner_at(&svc);
 }
 
 /*
@@ -803,11 +809,14 @@ static __always_inline u64 service_threshold_floor(u32 svc)
 static __always_inline struct tailctl_request_acct *acct_of(struct task_ctx *tctx)
 {
 	struct tailctl_request_acct *a;
-	u32 idx = tctx->acct_idx;
 
 	if (tctx->tag == NO_TAG)
 		return NULL;
-	a = bpf_map_lookup_elem(&req_acct, &idx);
+	/*
+	 * The key read in place (the look-up reads it once and bounds-checks
+	 * what it read), not copied to the stack: see zero_key.
+	 */
+	a = bpf_map_lookup_elem(&req_acct, &tctx->acct_idx);
 	if (!a || READ_ONCE(a->tag) != tctx->tag || READ_ONCE(a->epoch) != tctx->acct_epoch)
 		return NULL;
 	return a;
@@ -1192,10 +1201,10 @@ static __always_inline bool still_bound(struct task_struct *p, struct task_ctx *
 	if (gen != BIND_GEN_NONE && tctx->bind_gen == gen && (!tctx->cg || task_cgroup_id(p) == tctx->bind_cgid))
 		return true;
 	if (tctx->cg)
-		return task_cgroup_job(p) == tctx->svc && service_owner(tctx->svc) == tctx->owner;
+		return task_cgroup_job(p) == tctx->svc && service_owner_at(&tctx->svc) == tctx->owner;
 	ref = bpf_map_lookup_elem(&worker_tids, &tid);
 	return ref && ref->service == (u32)tctx->svc && ref->worker == tctx->worker &&
-	       service_owner(ref->service) == tctx->owner && tid_binding_matches(p, ref);
+	       service_owner_at(&ref->service) == tctx->owner && tid_binding_matches(p, ref);
 }
 
 /*
