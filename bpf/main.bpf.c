@@ -771,8 +771,7 @@ static __always_inline int runners_step(struct tailctl_request_acct *a, u64 epoc
 	return ACCT_STALE;
 }
 
-/* The registration identity of service slot @svc now (see tailctl_request_acct.owner). */
-/* The owner of the slot *@svc names, the key read in place (see acct_of). */
+/* service_owner of the slot *@svc names, the key read in place (see acct_of). */
 static __always_inline u64 service_owner_at(const void *svc)
 {
 	struct tailctl_service *s = bpf_map_lookup_elem(&services, svc);
@@ -782,6 +781,7 @@ static __always_inline u64 service_owner_at(const void *svc)
 	return (s->epoch << 32) + s->pid;
 }
 
+/* The registration identity of service slot @svc now (see tailctl_request_acct.owner). */
 static __always_inline u64 service_owner(u32 svc)
 {
 	return service_owner_at(&svc);
