@@ -25,7 +25,8 @@
 # BENCH_PIPE_LOOPS (5000), BENCH_SECS (4: stress-ng; cyclictest runs 3 s longer),
 # BENCH_REDIS_N (5000). BENCH_TAILCTL_ALT_ARGS (non-empty): a fourth block,
 # scx_tailctl_alt, scx_tailctl again with these flags, to compare two of its
-# settings in the same run (e.g. "--wake-preempt-us 1000").
+# settings in the same run (e.g. "--wake-preempt-us 1000"). BENCH_TAILCTL_ALT_BIN
+# (a path): the fourth block runs that build instead, to compare two builds.
 set -uo pipefail
 
 tailctl=$(readlink -f "$1"); bpfland=$(readlink -f "$2"); out=$3
@@ -59,7 +60,7 @@ start_sched() { # NAME
     scx_tailctl) "$tailctl" ${BENCH_TAILCTL_ARGS:-} >>"$raw/sched-$1.log" 2>&1 & ;;
     scx_bpfland) "$bpfland" >>"$raw/sched-$1.log" 2>&1 & ;;
     # shellcheck disable=SC2086 # BENCH_TAILCTL_ALT_ARGS: words, by design
-    scx_tailctl_alt) "$tailctl" $BENCH_TAILCTL_ALT_ARGS >>"$raw/sched-$1.log" 2>&1 & ;;
+    scx_tailctl_alt) "${BENCH_TAILCTL_ALT_BIN:-$tailctl}" ${BENCH_TAILCTL_ALT_ARGS:-} >>"$raw/sched-$1.log" 2>&1 & ;;
     *) return 0 ;;
   esac
   sched_pid=$!
@@ -239,7 +240,7 @@ for p in json.load(sys.stdin):
 base_ids=$(bpftool -j prog show 2>/dev/null | "$PY" -c 'import json,sys; print(",".join(str(p["id"]) for p in json.load(sys.stdin)))')
 
 scheds=(default scx_tailctl scx_bpfland)
-[ -n "${BENCH_TAILCTL_ALT_ARGS:-}" ] && scheds+=(scx_tailctl_alt)
+[ -n "${BENCH_TAILCTL_ALT_ARGS:-}${BENCH_TAILCTL_ALT_BIN:-}" ] && scheds+=(scx_tailctl_alt)
 nsched=${#scheds[@]}
 t_start=$(date +%s)
 for ((r = 0; r < rounds; r++)); do
@@ -258,6 +259,6 @@ for ((r = 0; r < rounds; r++)); do
   done
   log "round $((r + 1)) done ($(( $(date +%s) - t_start )) s so far)"
 done
-printf '{"kernel": "%s", "cpus": %s, "rounds": %s, "hackbench": "-g %s -l %s", "pipe_loops": %s, "secs": %s, "redis_n": %s, "only": "%s", "tailctl_args": "%s", "tailctl_alt_args": "%s"}\n' \
-  "$(uname -r)" "$ncpu" "$rounds" "$hb_groups" "$hb_loops" "$pipe_loops" "$secs" "$redis_n" "${BENCH_ONLY:-}" "${BENCH_TAILCTL_ARGS:-}" "${BENCH_TAILCTL_ALT_ARGS:-}" >"$raw/config.json"
+printf '{"kernel": "%s", "cpus": %s, "rounds": %s, "hackbench": "-g %s -l %s", "pipe_loops": %s, "secs": %s, "redis_n": %s, "only": "%s", "tailctl_args": "%s", "tailctl_alt_args": "%s", "tailctl_alt_bin": "%s"}\n' \
+  "$(uname -r)" "$ncpu" "$rounds" "$hb_groups" "$hb_loops" "$pipe_loops" "$secs" "$redis_n" "${BENCH_ONLY:-}" "${BENCH_TAILCTL_ARGS:-}" "${BENCH_TAILCTL_ALT_ARGS:-}" "${BENCH_TAILCTL_ALT_BIN:-}" >"$raw/config.json"
 log "done: $raw/records.jsonl"
