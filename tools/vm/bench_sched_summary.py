@@ -129,6 +129,14 @@ def summarise(out):
         if t and b:
             row["paired_ratio"] = spread([t["by_round"][k] / b["by_round"][k]
                                           for k in t["by_round"] if b["by_round"].get(k)])
+        # The alternate block (other flags or another build) against each.
+        a = bpf[cb].get(ALT)
+        if a and b:
+            row["alt_paired_ratio"] = spread([a["by_round"][k] / b["by_round"][k]
+                                              for k in a["by_round"] if b["by_round"].get(k)])
+        if a and t:
+            row["alt_over_tailctl"] = spread([a["by_round"][k] / t["by_round"][k]
+                                              for k in a["by_round"] if t["by_round"].get(k)])
         callbacks.append(row)
     return {"config": config, "rounds": len(rounds), "scheds": scheds, "benchmarks": benchmarks,
             "bpf_callbacks": callbacks}
@@ -150,14 +158,15 @@ def fmt_val(sp):
 def table(report, command):
     c = report["config"]
     alt = ALT in report.get("scheds", [])
-    alt_head = f" scx_tailctl `{c.get('tailctl_alt_args', '?')}` cost |" if alt else ""
+    alt_desc = " ".join(x for x in (c.get("tailctl_alt_bin"), c.get("tailctl_alt_args")) if x) or "?"
+    alt_head = f" scx_tailctl `{alt_desc}` cost |" if alt else ""
     lines = []
     if command:
         lines += [f"Command: `{command}`", ""]
     lines += [f"Guest: kernel {c.get('kernel', '?')}, {c.get('cpus', '?')} vCPUs (qemu TCG), "
               f"{report['rounds']} rounds, each running the default scheduler, scx_tailctl"
               + (f" `{c['tailctl_args']}`" if c.get("tailctl_args") else "")
-              + (f", scx_tailctl `{c.get('tailctl_alt_args')}`" if alt else "") + " and scx_bpfland "
+              + (f", scx_tailctl `{alt_desc}` (scx_tailctl_alt)" if alt else "") + " and scx_bpfland "
               f"in a rotating order; sizes: hackbench {c.get('hackbench', '?')}, pipe {c.get('pipe_loops', '?')} "
               f"round trips, stress-ng {c.get('secs', '?')} s, cyclictest SECS + 3 s (SECS = {c.get('secs', '?')}; "
               f"runs before session 18: SECS), redis {c.get('redis_n', '?')} requests"
@@ -188,16 +197,23 @@ def table(report, command):
               "",
               "| callback | scx_tailctl ns | scx_tailctl calls | scx_bpfland ns | scx_bpfland calls | scx_tailctl / scx_bpfland |",
               "|---|---:|---:|---:|---:|---:|"]
+    if alt:
+        lines[-2] = lines[-2] + (" scx_tailctl_alt ns | scx_tailctl_alt calls | scx_tailctl_alt / scx_bpfland |"
+                                      " scx_tailctl_alt / scx_tailctl |")
+        lines[-1] += "---:|---:|---:|---:|"
     for row in report["bpf_callbacks"]:
         cells = []
-        for s in SCHEDS:
+        for s in SCHEDS + ([ALT] if alt else []):
             e = row.get(s)
             if e and e["mean_ns"] is not None:
                 pr = e["per_round_mean_ns"]
                 cells += [f"{e['mean_ns']:.0f} [{pr['min']:.0f}, {pr['max']:.0f}]", str(e["run_cnt"])]
             else:
                 cells += ["–", "0" if e else "–"]
-        cells.append(fmt_cost(row["paired_ratio"]) if row.get("paired_ratio") else "–")
+            if s == SCHEDS[1]:
+                cells.append(fmt_cost(row["paired_ratio"]) if row.get("paired_ratio") else "–")
+        if alt:
+            cells += [fmt_cost(row[k]) if row.get(k) else "–" for k in ("alt_paired_ratio", "alt_over_tailctl")]
         lines.append(f"| {row['callback']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
