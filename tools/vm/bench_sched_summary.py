@@ -190,6 +190,9 @@ def table(report, command):
         else:
             lines.append(f"| {b['label']} | | | | {fmt_cost(b['scx_tailctl_cost'])} | {fmt_cost(b['scx_bpfland_cost'])} |"
                          + extra)
+    # BENCH_ONLY=none: the cost probe alone, no benchmark table.
+    if lines[-1].startswith("|---|"):
+        del lines[-5:]
     lines += ["",
               "BPF cost per callback (kernel.bpf_stats_enabled during a fixed hackbench + pipe probe after each "
               "block): mean ns per call over all rounds [min, max of the per-round means], and calls; "
