@@ -33,7 +33,8 @@
 # those of a fourth block, scx_tailctl_alt (two settings in one run), and
 # BENCH_TAILCTL_ALT_BIN (an absolute path) another build for that block (two
 # builds in one run); BENCH_ONLY (e.g. "redis") runs only the named benchmarks
-# (hackbench,pipe,cyclictest,redis,stress-ng; "none": only the BPF cost probe).
+# (hackbench,pipe,cyclictest,redis,stress-ng; "none": only the BPF cost probe);
+# BENCH_PROBE_WARMUP=1 runs the probe's workload once unmeasured before it.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -71,12 +72,12 @@ icount=(); [ -n "${BENCH_ICOUNT:-}" ] && icount=(--icount "$BENCH_ICOUNT")
   env BENCH_ROUNDS="$rounds" BENCH_HB_GROUPS="${BENCH_HB_GROUPS:-}" BENCH_HB_LOOPS="${BENCH_HB_LOOPS:-}" \
       BENCH_PIPE_LOOPS="${BENCH_PIPE_LOOPS:-}" BENCH_SECS="${BENCH_SECS:-}" BENCH_REDIS_N="${BENCH_REDIS_N:-}" BENCH_ONLY="${BENCH_ONLY:-}" \
       BENCH_TAILCTL_ARGS="${BENCH_TAILCTL_ARGS:-}" BENCH_TAILCTL_ALT_ARGS="${BENCH_TAILCTL_ALT_ARGS:-}" \
-      BENCH_TAILCTL_ALT_BIN="${BENCH_TAILCTL_ALT_BIN:-}" \
+      BENCH_TAILCTL_ALT_BIN="${BENCH_TAILCTL_ALT_BIN:-}" BENCH_PROBE_WARMUP="${BENCH_PROBE_WARMUP:-}" \
   bash tools/vm/bench-sched-guest.sh "$target/debug/scx_tailctl" "$bpfland" "$out" >&2
 echo "[bench] guest run took $(( $(date +%s) - start )) s" >&2
 # The command line as run, with the environment that shaped it.
 envs=""
-for v in BENCH_ONLY BENCH_ICOUNT BENCH_TCG_THREADS BENCH_HB_GROUPS BENCH_HB_LOOPS BENCH_PIPE_LOOPS BENCH_SECS BENCH_REDIS_N BENCH_TAILCTL_ARGS BENCH_TAILCTL_ALT_ARGS BENCH_TAILCTL_ALT_BIN; do
+for v in BENCH_ONLY BENCH_ICOUNT BENCH_TCG_THREADS BENCH_HB_GROUPS BENCH_HB_LOOPS BENCH_PIPE_LOOPS BENCH_SECS BENCH_REDIS_N BENCH_TAILCTL_ARGS BENCH_TAILCTL_ALT_ARGS BENCH_TAILCTL_ALT_BIN BENCH_PROBE_WARMUP; do
   [ -n "${!v:-}" ] && envs+="$v=\"${!v}\" "
 done
 python3 tools/vm/bench_sched_summary.py "$out" $json --command "${envs}tools/bench-sched.sh${args:+ $args}"

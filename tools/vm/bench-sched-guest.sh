@@ -23,7 +23,8 @@
 # summary (tools/vm/bench_sched_summary.py) is computed on the host.
 # Sizes: BENCH_ROUNDS (5), BENCH_HB_GROUPS/BENCH_HB_LOOPS (2/50),
 # BENCH_PIPE_LOOPS (5000), BENCH_SECS (4: stress-ng; cyclictest runs 3 s longer),
-# BENCH_REDIS_N (5000). BENCH_TAILCTL_ALT_ARGS (non-empty): a fourth block,
+# BENCH_REDIS_N (5000); BENCH_PROBE_WARMUP=1 runs the probe's hackbench once
+# unmeasured first. BENCH_TAILCTL_ALT_ARGS (non-empty): a fourth block,
 # scx_tailctl_alt, scx_tailctl again with these flags, to compare two of its
 # settings in the same run (e.g. "--wake-preempt-us 1000"). BENCH_TAILCTL_ALT_BIN
 # (a path): the fourth block runs that build instead, to compare two builds.
@@ -223,6 +224,11 @@ print(" ".join(f"{(y - x) / n:.4f}" for x, y in zip(a, b)))' "$p0" "$p1" "$redis
 # this probe's alone.
 probe() { # ROUND SCHED
   local r=$1 s=$2
+  # BENCH_PROBE_WARMUP=1: the same workload once with the statistics off
+  # first, so that what the scheduler's maps allocate per task (its task
+  # storage's per-CPU caches, new with every load) has been allocated on
+  # every CPU before the probe counts: steady state, not the first forks.
+  [ "${BENCH_PROBE_WARMUP:-0}" = 1 ] && hackbench -g 2 -l 50 >/dev/null 2>&1
   sysctl -q -w kernel.bpf_stats_enabled=1
   hackbench -g 2 -l 50 >/dev/null 2>&1
   perf bench sched pipe -l 5000 >/dev/null 2>&1
@@ -259,6 +265,6 @@ for ((r = 0; r < rounds; r++)); do
   done
   log "round $((r + 1)) done ($(( $(date +%s) - t_start )) s so far)"
 done
-printf '{"kernel": "%s", "cpus": %s, "rounds": %s, "hackbench": "-g %s -l %s", "pipe_loops": %s, "secs": %s, "redis_n": %s, "only": "%s", "tailctl_args": "%s", "tailctl_alt_args": "%s", "tailctl_alt_bin": "%s"}\n' \
-  "$(uname -r)" "$ncpu" "$rounds" "$hb_groups" "$hb_loops" "$pipe_loops" "$secs" "$redis_n" "${BENCH_ONLY:-}" "${BENCH_TAILCTL_ARGS:-}" "${BENCH_TAILCTL_ALT_ARGS:-}" "${BENCH_TAILCTL_ALT_BIN:-}" >"$raw/config.json"
+printf '{"kernel": "%s", "cpus": %s, "rounds": %s, "hackbench": "-g %s -l %s", "pipe_loops": %s, "secs": %s, "redis_n": %s, "only": "%s", "tailctl_args": "%s", "tailctl_alt_args": "%s", "tailctl_alt_bin": "%s", "probe_warmup": "%s"}\n' \
+  "$(uname -r)" "$ncpu" "$rounds" "$hb_groups" "$hb_loops" "$pipe_loops" "$secs" "$redis_n" "${BENCH_ONLY:-}" "${BENCH_TAILCTL_ARGS:-}" "${BENCH_TAILCTL_ALT_ARGS:-}" "${BENCH_TAILCTL_ALT_BIN:-}" "${BENCH_PROBE_WARMUP:-0}" >"$raw/config.json"
 log "done: $raw/records.jsonl"

@@ -190,7 +190,8 @@ def table(report, command):
         else:
             lines.append(f"| {b['label']} | | | | {fmt_cost(b['scx_tailctl_cost'])} | {fmt_cost(b['scx_bpfland_cost'])} |"
                          + extra)
-    # BENCH_ONLY=none: the cost probe alone, no benchmark table.
+    # BENCH_ONLY=none: the cost probe alone; no empty benchmark table (its
+    # blank line, caption, blank line, header and separator).
     if lines[-1].startswith("|---|"):
         del lines[-5:]
     lines += ["",
@@ -201,8 +202,8 @@ def table(report, command):
               "| callback | scx_tailctl ns | scx_tailctl calls | scx_bpfland ns | scx_bpfland calls | scx_tailctl / scx_bpfland |",
               "|---|---:|---:|---:|---:|---:|"]
     if alt:
-        lines[-2] = lines[-2] + (" scx_tailctl_alt ns | scx_tailctl_alt calls | scx_tailctl_alt / scx_bpfland |"
-                                      " scx_tailctl_alt / scx_tailctl |")
+        lines[-2] += (" scx_tailctl_alt ns | scx_tailctl_alt calls | scx_tailctl_alt / scx_bpfland |"
+                      " scx_tailctl_alt / scx_tailctl |")
         lines[-1] += "---:|---:|---:|---:|"
     for row in report["bpf_callbacks"]:
         cells = []

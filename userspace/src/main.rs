@@ -101,6 +101,14 @@ struct Opts {
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     max_throttle_wait_ms: u64,
 
+    /// sched_ext's watchdog: a runnable task that has not run for this long
+    /// ejects the scheduler, ms. 0 keeps the kernel's default (30 s, also its
+    /// maximum). It must exceed --max-throttle-wait-ms, which a throttled
+    /// thread may wait by design. Schedulers that set a shorter one (scx_bpfland:
+    /// 5 s) are compared on equal terms with it.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=30_000))]
+    watchdog_ms: u32,
+
     /// Schedule only tasks whose policy is SCHED_EXT (SCX_OPS_SWITCH_PARTIAL);
     /// by default every task on the machine is scheduled.
     #[arg(short = 'p', long)]
@@ -380,6 +388,18 @@ fn parse_octal(s: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("{s:?} is not an octal file mode like 666 or 660"))
 }
 
+/// A watchdog that would eject the scheduler for a wait it allows by design
+/// (a throttled thread waits up to --max-throttle-wait-ms) is refused.
+fn check_watchdog(watchdog_ms: u32, max_throttle_wait_ms: u64) -> Result<()> {
+    if watchdog_ms != 0 && u64::from(watchdog_ms) <= max_throttle_wait_ms {
+        bail!(
+            "--watchdog-ms {watchdog_ms} must be above --max-throttle-wait-ms {max_throttle_wait_ms}: \
+             a throttled thread may wait that long by design"
+        );
+    }
+    Ok(())
+}
+
 /// Why the scheduler cannot be loaded here, found before touching libbpf so
 /// the user gets a sentence instead of an errno.
 fn check_kernel() -> Result<()> {
@@ -461,6 +481,8 @@ struct Scheduler<'a> {
     stats_server: StatsServer<(), Metrics>,
     /// Normal-level queues (LLC groups) the BPF side was loaded with.
     nr_llcs: u32,
+    /// ops.timeout_ms as loaded (0: the kernel's default).
+    watchdog_ms: u32,
 }
 
 impl<'a> Scheduler<'a> {
@@ -484,6 +506,7 @@ impl<'a> Scheduler<'a> {
 
         let ops = skel.struct_ops.tailctl_ops_mut();
         ops.exit_dump_len = opts.exit_dump_len;
+        ops.timeout_ms = opts.watchdog_ms;
         // ENQ_LAST: a CPU's last runnable task comes back through ops.enqueue
         // instead of being kept running by the kernel, so a thread whose
         // request is at its cap is really taken off the CPU.
@@ -676,6 +699,7 @@ impl<'a> Scheduler<'a> {
             controller,
             stats_server,
             nr_llcs: llcs.nr,
+            watchdog_ms: opts.watchdog_ms,
         })
     }
 
@@ -691,6 +715,7 @@ impl<'a> Scheduler<'a> {
             .unwrap_or_default();
         let mut m = Metrics {
             nr_llcs: u64::from(self.nr_llcs),
+            watchdog_timeout_ms: i64::from(self.watchdog_ms),
             ..Metrics::default()
         };
         for bytes in per_cpu {
@@ -798,6 +823,7 @@ fn main() -> Result<()> {
         return stats::monitor(Duration::from_secs_f64(intv), shutdown);
     }
 
+    check_watchdog(opts.watchdog_ms, opts.max_throttle_wait_ms)?;
     check_kernel()?;
     set_nice(opts.nice);
 
@@ -861,6 +887,19 @@ mod tests {
         );
         let o = Opts::try_parse_from(["scx_tailctl", "--max-services-per-user", "2"]).unwrap();
         assert_eq!(o.max_services_per_user, 2);
+    }
+
+    #[test]
+    fn a_watchdog_at_or_below_the_wait_bound_is_refused() {
+        let o = Opts::try_parse_from(["scx_tailctl"]).unwrap();
+        assert_eq!(o.watchdog_ms, 0);
+        assert!(check_watchdog(o.watchdog_ms, o.max_throttle_wait_ms).is_ok());
+        let o = Opts::try_parse_from(["scx_tailctl", "--watchdog-ms", "5000"]).unwrap();
+        assert!(check_watchdog(o.watchdog_ms, o.max_throttle_wait_ms).is_ok());
+        let err = check_watchdog(1000, 1000).unwrap_err().to_string();
+        assert!(err.contains("--max-throttle-wait-ms 1000"), "{err}");
+        // Above the kernel's maximum (30 s) the parser refuses it.
+        assert!(Opts::try_parse_from(["scx_tailctl", "--watchdog-ms", "30001"]).is_err());
     }
 
     #[test]

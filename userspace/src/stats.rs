@@ -83,6 +83,10 @@ pub struct Metrics {
     )]
     pub max_overdue_lost_wait_ns: u64,
     #[stat(
+        desc = "The watchdog timeout the scheduler was loaded with, ms (0: the kernel's default, 30 s)"
+    )]
+    pub watchdog_timeout_ms: i64,
+    #[stat(
         desc = "Watchdog timeout minus the longest throttle wait, ms (how close a throttled thread came to ejecting the scheduler)"
     )]
     pub watchdog_margin_ms: i64,
@@ -222,8 +226,8 @@ pub struct Metrics {
     pub yields_kept: u64,
 }
 
-/// sched_ext's watchdog timeout when ops.timeout_ms is 0 (ours is): a runnable
-/// task not run for this long ejects the scheduler.
+/// sched_ext's watchdog timeout when ops.timeout_ms is 0 (ours is, unless
+/// --watchdog-ms): a runnable task not run for this long ejects the scheduler.
 pub const WATCHDOG_TIMEOUT_MS: i64 = 30_000;
 
 impl Metrics {
@@ -335,7 +339,12 @@ impl Metrics {
             .max(self.max_overdue_lost_wait_ns)
             .max(self.allot_max_wait_ns)
             .max(self.prio_max_wait_ns());
-        self.watchdog_margin_ms = WATCHDOG_TIMEOUT_MS - (longest / 1_000_000) as i64;
+        let timeout = if self.watchdog_timeout_ms > 0 {
+            self.watchdog_timeout_ms
+        } else {
+            WATCHDOG_TIMEOUT_MS
+        };
+        self.watchdog_margin_ms = timeout - (longest / 1_000_000) as i64;
     }
 
     /// The longest enqueue-to-running wait at any priority level, ns.
@@ -405,6 +414,7 @@ impl Metrics {
             max_overdue_wait_ns: self.max_overdue_wait_ns,
             max_overdue_ahead_wait_ns: self.max_overdue_ahead_wait_ns,
             max_overdue_lost_wait_ns: self.max_overdue_lost_wait_ns,
+            watchdog_timeout_ms: self.watchdog_timeout_ms,
             watchdog_margin_ms: self.watchdog_margin_ms,
             token_leaks: self.token_leaks.saturating_sub(prev.token_leaks),
             bound_kicks: self.bound_kicks.saturating_sub(prev.bound_kicks),
