@@ -196,7 +196,7 @@ def table(report, command):
         del lines[-5:]
     lines += ["",
               "BPF cost per callback (kernel.bpf_stats_enabled during a fixed hackbench + pipe probe after each "
-              "block): mean ns per call over all rounds [min, max of the per-round means], and calls; "
+              "block" + (", after its hackbench once unmeasured" if c.get("probe_warmup") == "1" else "") + "): mean ns per call over all rounds [min, max of the per-round means], and calls; "
               "scx_tailctl / scx_bpfland: the ratio of the two per-round means, paired by round, median [min, max].",
               "",
               "| callback | scx_tailctl ns | scx_tailctl calls | scx_bpfland ns | scx_bpfland calls | scx_tailctl / scx_bpfland |",
