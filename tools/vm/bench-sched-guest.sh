@@ -228,9 +228,10 @@ probe() { # ROUND SCHED
   # first, so that what the scheduler's maps allocate per task (its task
   # storage's per-CPU caches, new with every load) has been allocated on
   # every CPU before the probe counts: steady state, not the first forks.
-  [ "${BENCH_PROBE_WARMUP:-0}" = 1 ] && hackbench -g 2 -l 50 >/dev/null 2>&1
+  local hb=(hackbench -g 2 -l 50)
+  [ "${BENCH_PROBE_WARMUP:-0}" = 1 ] && "${hb[@]}" >/dev/null 2>&1
   sysctl -q -w kernel.bpf_stats_enabled=1
-  hackbench -g 2 -l 50 >/dev/null 2>&1
+  "${hb[@]}" >/dev/null 2>&1
   perf bench sched pipe -l 5000 >/dev/null 2>&1
   sysctl -q -w kernel.bpf_stats_enabled=0
   bpftool -j prog show 2>>"$raw/errors.log" | "$PY" -c '

@@ -125,18 +125,12 @@ def summarise(out):
         # Paired by round: both schedulers' probes ran minutes apart in the
         # same boot, so a host that slows the guest for a while slows both
         # sides of a pair, while the pooled means above carry it whole.
-        t, b = bpf[cb].get(SCHEDS[0]), bpf[cb].get(SCHEDS[1])
-        if t and b:
-            row["paired_ratio"] = spread([t["by_round"][k] / b["by_round"][k]
-                                          for k in t["by_round"] if b["by_round"].get(k)])
         # The alternate block (other flags or another build) against each.
-        a = bpf[cb].get(ALT)
-        if a and b:
-            row["alt_paired_ratio"] = spread([a["by_round"][k] / b["by_round"][k]
-                                              for k in a["by_round"] if b["by_round"].get(k)])
-        if a and t:
-            row["alt_over_tailctl"] = spread([a["by_round"][k] / t["by_round"][k]
-                                              for k in a["by_round"] if t["by_round"].get(k)])
+        for key, num, den in (("paired_ratio", SCHEDS[0], SCHEDS[1]), ("alt_paired_ratio", ALT, SCHEDS[1]),
+                              ("alt_over_tailctl", ALT, SCHEDS[0])):
+            n, d = bpf[cb].get(num), bpf[cb].get(den)
+            if n and d:
+                row[key] = spread([n["by_round"][k] / d["by_round"][k] for k in n["by_round"] if d["by_round"].get(k)])
         callbacks.append(row)
     return {"config": config, "rounds": len(rounds), "scheds": scheds, "benchmarks": benchmarks,
             "bpf_callbacks": callbacks}
@@ -170,30 +164,29 @@ def table(report, command):
               f"in a rotating order; sizes: hackbench {c.get('hackbench', '?')}, pipe {c.get('pipe_loops', '?')} "
               f"round trips, stress-ng {c.get('secs', '?')} s, cyclictest SECS + 3 s (SECS = {c.get('secs', '?')}; "
               f"runs before session 18: SECS), redis {c.get('redis_n', '?')} requests"
-              + (f"; only {c['only']}." if c.get("only") else "."),
-              "",
-              "Cost factor against the default scheduler of the same round (> 1: worse; time or latency over "
-              "the default's, or the default's throughput over this one's): median [min, max] over rounds.",
-              "",
-              "| benchmark | default (median) | scx_tailctl | scx_bpfland | scx_tailctl cost | scx_bpfland cost |"
-              + alt_head,
-              "|---|---:|---:|---:|---:|---:|" + "---:|" * bool(alt_head)]
+              + (f"; only {c['only']}." if c.get("only") else ".")]
+    rows = []
     for b in report["benchmarks"]:
         # A benchmark this run left out (BENCH_ONLY) has no row.
         if not any(b.get(k) for k in ("default", "scx_tailctl_cost", "scx_bpfland_cost")):
             continue
         extra = f" {fmt_cost(b.get(ALT + '_cost'))} |" if alt else ""
         if "default" in b:
-            lines.append(f"| {b['label']} ({b['metric']}) | {fmt_val(b['default'])} | {fmt_val(b['scx_tailctl'])} | "
-                         f"{fmt_val(b['scx_bpfland'])} | {fmt_cost(b['scx_tailctl_cost'])} | {fmt_cost(b['scx_bpfland_cost'])} |"
-                         + extra)
+            rows.append(f"| {b['label']} ({b['metric']}) | {fmt_val(b['default'])} | {fmt_val(b['scx_tailctl'])} | "
+                        f"{fmt_val(b['scx_bpfland'])} | {fmt_cost(b['scx_tailctl_cost'])} | {fmt_cost(b['scx_bpfland_cost'])} |"
+                        + extra)
         else:
-            lines.append(f"| {b['label']} | | | | {fmt_cost(b['scx_tailctl_cost'])} | {fmt_cost(b['scx_bpfland_cost'])} |"
-                         + extra)
-    # BENCH_ONLY=none: the cost probe alone; no empty benchmark table (its
-    # blank line, caption, blank line, header and separator).
-    if lines[-1].startswith("|---|"):
-        del lines[-5:]
+            rows.append(f"| {b['label']} | | | | {fmt_cost(b['scx_tailctl_cost'])} | {fmt_cost(b['scx_bpfland_cost'])} |"
+                        + extra)
+    # BENCH_ONLY=none (the cost probe alone): no benchmark table.
+    if rows:
+        lines += ["",
+                  "Cost factor against the default scheduler of the same round (> 1: worse; time or latency over "
+                  "the default's, or the default's throughput over this one's): median [min, max] over rounds.",
+                  "",
+                  "| benchmark | default (median) | scx_tailctl | scx_bpfland | scx_tailctl cost | scx_bpfland cost |"
+                  + alt_head,
+                  "|---|---:|---:|---:|---:|---:|" + "---:|" * bool(alt_head)] + rows
     lines += ["",
               "BPF cost per callback (kernel.bpf_stats_enabled during a fixed hackbench + pipe probe after each "
               "block" + (", after its hackbench once unmeasured" if c.get("probe_warmup") == "1" else "") + "): mean ns per call over all rounds [min, max of the per-round means], and calls; "
